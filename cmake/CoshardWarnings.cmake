@@ -1,0 +1,28 @@
+# Warning flags and sanitizers, applied per target through coshard_target_defaults().
+add_library(coshard_warnings INTERFACE)
+target_compile_options(coshard_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${COSHARD_WERROR}>>:-Werror>)
+
+add_library(coshard_sanitize INTERFACE)
+if(COSHARD_SANITIZE)
+  set(_san "-fsanitize=${COSHARD_SANITIZE}" -fno-omit-frame-pointer)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND COSHARD_SANITIZE MATCHES "undefined")
+    # clang 14 cannot compile coroutine code with -fsanitize=function (toolchain.md).
+    list(APPEND _san -fno-sanitize=function)
+  endif()
+  if(COSHARD_SANITIZE MATCHES "undefined")
+    list(APPEND _san -fno-sanitize-recover=undefined)
+  endif()
+  target_compile_options(coshard_sanitize INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_san}>)
+  target_link_options(coshard_sanitize INTERFACE ${_san})
+endif()
+
+function(coshard_target_defaults target)
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:coshard_warnings> $<BUILD_INTERFACE:coshard_sanitize>)
+endfunction()
+
+# Public sanitizer flags must reach executables that link our libraries.
+function(coshard_executable_defaults target)
+  target_link_libraries(${target} PRIVATE coshard_warnings coshard_sanitize)
+endfunction()

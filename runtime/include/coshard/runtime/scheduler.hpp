@@ -1,0 +1,146 @@
+#pragma once
+// The per-rank scheduler: one thread running an Asio io_context. All control logic runs there, so
+// it needs no locks; other threads hand it work with post().
+#include <chrono>
+#include <condition_variable>
+#include <coroutine>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/task.hpp"
+#include "coshard/runtime/waiter.hpp"
+
+namespace coshard {
+
+enum class Health { created, running, stopping, stopped, failed };
+
+class Scheduler {
+ public:
+  struct Options {
+    std::string name = "coshard";
+    // How long stop() lets spawned tasks finish after asking them to stop.
+    std::chrono::milliseconds drain_timeout{5000};
+  };
+
+  Scheduler();
+  explicit Scheduler(Options options);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+  ~Scheduler();  // stop()s if still running
+
+  void start();
+  // Asks every spawned task to stop, waits up to drain_timeout for them, then joins the thread.
+  // Returns false when some task did not finish in time (its frame is leaked, not resumed).
+  bool stop();
+  Health health() const noexcept;
+  const std::string& name() const noexcept;
+
+  // Thread-safe. Runs `fn` on the scheduler thread.
+  void post(std::function<void()> fn);
+  void post(std::coroutine_handle<> h);
+  bool running_in_this_thread() const noexcept;
+
+  // Starts `task` on the scheduler, detached. A failure is recorded (first_error) and logged.
+  void spawn(Task<void> task);
+  std::exception_ptr first_error() const;
+
+  // Runs `task` on the scheduler and blocks the calling (non-scheduler) thread until it ends.
+  template <class T>
+  T sync_wait(Task<T> task);
+
+  // The token every spawned and sync_waited task inherits; requested by stop().
+  std::stop_token stop_token() const noexcept { return root_stop_.get_token(); }
+
+  // Awaitable that resumes after `d` on the scheduler; cancellable.
+  struct SleepAwaiter;
+
+ private:
+  friend struct SleepAwaiter;
+  struct Impl;
+  void launch(Task<void> task, std::function<void(std::exception_ptr)> done);
+  std::unique_ptr<Impl> impl_;
+  std::stop_source root_stop_;
+};
+
+// Suspends the current task for `d` (resumes on its scheduler). Throws Errc::cancelled if asked
+// to stop meanwhile.
+struct Scheduler::SleepAwaiter {
+  std::chrono::nanoseconds duration;
+  std::shared_ptr<detail::Waiter> waiter;
+
+  bool await_ready() const noexcept { return false; }
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> h) {
+    start(detail::scheduler_of(h, "sleep_for"), h, detail::stop_token_of(h));
+  }
+  void await_resume() const { waiter->rethrow_if_failed(); }
+
+ private:
+  void start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token);
+};
+
+inline Scheduler::SleepAwaiter sleep_for(std::chrono::nanoseconds d) { return {d, nullptr}; }
+
+// Resumes the current task from the scheduler's queue, letting other ready work run first.
+struct yield_now {
+  bool await_ready() const noexcept { return false; }
+  template <class P>
+  void await_suspend(std::coroutine_handle<P> h) {
+    detail::scheduler_of(h, "yield_now").post(std::coroutine_handle<>(h));
+  }
+  void await_resume() const noexcept {}
+};
+
+// Throws Errc::cancelled when the current task was asked to stop.
+struct check_cancelled {
+  bool stop = false;
+  bool await_ready() const noexcept { return false; }
+  template <class P>
+  bool await_suspend(std::coroutine_handle<P> h) noexcept {
+    stop = detail::stop_token_of(h).stop_requested();
+    return false;
+  }
+  void await_resume() const {
+    if (stop) detail::throw_cancelled("check_cancelled");
+  }
+};
+
+template <class T>
+T Scheduler::sync_wait(Task<T> task) {
+  if (running_in_this_thread()) {
+    throw Error(Errc::invalid_argument, "sync_wait called on the scheduler thread of '" + name() +
+                                            "': it would deadlock; co_await the task instead");
+  }
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  std::exception_ptr error;
+  std::optional<std::conditional_t<std::is_void_v<T>, char, T>> result;
+  auto body = [](Task<T> t, auto* out) -> Task<void> {
+    if constexpr (std::is_void_v<T>) {
+      co_await std::move(t);
+    } else {
+      out->emplace(co_await std::move(t));
+    }
+  };
+  launch(body(std::move(task), &result), [&](std::exception_ptr e) {
+    std::lock_guard lock(m);
+    error = e;
+    finished = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(m);
+  cv.wait(lock, [&] { return finished; });
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<T>) return std::move(*result);
+}
+
+}  // namespace coshard

@@ -1,0 +1,110 @@
+#pragma once
+// Streams and events. A Stream runs device work in order; an Event marks a point in a stream.
+// Host code never blocks on them: `co_await event` resumes the task on its scheduler once the
+// point is reached, and `stream.wait(event)` makes a stream (not the host) wait for another.
+// A failing work item poisons its stream: later work is skipped and later events complete with
+// that error, so no waiter hangs.
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "coshard/runtime/device.hpp"
+#include "coshard/runtime/waiter.hpp"
+
+namespace coshard {
+
+namespace detail {
+
+// One recorded point in a stream. Completes once, possibly with an error.
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  virtual bool ready() const = 0;
+  virtual std::exception_ptr error() const = 0;
+  // Calls w->complete(error()) once ready, from whatever thread observes it (maybe inline).
+  virtual void notify(std::shared_ptr<Waiter> w) = 0;
+  // Blocks the calling thread until ready or `limit` passes; returns ready().
+  virtual bool block_until_ready(std::chrono::nanoseconds limit) = 0;
+};
+
+class StreamImpl {
+ public:
+  virtual ~StreamImpl() = default;
+  virtual Device device() const noexcept = 0;
+  virtual const std::string& name() const noexcept = 0;
+  virtual std::shared_ptr<Completion> record() = 0;
+  virtual void wait(std::shared_ptr<Completion> c) = 0;
+  virtual void enqueue(std::function<void()> work) = 0;
+  virtual void* native() noexcept { return nullptr; }  // cudaStream_t on CUDA
+};
+
+}  // namespace detail
+
+class Event;
+
+class Stream {
+ public:
+  // A CPU stream: an in-order worker thread with a queue.
+  static Stream cpu(Device device, std::string name);
+  explicit Stream(std::unique_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
+  Stream(Stream&&) noexcept = default;
+  Stream& operator=(Stream&&) noexcept = default;
+  ~Stream();  // finishes queued work, then joins
+
+  Device device() const noexcept { return impl_->device(); }
+  const std::string& name() const noexcept { return impl_->name(); }
+
+  // Host work in stream order (CPU backend; on CUDA it is a host callback in stream order).
+  void enqueue(std::function<void()> work);
+  // Stream-side wait: work enqueued after this runs only once `event` has completed. Throws when
+  // the event was never recorded or belongs to another device.
+  void wait(const Event& event);
+  // Blocks the host until all work enqueued so far is done; throws Errc::timeout after `limit`,
+  // or the stream's error. For shutdown and tests; tasks co_await an event instead.
+  void synchronize(std::chrono::nanoseconds limit = std::chrono::seconds(60));
+
+  detail::StreamImpl& impl() noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<detail::StreamImpl> impl_;
+};
+
+class Event {
+ public:
+  explicit Event(Device device = Device::cpu()) : device_(device) {}
+
+  // Captures all work enqueued on `stream` so far. Re-recording moves the event to a new point;
+  // tasks already awaiting the old point are unaffected.
+  void record(Stream& stream);
+  bool recorded() const noexcept { return static_cast<bool>(point_); }
+  // True once the recorded point is reached (with or without error). Throws if never recorded.
+  bool query() const;
+  // The error of the work before this point, if any.
+  std::exception_ptr error() const;
+  Device device() const noexcept { return device_; }
+  const std::shared_ptr<detail::Completion>& point() const noexcept { return point_; }
+
+  struct Awaiter {
+    std::shared_ptr<detail::Completion> point;
+    std::shared_ptr<detail::Waiter> waiter{};
+    bool await_ready() const;
+    template <class P>
+    void await_suspend(std::coroutine_handle<P> h) {
+      start(detail::scheduler_of(h, "Event"), h, detail::stop_token_of(h));
+    }
+    void await_resume() const;
+
+   private:
+    void start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token);
+  };
+  // Suspends until the recorded point is reached; rethrows the stream's error. Cancellable.
+  Awaiter operator co_await() const;
+
+ private:
+  Device device_;
+  std::shared_ptr<detail::Completion> point_;
+};
+
+}  // namespace coshard

@@ -1,0 +1,62 @@
+#pragma once
+// A Tensor is a dtype, a shape and a view into a shared owning Buffer on one device.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/allocator.hpp"
+#include "coshard/runtime/dtype.hpp"
+#include "coshard/runtime/error.hpp"
+
+namespace coshard {
+
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& shape);
+std::string to_string(const Shape& shape);
+
+template <class T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
+
+class Tensor {
+ public:
+  Tensor() = default;
+  static Tensor empty(Allocator& alloc, DType dtype, Shape shape);
+
+  DType dtype() const noexcept { return dtype_; }
+  const Shape& shape() const noexcept { return shape_; }
+  std::int64_t numel() const noexcept { return numel_; }
+  std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel_) * size_of(dtype_); }
+  Device device() const noexcept { return device_; }
+  bool defined() const noexcept { return static_cast<bool>(storage_); }
+
+  void* data() const noexcept;
+  template <class T>
+  T* data_as() const {
+    if (dtype_of<T>() != dtype_) throw_dtype(dtype_of<T>());
+    return static_cast<T*>(data());
+  }
+
+  // A view of `shape` starting `offset` elements into this tensor; shares the storage.
+  Tensor view(std::int64_t offset, Shape shape) const;
+  // The same elements with another shape (element counts must match).
+  Tensor reshape(Shape shape) const { return view(0, std::move(shape)); }
+
+  // Reuse of the storage waits for this event once the last view is gone.
+  void record_use(const Event& event) const { storage_->record_use(event); }
+
+ private:
+  [[noreturn]] void throw_dtype(DType wanted) const;
+  std::shared_ptr<Buffer> storage_;
+  std::size_t byte_offset_ = 0;
+  DType dtype_ = DType::f32;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  Device device_;
+};
+
+}  // namespace coshard

@@ -1,0 +1,174 @@
+// CPU backend: a stream is an in-order worker thread with a queue; a recorded point is a flag with
+// waiters that the worker sets when it reaches it.
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/stream.hpp"
+
+namespace coshard {
+namespace {
+
+class CpuCompletion final : public detail::Completion {
+ public:
+  bool ready() const override {
+    std::lock_guard lock(m_);
+    return done_;
+  }
+  std::exception_ptr error() const override {
+    std::lock_guard lock(m_);
+    return error_;
+  }
+  void notify(std::shared_ptr<detail::Waiter> w) override {
+    std::unique_lock lock(m_);
+    if (!done_) {
+      waiters_.push_back(std::move(w));
+      return;
+    }
+    auto e = error_;
+    lock.unlock();
+    w->complete(e);
+  }
+  bool block_until_ready(std::chrono::nanoseconds limit) override {
+    std::unique_lock lock(m_);
+    return cv_.wait_for(lock, limit, [&] { return done_; });
+  }
+  // No deadline needed: every recorded point is reached, because a stream always drains its
+  // queue (failed work is skipped, not stuck) before its thread exits.
+  void block() {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+  void finish(std::exception_ptr e) {
+    std::vector<std::shared_ptr<detail::Waiter>> waiters;
+    {
+      std::lock_guard lock(m_);
+      done_ = true;
+      error_ = e;
+      waiters.swap(waiters_);
+    }
+    cv_.notify_all();
+    for (auto& w : waiters) w->complete(e);
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<std::shared_ptr<detail::Waiter>> waiters_;
+};
+
+class CpuStream final : public detail::StreamImpl {
+  struct Work {
+    std::function<void()> fn;
+  };
+  struct Mark {
+    std::shared_ptr<CpuCompletion> point;
+  };
+  struct Wait {
+    std::shared_ptr<CpuCompletion> point;
+  };
+  using Item = std::variant<Work, Mark, Wait>;
+
+ public:
+  CpuStream(Device device, std::string name) : device_(device), name_(std::move(name)) {
+    worker_ = std::thread([this] { run(); });
+  }
+  ~CpuStream() override {
+    {
+      std::lock_guard lock(m_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  Device device() const noexcept override { return device_; }
+  const std::string& name() const noexcept override { return name_; }
+
+  std::shared_ptr<detail::Completion> record() override {
+    auto p = std::make_shared<CpuCompletion>();
+    push(Mark{p});
+    return p;
+  }
+  void wait(std::shared_ptr<detail::Completion> c) override {
+    auto p = std::dynamic_pointer_cast<CpuCompletion>(std::move(c));
+    if (!p) throw Error(Errc::invalid_argument, "CPU stream '" + name_ + "' cannot wait on a non-CPU event");
+    push(Wait{std::move(p)});
+  }
+  void enqueue(std::function<void()> work) override { push(Work{std::move(work)}); }
+
+ private:
+  void push(Item item) {
+    {
+      std::lock_guard lock(m_);
+      queue_.push_back(std::move(item));
+    }
+    cv_.notify_one();
+  }
+
+  void run() {
+    for (;;) {
+      Item item;
+      {
+        std::unique_lock lock(m_);
+        cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // closing and drained
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::visit([this](auto& it) { execute(it); }, item);
+    }
+  }
+
+  void execute(Work& w) {
+    ++items_;
+    if (poison_) return;
+    try {
+      w.fn();
+    } catch (const Error& e) {
+      poison_ = std::make_exception_ptr(e.with_context({.op = "stream " + name_}));
+    } catch (const std::exception& e) {
+      poison_ = std::make_exception_ptr(Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" +
+                                                                name_ + "' failed: " + e.what(),
+                                              ErrorContext{.op = "stream " + name_}));
+    } catch (...) {
+      poison_ = std::make_exception_ptr(
+          Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" + name_ + "' threw",
+                ErrorContext{.op = "stream " + name_}));
+    }
+  }
+  void execute(Mark& m) { m.point->finish(poison_); }
+  void execute(Wait& w) {
+    if (poison_) return;
+    w.point->block();
+    if (auto e = w.point->error()) poison_ = e;  // an upstream failure flows downstream
+  }
+
+  Device device_;
+  std::string name_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;
+  bool closing_ = false;
+  // Worker-thread state only:
+  std::exception_ptr poison_;
+  std::size_t items_ = 0;
+  std::thread worker_;
+};
+
+}  // namespace
+
+Stream Stream::cpu(Device device, std::string name) {
+  if (device.kind != DeviceKind::cpu) {
+    throw Error(Errc::invalid_argument, "Stream::cpu needs a CPU device, got " + device.to_string());
+  }
+  return Stream(std::make_unique<CpuStream>(device, std::move(name)));
+}
+
+}  // namespace coshard

@@ -1,0 +1,202 @@
+// CUDA backend: RAII stream and event wrappers, and the event poller service. Completions are
+// observed by polling cudaEventQuery on the poller's thread (never from a CUDA host callback) and
+// handed to waiters, which post to their scheduler.
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "coshard/runtime/cuda.hpp"
+#include "cuda_check.hpp"
+
+namespace coshard::cuda {
+namespace {
+
+class CudaCompletion final : public coshard::detail::Completion,
+                             public std::enable_shared_from_this<CudaCompletion> {
+ public:
+  CudaCompletion(Device d, cudaStream_t s, EventPoller& poller) : device_(d), poller_(poller) {
+    COSHARD_CUDA_CHECK(cudaSetDevice(d.index));
+    COSHARD_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    COSHARD_CUDA_CHECK(cudaEventRecord(event_, s));
+  }
+  ~CudaCompletion() override { cudaEventDestroy(event_); }
+  CudaCompletion(const CudaCompletion&) = delete;
+  CudaCompletion& operator=(const CudaCompletion&) = delete;
+
+  bool ready() const override {
+    cudaError_t e = cudaEventQuery(event_);
+    return e != cudaErrorNotReady;
+  }
+  std::exception_ptr error() const override {
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaSuccess || e == cudaErrorNotReady) return nullptr;
+    return std::make_exception_ptr(Error(Errc::device, std::string("work before a CUDA event on ") +
+                                                           device_.to_string() + " failed: " + cudaGetErrorName(e) +
+                                                           " (" + cudaGetErrorString(e) + ")"));
+  }
+  void notify(std::shared_ptr<coshard::detail::Waiter> w) override;
+  bool block_until_ready(std::chrono::nanoseconds limit) override {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    auto pause = std::chrono::microseconds(5);
+    while (!ready()) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    return true;
+  }
+  cudaEvent_t event() const noexcept { return event_; }
+
+ private:
+  Device device_;
+  EventPoller& poller_;
+  cudaEvent_t event_ = nullptr;
+};
+
+}  // namespace
+
+struct EventPoller::Impl {
+  Device device;
+  Options options;
+  std::mutex m;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::list<std::pair<std::shared_ptr<CudaCompletion>, std::shared_ptr<coshard::detail::Waiter>>> watched;
+  std::thread thread;
+
+  void watch(std::shared_ptr<CudaCompletion> c, std::shared_ptr<coshard::detail::Waiter> w) {
+    {
+      std::lock_guard lock(m);
+      watched.emplace_back(std::move(c), std::move(w));
+    }
+    cv.notify_one();
+  }
+
+  void run() {
+    cudaSetDevice(device.index);
+    auto pause = options.min_backoff;
+    std::unique_lock lock(m);
+    for (;;) {
+      cv.wait(lock, [&] { return stopping || !watched.empty(); });
+      if (stopping) break;
+      bool progressed = false;
+      for (auto it = watched.begin(); it != watched.end();) {
+        if (it->first->ready() || !it->second->pending()) {
+          auto entry = std::move(*it);
+          it = watched.erase(it);
+          lock.unlock();
+          entry.second->complete(entry.first->error());
+          lock.lock();
+          progressed = true;
+        } else {
+          ++it;
+        }
+      }
+      if (progressed) {
+        pause = options.min_backoff;
+      } else {
+        cv.wait_for(lock, pause, [&] { return stopping; });
+        pause = std::min(pause * 2, options.max_backoff);
+      }
+    }
+    // Waiters still pending at shutdown get an error instead of hanging.
+    for (auto& [c, w] : watched) {
+      w->complete(std::make_exception_ptr(Error(Errc::cancelled, "CUDA event poller stopped before the event completed")));
+    }
+    watched.clear();
+  }
+};
+
+void CudaCompletion::notify(std::shared_ptr<coshard::detail::Waiter> w) {
+  if (ready()) {
+    w->complete(error());
+    return;
+  }
+  poller_.impl().watch(shared_from_this(), std::move(w));
+}
+
+
+namespace {
+
+class CudaStream final : public coshard::detail::StreamImpl {
+ public:
+  CudaStream(Device d, std::string name, EventPoller& poller) : device_(d), name_(std::move(name)), poller_(poller) {
+    COSHARD_CUDA_CHECK(cudaSetDevice(d.index));
+    COSHARD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaStream() override {
+    cudaSetDevice(device_.index);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  Device device() const noexcept override { return device_; }
+  const std::string& name() const noexcept override { return name_; }
+  std::shared_ptr<coshard::detail::Completion> record() override {
+    return std::make_shared<CudaCompletion>(device_, stream_, poller_);
+  }
+  void wait(std::shared_ptr<coshard::detail::Completion> c) override {
+    auto* cc = dynamic_cast<CudaCompletion*>(c.get());
+    if (!cc) throw Error(Errc::invalid_argument, "CUDA stream '" + name_ + "' cannot wait on a non-CUDA event");
+    COSHARD_CUDA_CHECK(cudaSetDevice(device_.index));
+    COSHARD_CUDA_CHECK(cudaStreamWaitEvent(stream_, cc->event(), 0));
+  }
+  void enqueue(std::function<void()> work) override {
+    // Host work in stream order. It must not call CUDA (a host callback may not).
+    auto* fn = new std::function<void()>(std::move(work));
+    cudaError_t e = cudaLaunchHostFunc(
+        stream_,
+        [](void* p) {
+          std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
+          (*f)();
+        },
+        fn);
+    if (e != cudaSuccess) {
+      delete fn;
+      COSHARD_CUDA_CHECK(e);
+    }
+  }
+  void* native() noexcept override { return stream_; }
+
+ private:
+  Device device_;
+  std::string name_;
+  EventPoller& poller_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+EventPoller::EventPoller(Device device) : EventPoller(device, Options{}) {}
+EventPoller::EventPoller(Device device, Options options) : impl_(std::make_unique<Impl>()) {
+  if (device.kind != DeviceKind::cuda) {
+    throw Error(Errc::invalid_argument, "EventPoller needs a CUDA device, got " + device.to_string());
+  }
+  impl_->device = device;
+  impl_->options = options;
+}
+EventPoller::~EventPoller() { stop(); }
+void EventPoller::start() {
+  if (impl_->thread.joinable()) return;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+void EventPoller::stop() {
+  {
+    std::lock_guard lock(impl_->m);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Stream make_stream(Device device, std::string name, EventPoller& poller) {
+  if (device.kind != DeviceKind::cuda) {
+    throw Error(Errc::invalid_argument, "cuda::make_stream needs a CUDA device, got " + device.to_string());
+  }
+  return Stream(std::make_unique<CudaStream>(device, std::move(name), poller));
+}
+
+}  // namespace coshard::cuda

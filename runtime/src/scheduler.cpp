@@ -1,0 +1,172 @@
+#include "coshard/runtime/scheduler.hpp"
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <cstdio>
+
+namespace coshard {
+namespace {
+
+// A detached coroutine that owns the task it drives and frees itself when done.
+struct Detached {
+  struct promise_type : detail::PromiseBase {
+    Detached get_return_object() noexcept {
+      return Detached{std::coroutine_handle<promise_type>::from_promise(*this)};
+    }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+  };
+  std::coroutine_handle<promise_type> handle;
+};
+
+}  // namespace
+
+struct Scheduler::Impl {
+  Options options;
+  asio::io_context io{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::thread thread;
+  std::atomic<std::thread::id> thread_id{};
+  std::atomic<Health> health{Health::created};
+
+  std::mutex m;  // guards live and first_error; taken off the hot path only
+  std::condition_variable cv;
+  std::size_t live = 0;
+  std::exception_ptr first_error;
+
+  static Detached drive(Task<void> task, std::function<void(std::exception_ptr)> done, Impl* self) {
+    std::exception_ptr error;
+    try {
+      co_await std::move(task);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (done) done(error);
+    std::lock_guard lock(self->m);
+    --self->live;
+    self->cv.notify_all();
+  }
+};
+
+Scheduler::Scheduler() : Scheduler(Options{}) {}
+Scheduler::Scheduler(Options options) : impl_(std::make_unique<Impl>()) { impl_->options = std::move(options); }
+Scheduler::~Scheduler() { stop(); }
+
+const std::string& Scheduler::name() const noexcept { return impl_->options.name; }
+Health Scheduler::health() const noexcept { return impl_->health.load(); }
+
+void Scheduler::start() {
+  if (impl_->health != Health::created) {
+    throw Error(Errc::invalid_argument, "scheduler '" + name() + "' was already started; create a new one");
+  }
+  impl_->guard.emplace(impl_->io.get_executor());
+  impl_->thread = std::thread([impl = impl_.get()] {
+    impl->thread_id = std::this_thread::get_id();
+    try {
+      impl->io.run();
+    } catch (const std::exception& e) {
+      // Control code must not throw out of a handler; if it does, the rank is broken.
+      std::fprintf(stderr, "coshard: scheduler '%s' failed: %s\n", impl->options.name.c_str(), e.what());
+      impl->health = Health::failed;
+      std::lock_guard lock(impl->m);
+      if (!impl->first_error) impl->first_error = std::current_exception();
+      impl->cv.notify_all();
+    }
+  });
+  impl_->health = Health::running;
+}
+
+bool Scheduler::stop() {
+  auto h = impl_->health.load();
+  if (h == Health::created || h == Health::stopped) return true;
+  if (running_in_this_thread()) {
+    throw Error(Errc::invalid_argument, "Scheduler::stop called on its own thread; call it from the owner");
+  }
+  if (h == Health::running) impl_->health = Health::stopping;
+  root_stop_.request_stop();
+  bool drained;
+  {
+    std::unique_lock lock(impl_->m);
+    drained = impl_->cv.wait_for(lock, impl_->options.drain_timeout, [&] { return impl_->live == 0; });
+  }
+  if (!drained) {
+    std::fprintf(stderr,
+                 "coshard: scheduler '%s': %zu task(s) still running %lld ms after stop was requested; "
+                 "abandoning them (an awaited operation ignored cancellation)\n",
+                 name().c_str(), impl_->live, static_cast<long long>(impl_->options.drain_timeout.count()));
+    impl_->io.stop();
+  }
+  impl_->guard.reset();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->health != Health::failed) impl_->health = Health::stopped;
+  return drained;
+}
+
+void Scheduler::post(std::function<void()> fn) { asio::post(impl_->io, std::move(fn)); }
+void Scheduler::post(std::coroutine_handle<> h) {
+  asio::post(impl_->io, [h] { h.resume(); });
+}
+
+bool Scheduler::running_in_this_thread() const noexcept {
+  return impl_->thread_id.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+void Scheduler::launch(Task<void> task, std::function<void(std::exception_ptr)> done) {
+  if (impl_->health != Health::running) {
+    throw Error(Errc::invalid_argument, "scheduler '" + name() + "' is not running: start() it first");
+  }
+  auto d = Impl::drive(std::move(task), std::move(done), impl_.get());
+  d.handle.promise().set_context(TaskContext{this, root_stop_.get_token()});
+  {
+    std::lock_guard lock(impl_->m);
+    ++impl_->live;
+  }
+  post(std::coroutine_handle<>(d.handle));
+}
+
+void Scheduler::spawn(Task<void> task) {
+  launch(std::move(task), [impl = impl_.get()](std::exception_ptr e) {
+    if (!e) return;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      if (err.code() == Errc::cancelled) return;  // asked to stop: not a failure
+      std::fprintf(stderr, "coshard: spawned task failed: %s\n", err.what());
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "coshard: spawned task failed: %s\n", err.what());
+    } catch (...) {
+      std::fprintf(stderr, "coshard: spawned task failed with a non-standard exception\n");
+    }
+    std::lock_guard lock(impl->m);
+    if (!impl->first_error) impl->first_error = e;
+  });
+}
+
+std::exception_ptr Scheduler::first_error() const {
+  std::lock_guard lock(impl_->m);
+  return impl_->first_error;
+}
+
+namespace {
+struct TimerWaiter final : detail::Waiter {
+  TimerWaiter(Scheduler& s, std::coroutine_handle<> h, asio::io_context& io) : Waiter(s, h), timer(io) {}
+  asio::steady_timer timer;
+};
+}  // namespace
+
+void Scheduler::SleepAwaiter::start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token) {
+  if (token.stop_requested()) detail::throw_cancelled("sleep_for");
+  auto w = std::make_shared<TimerWaiter>(s, h, s.impl_->io);
+  waiter = w;
+  w->timer.expires_after(duration);
+  // The timer lives in the waiter; its handler runs on the scheduler thread.
+  w->timer.async_wait([w](const std::error_code& ec) {
+    if (!ec) w->complete();
+  });
+  w->arm(token, [w = w.get()] { w->timer.cancel(); });
+}
+
+}  // namespace coshard

@@ -1,0 +1,228 @@
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "coshard/runtime/scheduler.hpp"
+#include "coshard/runtime/stream.hpp"
+#include "coshard/runtime/timeout.hpp"
+
+using namespace coshard;
+using namespace std::chrono_literals;
+
+namespace {
+
+class StreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override { sched.start(); }
+  Scheduler sched;
+};
+
+TEST_F(StreamTest, WorkRunsInEnqueueOrder) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  std::vector<int> seen;
+  for (int i = 0; i < 1000; ++i) s.enqueue([&seen, i] { seen.push_back(i); });
+  s.synchronize();
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(seen[i], i);
+}
+
+TEST_F(StreamTest, AwaitingAnEventResumesOnTheSchedulerThread) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  std::atomic<bool> work_done{false};
+  s.enqueue([&] {
+    std::this_thread::sleep_for(20ms);
+    work_done = true;
+  });
+  Event e;
+  e.record(s);
+  auto body = [](Event ev, Scheduler* sc, std::atomic<bool>* done) -> Task<bool> {
+    co_await ev;
+    co_return sc->running_in_this_thread() && done->load();
+  };
+  EXPECT_TRUE(sched.sync_wait(body(e, &sched, &work_done)));
+  EXPECT_TRUE(e.query());
+}
+
+TEST_F(StreamTest, StreamWaitOrdersAcrossStreamsWithoutBlockingTheHost) {
+  auto a = Stream::cpu(Device::cpu(), "a");
+  auto b = Stream::cpu(Device::cpu(), "b");
+  std::atomic<int> value{0};
+  std::atomic<bool> gate{false};
+  a.enqueue([&] {
+    while (!gate) std::this_thread::sleep_for(1ms);
+    value = 1;
+  });
+  Event e;
+  e.record(a);
+  b.wait(e);  // returns at once: the host does not block
+  int seen_by_b = -1;
+  b.enqueue([&] { seen_by_b = value.load(); });
+  Event done;
+  done.record(b);
+  EXPECT_FALSE(done.query());
+  gate = true;
+  b.synchronize();
+  EXPECT_EQ(seen_by_b, 1);
+}
+
+// Thousands of random enqueue/record/wait operations on 4 streams, checked against a sequential
+// model of the happens-before relation (vector clocks).
+TEST_F(StreamTest, RandomCrossStreamOrderingMatchesTheSequentialModel) {
+  constexpr int kStreams = 4;
+  constexpr int kOps = 6000;
+  std::vector<Stream> streams;
+  for (int s = 0; s < kStreams; ++s) streams.push_back(Stream::cpu(Device::cpu(), "s" + std::to_string(s)));
+  using Clock = std::array<int, kStreams>;  // per stream: the last item that must come before
+  std::vector<Clock> frontier(kStreams, Clock{-1, -1, -1, -1});
+  std::vector<std::vector<int>> exec(kStreams);      // exec[s][i]: global order of item i on s
+  std::vector<std::vector<Clock>> required(kStreams);  // what item i on s must follow
+  for (auto& e : exec) e.reserve(kOps);
+  std::atomic<int> ticket{0};
+  std::vector<std::pair<Event, Clock>> events;
+  std::mt19937 rng(1234);
+  int counts[kStreams] = {};
+  for (int op = 0; op < kOps; ++op) {
+    int s = static_cast<int>(rng() % kStreams);
+    int kind = static_cast<int>(rng() % 10);
+    if (kind < 6) {
+      int idx = counts[s]++;
+      required[s].push_back(frontier[s]);
+      exec[s].push_back(-1);
+      streams[s].enqueue([&exec, &ticket, s, idx] {
+        if (idx % 97 == 0) std::this_thread::sleep_for(50us);  // shake the interleaving
+        exec[s][idx] = ticket.fetch_add(1);
+      });
+      frontier[s][s] = idx;
+    } else if (kind < 8) {
+      Event e;
+      e.record(streams[s]);
+      events.emplace_back(std::move(e), frontier[s]);
+    } else if (!events.empty()) {
+      auto& [e, clock] = events[rng() % events.size()];
+      streams[s].wait(e);
+      for (int t = 0; t < kStreams; ++t) frontier[s][t] = std::max(frontier[s][t], clock[t]);
+    }
+  }
+  for (auto& s : streams) s.synchronize();
+  int violations = 0;
+  for (int s = 0; s < kStreams; ++s) {
+    for (std::size_t i = 0; i < exec[s].size(); ++i) {
+      ASSERT_GE(exec[s][i], 0);
+      for (int t = 0; t < kStreams; ++t) {
+        int dep = required[s][i][t];
+        if (dep >= 0 && exec[t][dep] > exec[s][i]) ++violations;
+      }
+    }
+  }
+  EXPECT_EQ(violations, 0);
+}
+
+TEST_F(StreamTest, ThrowingWorkPoisonsLaterEventsInsteadOfHanging) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  s.enqueue([] { throw std::runtime_error("kernel exploded"); });
+  bool skipped_ran = false;
+  s.enqueue([&] { skipped_ran = true; });
+  Event e;
+  e.record(s);
+  auto body = [](Event ev) -> Task<void> { co_await ev; };
+  try {
+    sched.sync_wait(body(e));
+    FAIL() << "expected the stream's error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Errc::device);
+    EXPECT_NE(std::string(err.what()).find("kernel exploded"), std::string::npos);
+    EXPECT_NE(std::string(err.what()).find("compute"), std::string::npos);
+  }
+  EXPECT_FALSE(skipped_ran);
+  EXPECT_THROW(s.synchronize(), Error);
+}
+
+TEST_F(StreamTest, ErrorsFlowThroughStreamWaits) {
+  auto a = Stream::cpu(Device::cpu(), "a");
+  auto b = Stream::cpu(Device::cpu(), "b");
+  a.enqueue([] { throw std::runtime_error("upstream"); });
+  Event e;
+  e.record(a);
+  b.wait(e);
+  Event f;
+  f.record(b);
+  auto body = [](Event ev) -> Task<void> { co_await ev; };
+  EXPECT_THROW(sched.sync_wait(body(f)), Error);
+}
+
+TEST_F(StreamTest, UnrecordedEventIsAnErrorNotAHang) {
+  Event e;
+  auto body = [](Event ev) -> Task<void> { co_await ev; };
+  try {
+    sched.sync_wait(body(e));
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(err.what()).find("never recorded"), std::string::npos);
+  }
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  EXPECT_THROW(s.wait(e), Error);
+  EXPECT_THROW((void)e.query(), Error);
+}
+
+TEST_F(StreamTest, WaitingOnAnotherDevicesStreamIsAnError) {
+  auto s0 = Stream::cpu(Device::cpu(0), "dev0");
+  auto s1 = Stream::cpu(Device::cpu(1), "dev1");
+  Event e(Device::cpu(1));
+  e.record(s1);
+  try {
+    s0.wait(e);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(err.what()).find("cpu:1"), std::string::npos);
+  }
+  Event wrong(Device::cpu(0));
+  EXPECT_THROW(wrong.record(s1), Error);
+}
+
+TEST_F(StreamTest, AwaitingASlowEventHonoursADeadline) {
+  auto s = Stream::cpu(Device::cpu(), "slow");
+  s.enqueue([] { std::this_thread::sleep_for(300ms); });
+  Event e;
+  e.record(s);
+  auto body = [](Event ev) -> Task<void> { co_await ev; };
+  auto start = std::chrono::steady_clock::now();
+  try {
+    sched.sync_wait(with_timeout(body(e), 20ms, "wait slow"));
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Errc::timeout);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 250ms);
+}
+
+TEST_F(StreamTest, SynchronizeHasADeadline) {
+  auto s = Stream::cpu(Device::cpu(), "slow");
+  s.enqueue([] { std::this_thread::sleep_for(200ms); });
+  EXPECT_THROW(s.synchronize(10ms), Error);
+}
+
+TEST_F(StreamTest, ReRecordingMovesTheEventButOldAwaitersKeepTheirPoint) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  Event e;
+  e.record(s);
+  s.synchronize();
+  EXPECT_TRUE(e.query());
+  std::atomic<bool> gate{false};
+  s.enqueue([&] {
+    while (!gate) std::this_thread::sleep_for(1ms);
+  });
+  e.record(s);
+  EXPECT_FALSE(e.query());
+  gate = true;
+  s.synchronize();
+  EXPECT_TRUE(e.query());
+}
+
+}  // namespace
