@@ -132,15 +132,15 @@ class CpuStream final : public detail::StreamImpl {
     try {
       w.fn();
     } catch (const Error& e) {
-      poison_ = std::make_exception_ptr(e.with_context({.op = "stream " + name_}));
+      poison_ = std::make_exception_ptr(e.with_context(op_context("stream " + name_)));
     } catch (const std::exception& e) {
       poison_ = std::make_exception_ptr(Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" +
                                                                 name_ + "' failed: " + e.what(),
-                                              ErrorContext{.op = "stream " + name_}));
+                                              op_context("stream " + name_)));
     } catch (...) {
       poison_ = std::make_exception_ptr(
           Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" + name_ + "' threw",
-                ErrorContext{.op = "stream " + name_}));
+                op_context("stream " + name_)));
     }
   }
   void execute(Mark& m) { m.point->finish(poison_); }

@@ -12,13 +12,13 @@ void Stream::enqueue(std::function<void()> work) { impl_->enqueue(std::move(work
 void Stream::wait(const Event& event) {
   if (!event.recorded()) {
     throw Error(Errc::invalid_argument, "stream '" + name() + "' asked to wait on an event that was never recorded",
-                ErrorContext{.op = "stream " + name()});
+                op_context("stream " + name()));
   }
   if (event.device() != device()) {
     throw Error(Errc::invalid_argument,
                 "stream '" + name() + "' on " + device().to_string() + " cannot wait on an event of " +
                     event.device().to_string() + "; record the event on a stream of the same device",
-                ErrorContext{.op = "stream " + name()});
+                op_context("stream " + name()));
   }
   impl_->wait(event.point());
 }
@@ -28,7 +28,7 @@ void Stream::synchronize(std::chrono::nanoseconds limit) {
   if (!point->block_until_ready(limit)) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(limit).count();
     throw Error(Errc::timeout, "stream '" + name() + "' did not drain within " + std::to_string(ms) + " ms",
-                ErrorContext{.op = "stream " + name()});
+                op_context("stream " + name()));
   }
   if (auto e = point->error()) std::rethrow_exception(e);
 }

@@ -7,7 +7,7 @@ void throw_timeout(const std::string& op, std::chrono::nanoseconds limit) {
   throw Error(Errc::timeout,
               "'" + op + "' did not complete within " + std::to_string(ms) +
                   " ms; it was cancelled. Check that every peer is alive, or raise the deadline",
-              ErrorContext{.op = op});
+              op_context(op));
 }
 
 }  // namespace coshard::detail

@@ -7,15 +7,17 @@ using namespace coshard;
 
 namespace {
 
-#define REQUIRE_GPU()                                                          \
-  do {                                                                         \
-    auto probe_ = cuda::probe();                                               \
-    if (probe_.devices == 0) GTEST_SKIP() << "no CUDA device: " << probe_.reason; \
-  } while (0)
+// GPU tests skip, naming the reason, where no device is usable.
+#define REQUIRE_GPU()                                                        \
+  if (auto probe_ = cuda::probe(); probe_.devices == 0) {                    \
+    GTEST_SKIP() << "no CUDA device: " << probe_.reason;                     \
+  }
 
 TEST(Cuda, ProbeNeverThrows) {
   auto p = cuda::probe();
-  if (p.devices == 0) EXPECT_FALSE(p.reason.empty());
+  if (p.devices == 0) {
+    EXPECT_FALSE(p.reason.empty());
+  }
 }
 
 TEST(Cuda, EventCompletionResumesOnTheScheduler) {

@@ -32,6 +32,12 @@ struct ErrorContext {
   std::string unit;  // FSDP unit name
 };
 
+inline ErrorContext op_context(std::string op) {
+  ErrorContext c;
+  c.op = std::move(op);
+  return c;
+}
+
 class Error : public std::runtime_error {
  public:
   Error(Errc code, std::string message, ErrorContext context = {});
