@@ -66,6 +66,11 @@ Task<std::int64_t> chain(int depth) {
 }
 
 TEST_F(TaskTest, MillionNestedAwaitsDoNotGrowTheStack) {
+#if !defined(__clang__) && (defined(__SANITIZE_ADDRESS__) || !defined(__OPTIMIZE__))
+  // clang always emits symmetric transfer as a guaranteed tail call; GCC only when optimising and
+  // not under ASan. The sanitizer build in scripts/test uses clang so this still runs there.
+  GTEST_SKIP() << "GCC without optimisation or with ASan does not tail-call symmetric transfer";
+#endif
   // Symmetric transfer: each level is started and resumed by a tail call, so the depth lives on
   // the heap. A stack-recursive implementation overflows the 8 MiB stack long before 1e6.
   EXPECT_EQ(sched.sync_wait(chain(1'000'000)), 1'000'000);

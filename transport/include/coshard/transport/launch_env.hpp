@@ -1,0 +1,34 @@
+#pragma once
+// Works out this process's place in the job from the launcher's environment: torchrun (and
+// coshard-run), Open MPI, PMI (MPICH/Hydra) or Slurm, torchrun's names winning. A process started
+// by none of them is a single rank.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::transport {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;     // empty for a single rank
+  std::uint16_t master_port = 0;
+  std::string token;           // COSHARD_TOKEN: required by the rendezvous store when set
+  std::string source = "none";  // torchrun | openmpi | pmi | slurm | none
+};
+
+using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
+
+// Reads the process environment.
+EnvLookup process_env();
+
+// Every problem found is listed in one bad_config error, with the variables to set.
+Result<LaunchEnv> resolve_launch_env(const EnvLookup& env);
+
+}  // namespace coshard::transport

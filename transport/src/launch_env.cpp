@@ -1,0 +1,138 @@
+#include "coshard/transport/launch_env.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <vector>
+
+namespace coshard::transport {
+namespace {
+
+struct Names {
+  const char* source;
+  const char* rank;
+  const char* world;
+  const char* local_rank;  // may be nullptr
+  const char* local_world;
+};
+
+constexpr Names kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+class Reader {
+ public:
+  explicit Reader(const EnvLookup& env) : env_(env) {}
+
+  std::optional<long> integer(const char* name, bool required) {
+    auto v = env_(name);
+    if (!v) {
+      if (required) problems_.push_back(std::string(name) + " is not set");
+      return std::nullopt;
+    }
+    long out = 0;
+    auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
+    if (ec != std::errc() || p != v->data() + v->size()) {
+      problems_.push_back(std::string(name) + "='" + *v + "' is not an integer");
+      return std::nullopt;
+    }
+    return out;
+  }
+  // Slurm writes tasks per node as "4(x2),3": the first count is this job's per-node width on
+  // homogeneous allocations.
+  std::optional<long> slurm_tasks_per_node() {
+    if (auto v = integer("SLURM_NTASKS_PER_NODE", false)) return v;
+    auto s = env_("SLURM_TASKS_PER_NODE");
+    if (!s) return std::nullopt;
+    long out = 0;
+    auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), out);
+    if (ec != std::errc() || p == s->data()) return std::nullopt;
+    return out;
+  }
+  void problem(std::string p) { problems_.push_back(std::move(p)); }
+  const std::vector<std::string>& problems() const { return problems_; }
+  std::optional<std::string> get(const char* n) const { return env_(n); }
+
+ private:
+  const EnvLookup& env_;
+  std::vector<std::string> problems_;
+};
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
+  Reader r(env);
+  LaunchEnv out;
+  const Names* found = nullptr;
+  for (const auto& n : kLaunchers) {
+    if (env(n.rank) || env(n.world)) {
+      found = &n;
+      break;
+    }
+  }
+  if (auto t = env("COSHARD_TOKEN")) out.token = *t;
+  if (!found) return out;  // no launcher: one rank, no store
+
+  out.source = found->source;
+  auto rank = r.integer(found->rank, true);
+  auto world = r.integer(found->world, true);
+  auto local_rank = r.integer(found->local_rank, false);
+  auto local_world = std::string(found->source) == "slurm" ? r.slurm_tasks_per_node()
+                                                           : r.integer(found->local_world, false);
+  if (world && *world < 1) r.problem(std::string(found->world) + "=" + std::to_string(*world) + " must be at least 1");
+  if (rank && world && (*rank < 0 || *rank >= *world)) {
+    r.problem(std::string(found->rank) + "=" + std::to_string(*rank) + " is outside [0, " + std::to_string(*world) +
+              ")");
+  }
+  if (rank) out.rank = static_cast<int>(*rank);
+  if (world) out.world_size = static_cast<int>(*world);
+  // Without local information every rank is taken to be on its own node.
+  out.local_rank = local_rank ? static_cast<int>(*local_rank) : 0;
+  out.local_world_size = local_world ? static_cast<int>(*local_world) : 1;
+  if (local_rank && !local_world) out.local_world_size = out.local_rank + 1;
+  if (out.local_rank < 0 || out.local_rank >= out.local_world_size) {
+    r.problem("local rank " + std::to_string(out.local_rank) + " is outside [0, " +
+              std::to_string(out.local_world_size) + ")");
+  }
+  if (out.local_world_size > out.world_size) {
+    r.problem("local world size " + std::to_string(out.local_world_size) + " exceeds the world size " +
+              std::to_string(out.world_size));
+  }
+
+  if (out.world_size > 1) {
+    auto addr = env("MASTER_ADDR");
+    if (!addr || addr->empty()) {
+      r.problem("MASTER_ADDR is not set (the rendezvous host; coshard-run and torchrun set it)");
+    } else {
+      out.master_addr = *addr;
+    }
+    if (auto port = r.integer("MASTER_PORT", true)) {
+      if (*port < 1 || *port > 65535) {
+        r.problem("MASTER_PORT=" + std::to_string(*port) + " is not a port number (1-65535)");
+      } else {
+        out.master_port = static_cast<std::uint16_t>(*port);
+      }
+    }
+  }
+
+  if (!r.problems().empty()) {
+    std::string msg = "launch environment from " + out.source + " is incomplete or inconsistent: ";
+    for (std::size_t i = 0; i < r.problems().size(); ++i) msg += (i ? "; " : "") + r.problems()[i];
+    msg += ". Start ranks with coshard-run, torchrun, mpirun or srun, or set these variables";
+    return Error(Errc::bad_config, msg);
+  }
+  return out;
+}
+
+}  // namespace coshard::transport
