@@ -66,6 +66,7 @@ class CpuCompletion final : public detail::Completion {
 class CpuStream final : public detail::StreamImpl {
   struct Work {
     std::function<void()> fn;
+    std::string span;
   };
   struct Mark {
     std::shared_ptr<CpuCompletion> point;
@@ -76,7 +77,8 @@ class CpuStream final : public detail::StreamImpl {
   using Item = std::variant<Work, Mark, Wait>;
 
  public:
-  CpuStream(Device device, std::string name) : device_(device), name_(std::move(name)) {
+  CpuStream(Device device, std::string name, Stream::Options options)
+      : device_(device), name_(std::move(name)), options_(options) {
     worker_ = std::thread([this] { run(); });
   }
   ~CpuStream() override {
@@ -101,7 +103,9 @@ class CpuStream final : public detail::StreamImpl {
     if (!p) throw Error(Errc::invalid_argument, "CPU stream '" + name_ + "' cannot wait on a non-CPU event");
     push(Wait{std::move(p)});
   }
-  void enqueue(std::function<void()> work) override { push(Work{std::move(work)}); }
+  void enqueue(std::function<void()> work, std::string span) override {
+    push(Work{std::move(work), std::move(span)});
+  }
 
  private:
   void push(Item item) {
@@ -130,7 +134,13 @@ class CpuStream final : public detail::StreamImpl {
     ++items_;
     if (poison_) return;
     try {
-      w.fn();
+      if (!w.span.empty() && options_.telemetry && options_.telemetry->tracing()) {
+        auto begin = std::chrono::steady_clock::now();
+        w.fn();
+        options_.telemetry->span({std::move(w.span), {}, name_, options_.rank, begin, std::chrono::steady_clock::now()});
+      } else {
+        w.fn();
+      }
     } catch (const Error& e) {
       poison_ = std::make_exception_ptr(e.with_context(op_context("stream " + name_)));
     } catch (const std::exception& e) {
@@ -152,6 +162,7 @@ class CpuStream final : public detail::StreamImpl {
 
   Device device_;
   std::string name_;
+  Stream::Options options_;
   std::mutex m_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
@@ -164,11 +175,13 @@ class CpuStream final : public detail::StreamImpl {
 
 }  // namespace
 
-Stream Stream::cpu(Device device, std::string name) {
+Stream Stream::cpu(Device device, std::string name) { return cpu(device, std::move(name), Options{}); }
+
+Stream Stream::cpu(Device device, std::string name, Options options) {
   if (device.kind != DeviceKind::cpu) {
     throw Error(Errc::invalid_argument, "Stream::cpu needs a CPU device, got " + device.to_string());
   }
-  return Stream(std::make_unique<CpuStream>(device, std::move(name)));
+  return Stream(std::make_unique<CpuStream>(device, std::move(name), options));
 }
 
 }  // namespace coshard

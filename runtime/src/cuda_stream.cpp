@@ -144,7 +144,7 @@ class CudaStream final : public coshard::detail::StreamImpl {
     COSHARD_CUDA_CHECK(cudaSetDevice(device_.index));
     COSHARD_CUDA_CHECK(cudaStreamWaitEvent(stream_, cc->event(), 0));
   }
-  void enqueue(std::function<void()> work) override {
+  void enqueue(std::function<void()> work, std::string /*span: CUDA spans come from events*/) override {
     // Host work in stream order. It must not call CUDA (a host callback may not).
     auto* fn = new std::function<void()>(std::move(work));
     cudaError_t e = cudaLaunchHostFunc(

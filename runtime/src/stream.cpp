@@ -7,7 +7,7 @@ namespace coshard {
 
 Stream::~Stream() = default;
 
-void Stream::enqueue(std::function<void()> work) { impl_->enqueue(std::move(work)); }
+void Stream::enqueue(std::function<void()> work, std::string span) { impl_->enqueue(std::move(work), std::move(span)); }
 
 void Stream::wait(const Event& event) {
   if (!event.recorded()) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "coshard/runtime/device.hpp"
+#include "coshard/runtime/telemetry.hpp"
 #include "coshard/runtime/waiter.hpp"
 
 namespace coshard {
@@ -36,7 +37,7 @@ class StreamImpl {
   virtual const std::string& name() const noexcept = 0;
   virtual std::shared_ptr<Completion> record() = 0;
   virtual void wait(std::shared_ptr<Completion> c) = 0;
-  virtual void enqueue(std::function<void()> work) = 0;
+  virtual void enqueue(std::function<void()> work, std::string span) = 0;
   virtual void* native() noexcept { return nullptr; }  // cudaStream_t on CUDA
 };
 
@@ -46,8 +47,13 @@ class Event;
 
 class Stream {
  public:
+  struct Options {
+    Telemetry* telemetry = nullptr;  // timeline spans for labelled work, when it is tracing
+    int rank = 0;
+  };
   // A CPU stream: an in-order worker thread with a queue.
   static Stream cpu(Device device, std::string name);
+  static Stream cpu(Device device, std::string name, Options options);
   explicit Stream(std::unique_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
   Stream(Stream&&) noexcept = default;
   Stream& operator=(Stream&&) noexcept = default;
@@ -57,7 +63,8 @@ class Stream {
   const std::string& name() const noexcept { return impl_->name(); }
 
   // Host work in stream order (CPU backend; on CUDA it is a host callback in stream order).
-  void enqueue(std::function<void()> work);
+  // A non-empty `span` names the work on the timeline.
+  void enqueue(std::function<void()> work, std::string span = {});
   // Stream-side wait: work enqueued after this runs only once `event` has completed. Throws when
   // the event was never recorded or belongs to another device.
   void wait(const Event& event);

@@ -1,0 +1,59 @@
+#pragma once
+// Runtime owns the services of one rank: telemetry sink, scheduler, the device's event poller,
+// allocator and named streams. It starts them in dependency order and stops them in reverse.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "coshard/runtime/allocator.hpp"
+#include "coshard/runtime/scheduler.hpp"
+#include "coshard/runtime/stream.hpp"
+#include "coshard/runtime/telemetry.hpp"
+
+namespace coshard {
+
+namespace cuda {
+class EventPoller;
+}
+
+class Runtime {
+ public:
+  struct Options {
+    std::string name = "coshard";
+    int rank = 0;
+    Device device = Device::cpu();
+    std::size_t memory_cap_bytes = 0;  // 0: no cap
+    Telemetry* telemetry = nullptr;     // not owned; nullptr: no-op
+  };
+
+  explicit Runtime(Options options);
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+  ~Runtime();
+
+  // Stops streams (draining their work), then the scheduler, then the poller. Idempotent.
+  void stop();
+
+  Scheduler& scheduler() noexcept { return *scheduler_; }
+  Telemetry& telemetry() noexcept { return *telemetry_; }
+  Allocator& allocator() noexcept { return *allocator_; }
+  Device device() const noexcept { return options_.device; }
+  int rank() const noexcept { return options_.rank; }
+
+  // The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
+  // scheduler thread or before tasks run: the map is not locked.
+  Stream& stream(std::string_view name);
+
+ private:
+  Options options_;
+  NoopTelemetry noop_;
+  Telemetry* telemetry_;
+  std::unique_ptr<cuda::EventPoller> poller_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, Stream, std::less<>> streams_;
+};
+
+}  // namespace coshard

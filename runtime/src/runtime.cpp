@@ -1,0 +1,45 @@
+#include "coshard/runtime/runtime.hpp"
+
+#include "coshard/runtime/cuda.hpp"
+
+namespace coshard {
+
+Runtime::Runtime(Options options) : options_(std::move(options)) {
+  telemetry_ = options_.telemetry ? options_.telemetry : &noop_;
+  Allocator::Options alloc_options{.cap_bytes = options_.memory_cap_bytes};
+  if (options_.device.kind == DeviceKind::cuda) {
+    auto probe = cuda::probe();
+    if (options_.device.index >= probe.devices) {
+      throw Error(Errc::device, "cannot use " + options_.device.to_string() + ": " +
+                                    (probe.devices ? std::to_string(probe.devices) + " CUDA device(s) visible"
+                                                   : probe.reason) +
+                                    ". Pick a visible device, or run on the CPU backend");
+    }
+    poller_ = std::make_unique<cuda::EventPoller>(options_.device);
+    poller_->start();
+    allocator_ = std::make_unique<Allocator>(cuda::device_memory(options_.device), alloc_options);
+  } else {
+    allocator_ = std::make_unique<Allocator>(cpu_memory(options_.device), alloc_options);
+  }
+  scheduler_ = std::make_unique<Scheduler>(Scheduler::Options{.name = options_.name + "/rank" +
+                                                                      std::to_string(options_.rank)});
+  scheduler_->start();
+}
+
+Runtime::~Runtime() { stop(); }
+
+void Runtime::stop() {
+  streams_.clear();  // each stream drains its queue, so recorded points complete
+  if (scheduler_) scheduler_->stop();
+  if (poller_) poller_->stop();
+}
+
+Stream& Runtime::stream(std::string_view name) {
+  if (auto it = streams_.find(name); it != streams_.end()) return it->second;
+  Stream s = options_.device.kind == DeviceKind::cuda
+                 ? cuda::make_stream(options_.device, std::string(name), *poller_)
+                 : Stream::cpu(options_.device, std::string(name), {.telemetry = telemetry_, .rank = options_.rank});
+  return streams_.emplace(std::string(name), std::move(s)).first->second;
+}
+
+}  // namespace coshard
