@@ -37,6 +37,20 @@ struct Scheduler::Impl {
   std::size_t live = 0;
   std::exception_ptr first_error;
 
+  void run_loop() {
+    using clock = std::chrono::steady_clock;
+    auto last_work = clock::now();
+    while (!io.stopped()) {
+      if (io.poll() > 0) {
+        last_work = clock::now();
+      } else if (clock::now() - last_work < options.poll_before_sleep) {
+        std::this_thread::yield();
+      } else if (io.run_one() > 0) {
+        last_work = clock::now();
+      }
+    }
+  }
+
   static Detached drive(Task<void> task, std::function<void(std::exception_ptr)> done, Impl* self) {
     std::exception_ptr error;
     try {
@@ -66,7 +80,7 @@ void Scheduler::start() {
   impl_->thread = std::thread([impl = impl_.get()] {
     impl->thread_id = std::this_thread::get_id();
     try {
-      impl->io.run();
+      impl->run_loop();
     } catch (const std::exception& e) {
       // Control code must not throw out of a handler; if it does, the rank is broken.
       std::fprintf(stderr, "coshard: scheduler '%s' failed: %s\n", impl->options.name.c_str(), e.what());
