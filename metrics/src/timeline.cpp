@@ -54,6 +54,12 @@ std::size_t Timeline::size() const {
   return spans_.size();
 }
 
+void Timeline::clear() {
+  std::lock_guard lock(m_);
+  spans_.clear();
+  dropped_ = 0;
+}
+
 std::size_t Timeline::dropped() const {
   std::lock_guard lock(m_);
   return dropped_;

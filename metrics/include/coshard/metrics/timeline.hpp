@@ -16,6 +16,7 @@ class Timeline {
   explicit Timeline(std::size_t max_spans = 1'000'000);
   void add(Span span);
   std::size_t size() const;
+  void clear();
   std::size_t dropped() const;
   std::string chrome_trace_json() const;
   // Written atomically: a temporary file, then rename.
