@@ -53,12 +53,17 @@ struct Scheduler::Impl {
 
   static Detached drive(Task<void> task, std::function<void(std::exception_ptr)> done, Impl* self) {
     std::exception_ptr error;
-    try {
-      co_await std::move(task);
-    } catch (...) {
-      error = std::current_exception();
+    {
+      // The task's frame must be gone before `done` tells the owner: the frame may hold
+      // references into the owner's stack (sync_wait), and must not outlive them.
+      Task<void> owned = std::move(task);
+      try {
+        co_await std::move(owned);
+      } catch (...) {
+        error = std::current_exception();
+      }
     }
-    if (done) done(error);
+    if (done) done(std::move(error));
     std::lock_guard lock(self->m);
     --self->live;
     self->cv.notify_all();

@@ -87,6 +87,23 @@ TEST_F(TaskTest, DestroyingAnUnawaitedTaskFreesItsFrame) {
   EXPECT_EQ(live, 0);
 }
 
+Task<int> holds_then_fails(Counted, bool fail) {
+  if (fail) throw std::runtime_error("fails");
+  co_return 1;
+}
+
+TEST_F(TaskTest, SyncWaitReturnsOnlyAfterTheTaskFrameIsGone) {
+  // The frame may point into the caller's stack; it must never outlive sync_wait.
+  int live = 0;
+  for (int i = 0; i < 500; ++i) {
+    try {
+      sched.sync_wait(holds_then_fails(Counted(&live), i % 2 == 0));
+    } catch (const std::runtime_error&) {
+    }
+    ASSERT_EQ(live, 0) << "iteration " << i;
+  }
+}
+
 TEST_F(TaskTest, MoveOnlyAndMoveTransfersOwnership) {
   static_assert(!std::is_copy_constructible_v<Task<int>>);
   bool ran = false;

@@ -137,7 +137,7 @@ T Scheduler::sync_wait(Task<T> task) {
   };
   launch(body(std::move(task), &result), [&](std::exception_ptr e) {
     std::lock_guard lock(m);
-    error = e;
+    error = std::move(e);  // no reference stays behind on the scheduler thread
     finished = true;
     cv.notify_all();
   });
