@@ -129,6 +129,8 @@ void Scheduler::post(std::coroutine_handle<> h) {
   asio::post(impl_->io, [h] { h.resume(); });
 }
 
+asio::io_context& Scheduler::io_context() noexcept { return impl_->io; }
+
 bool Scheduler::running_in_this_thread() const noexcept {
   return impl_->thread_id.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }

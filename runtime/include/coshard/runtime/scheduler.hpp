@@ -18,6 +18,10 @@
 #include "coshard/runtime/task.hpp"
 #include "coshard/runtime/waiter.hpp"
 
+namespace asio {
+class io_context;
+}
+
 namespace coshard {
 
 enum class Health { created, running, stopping, stopped, failed };
@@ -51,6 +55,8 @@ class Scheduler {
   void post(std::function<void()> fn);
   void post(std::coroutine_handle<> h);
   bool running_in_this_thread() const noexcept;
+  // For services that drive Asio I/O on this thread (sockets, timers); see asio_await.hpp.
+  asio::io_context& io_context() noexcept;
 
   // Starts `task` on the scheduler, detached. A failure is recorded (first_error) and logged.
   void spawn(Task<void> task);

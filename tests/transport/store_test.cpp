@@ -1,0 +1,282 @@
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/timeout.hpp"
+#include "coshard/runtime/when_all.hpp"
+#include "coshard/transport/store.hpp"
+
+using namespace coshard;
+using namespace coshard::transport;
+using namespace std::chrono_literals;
+
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_sched.start();
+    client_sched.start();
+  }
+  std::unique_ptr<StoreServer> serve(std::string token = "t0k", std::uint16_t port = 0) {
+    StoreServer::Options o;
+    o.token = std::move(token);
+    o.port = port;
+    o.handshake_timeout = 300ms;
+    o.limits.max_message_bytes = 1 << 20;
+    return std::make_unique<StoreServer>(server_sched, o);
+  }
+  StoreClient::Options client_options(std::uint16_t port, std::string token = "t0k") {
+    StoreClient::Options o;
+    o.port = port;
+    o.token = std::move(token);
+    o.connect_timeout = 5s;
+    o.op_timeout = 10s;
+    o.limits.max_message_bytes = 1 << 20;
+    return o;
+  }
+  Scheduler server_sched;
+  Scheduler client_sched;
+};
+
+// Sends raw bytes to the server, as a broken or hostile client would; returns what came back.
+std::string raw_exchange(std::uint16_t port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+TEST_F(StoreTest, SetGetAddCompareSetErase) {
+  auto server = serve();
+  auto body = [](StoreClient::Options o) -> Task<bool> {
+    auto c = co_await StoreClient::connect(o);
+    co_await c->set("a", "1");
+    bool ok = (co_await c->get("a")) == std::optional<std::string>("1");
+    ok = ok && !(co_await c->get("missing")).has_value();
+    ok = ok && co_await c->add("n", 5) == 5 && co_await c->add("n", -2) == 3;
+    ok = ok && co_await c->compare_set("leader", "", "rank0") == "rank0";
+    ok = ok && co_await c->compare_set("leader", "", "rank1") == "rank0";  // already taken
+    ok = ok && co_await c->compare_set("leader", "rank0", "rank2") == "rank2";
+    ok = ok && co_await c->erase("a") && !(co_await c->erase("a"));
+    std::string big(100000, 'x');
+    co_await c->set("big", big);
+    ok = ok && (co_await c->get("big")) == big;
+    co_return ok;
+  };
+  EXPECT_TRUE(client_sched.sync_wait(body(client_options(server->port()))));
+}
+
+TEST_F(StoreTest, WaitReturnsOnceAnotherClientSetsTheKeys) {
+  auto server = serve();
+  Scheduler other;
+  other.start();
+  std::thread setter([&] {
+    other.sync_wait([](StoreClient::Options o) -> Task<void> {
+      auto c = co_await StoreClient::connect(o);
+      co_await sleep_for(50ms);
+      co_await c->set("addr/1", "B");
+      co_await c->set("addr/0", "A");
+    }(client_options(server->port())));
+  });
+  auto values = client_sched.sync_wait([](StoreClient::Options o) -> Task<std::vector<std::string>> {
+    auto c = co_await StoreClient::connect(o);
+    std::vector<std::string> keys{"addr/0", "addr/1"};
+    auto v = co_await c->wait(std::move(keys), 5000ms);
+    co_return v;
+  }(client_options(server->port())));
+  setter.join();
+  EXPECT_EQ(values, (std::vector<std::string>{"A", "B"}));
+}
+
+TEST_F(StoreTest, WaitTimesOutNamingTheMissingKeys) {
+  auto server = serve();
+  try {
+    client_sched.sync_wait([](StoreClient::Options o) -> Task<void> {
+      auto c = co_await StoreClient::connect(o);
+      co_await c->set("rank/0", "up");
+      std::vector<std::string> keys{"rank/0", "rank/1", "rank/2"};  // GCC 12: no braced temporaries in co_await
+      co_await c->wait(std::move(keys), 100ms);
+    }(client_options(server->port())));
+    FAIL() << "expected a timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout);
+    std::string w = e.what();
+    EXPECT_NE(w.find("'rank/1', 'rank/2'"), std::string::npos) << w;
+    EXPECT_EQ(w.find("'rank/0'"), std::string::npos) << w;
+  }
+}
+
+TEST_F(StoreTest, ConcurrentClientsOnSeveralThreads) {
+  auto server = serve();
+  constexpr int kThreads = 4, kClientsPerThread = 2, kAdds = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> winners{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Scheduler s;
+      s.start();
+      std::vector<Task<void>> clients;
+      for (int i = 0; i < kClientsPerThread; ++i) {
+        clients.push_back([](StoreClient::Options o, std::string me, std::atomic<int>* w) -> Task<void> {
+          auto c = co_await StoreClient::connect(o);
+          for (int k = 0; k < kAdds; ++k) co_await c->add("counter", 1);
+          if (co_await c->compare_set("winner", "", me) == me) ++*w;
+        }(client_options(server->port()), "c" + std::to_string(t * 10 + i), &winners));
+      }
+      s.sync_wait(when_all(std::move(clients)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto total = client_sched.sync_wait([](StoreClient::Options o) -> Task<std::int64_t> {
+    auto c = co_await StoreClient::connect(o);
+    co_return co_await c->add("counter", 0);
+  }(client_options(server->port())));
+  EXPECT_EQ(total, kThreads * kClientsPerThread * kAdds);
+  EXPECT_EQ(winners, 1);
+}
+
+TEST_F(StoreTest, WrongTokenIsRejectedAndTheServerKeepsServing) {
+  auto server = serve("right");
+  try {
+    client_sched.sync_wait(StoreClient::connect(client_options(server->port(), "wrong")));
+    FAIL() << "expected the token to be rejected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::bad_config);
+    EXPECT_NE(std::string(e.what()).find("COSHARD_TOKEN"), std::string::npos);
+  }
+  auto ok = client_sched.sync_wait([](StoreClient::Options o) -> Task<bool> {
+    auto c = co_await StoreClient::connect(o);
+    co_await c->set("k", "v");
+    co_return (co_await c->get("k")).value_or("") == "v";
+  }(client_options(server->port(), "right")));
+  EXPECT_TRUE(ok);
+  EXPECT_GE(server->stats().rejected, 1u);
+}
+
+TEST_F(StoreTest, GarbageHugeFramesAndSilentClientsAreDropped) {
+  auto server = serve();
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20; ++i) {
+    std::string junk(1 + rng() % 64, '\0');
+    for (auto& ch : junk) ch = static_cast<char>(rng());
+    raw_exchange(server->port(), junk);
+  }
+  raw_exchange(server->port(), std::string("\xff\xff\xff\x7f", 4) + "x");  // a 2 GiB frame header
+  std::string hello_then_garbage = std::string("\x08\x00\x00\x00\x01\x03\x00\x00\x00t0k", 12) + "\x02\x00\x00\x00\x63\x63";
+  raw_exchange(server->port(), hello_then_garbage);
+  raw_exchange(server->port(), "");  // connects and says nothing: dropped at the handshake deadline
+  EXPECT_GE(server->stats().rejected, 20u);
+  auto ok = client_sched.sync_wait([](StoreClient::Options o) -> Task<bool> {
+    auto c = co_await StoreClient::connect(o);
+    co_await c->set("still", "serving");
+    co_return (co_await c->get("still")).value_or("") == "serving";
+  }(client_options(server->port())));
+  EXPECT_TRUE(ok);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server->stats().connections > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server->stats().connections, 0u);
+}
+
+TEST_F(StoreTest, OversizedValueIsRefusedBeforeSending) {
+  auto server = serve();
+  try {
+    client_sched.sync_wait([](StoreClient::Options o) -> Task<void> {
+      auto c = co_await StoreClient::connect(o);
+      co_await c->set("huge", std::string(2 << 20, 'x'));
+    }(client_options(server->port())));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("bound"), std::string::npos);
+  }
+}
+
+TEST_F(StoreTest, ClientRetriesUntilTheServerComesUp) {
+  std::uint16_t port;
+  { port = serve()->port(); }  // find a free port, then release it
+  std::unique_ptr<StoreServer> late;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(300ms);
+    late = serve("t0k", port);
+  });
+  auto ok = client_sched.sync_wait([](StoreClient::Options o) -> Task<bool> {
+    auto c = co_await StoreClient::connect(o);
+    co_await c->set("k", "v");
+    co_return true;
+  }(client_options(port)));
+  starter.join();
+  EXPECT_TRUE(ok);
+}
+
+TEST_F(StoreTest, UnreachableStoreFailsWithinTheDeadline) {
+  std::uint16_t port;
+  { port = serve()->port(); }
+  auto o = client_options(port);
+  o.connect_timeout = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    client_sched.sync_wait(StoreClient::connect(o));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout);
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+TEST_F(StoreTest, PortInUseNamesThePort) {
+  auto server = serve();
+  try {
+    serve("t0k", server->port());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(server->port())), std::string::npos);
+  }
+}
+
+TEST_F(StoreTest, StoppingTheServerFailsAPendingWaitQuickly) {
+  auto server = serve();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    server->stop();
+  });
+  auto start = std::chrono::steady_clock::now();
+  try {
+    client_sched.sync_wait([](StoreClient::Options o) -> Task<void> {
+      auto c = co_await StoreClient::connect(o);
+      std::vector<std::string> keys{"never"};
+      co_await c->wait(std::move(keys), 60000ms);
+    }(client_options(server->port())));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::peer_lost) << e.what();
+  }
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+}  // namespace

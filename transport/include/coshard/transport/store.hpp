@@ -1,0 +1,93 @@
+#pragma once
+// The rendezvous store: a small TCP key-value service that ranks use to find each other. One
+// process serves it (rank 0 or the launcher); every rank connects as a client. A shared token is
+// required to join; a client without it, or one speaking garbage, is dropped and the server keeps
+// serving. Every client call has a deadline.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/scheduler.hpp"
+#include "coshard/runtime/task.hpp"
+
+namespace coshard::transport {
+
+struct StoreLimits {
+  std::size_t max_message_bytes = 16u << 20;  // a frame above this is refused
+};
+
+class StoreServer {
+ public:
+  struct Options {
+    std::string bind_address = "127.0.0.1";  // loopback for one host; 0.0.0.0 or an interface across hosts
+    std::uint16_t port = 0;                  // 0: pick a free port
+    std::string token;                       // clients must present it (empty: any client)
+    StoreLimits limits;
+    std::chrono::milliseconds handshake_timeout{10000};  // a silent connection is dropped after this
+  };
+
+  // Binds and listens now (a port in use is an Error naming it), then serves on `sched`.
+  StoreServer(Scheduler& sched, Options options);
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  ~StoreServer();  // stop()
+
+  std::uint16_t port() const noexcept;
+  // Closes the listener and every connection, and waits (bounded) for the sessions to end.
+  // From a thread other than the scheduler's.
+  void stop();
+
+  struct Stats {
+    std::size_t connections = 0;  // sessions now
+    std::size_t rejected = 0;     // dropped for a bad token, garbage or a bound
+  };
+  Stats stats() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class StoreClient {
+ public:
+  struct Options {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0;
+    std::string token;
+    std::chrono::milliseconds connect_timeout{30000};  // retries with back-off until then
+    std::chrono::milliseconds op_timeout{300000};      // any one call
+    StoreLimits limits;
+  };
+
+  // Connects (retrying while the server is not up yet) and presents the token.
+  static Task<std::unique_ptr<StoreClient>> connect(Options options);
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  Task<void> set(std::string key, std::string value);
+  Task<std::optional<std::string>> get(std::string key);
+  // Waits until every key exists and returns their values in order; Errc::timeout names the
+  // missing keys when `timeout` (default: op_timeout) passes first.
+  Task<std::vector<std::string>> wait(std::vector<std::string> keys,
+                                      std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Adds `delta` to the integer at `key` (missing: 0) and returns the new value.
+  Task<std::int64_t> add(std::string key, std::int64_t delta);
+  // Sets `key` to `desired` if its value is `expected` (empty `expected`: if it is missing).
+  // Returns the value after the call.
+  Task<std::string> compare_set(std::string key, std::string expected, std::string desired);
+  // Returns whether the key existed.
+  Task<bool> erase(std::string key);
+
+  struct Impl;
+
+ private:
+  explicit StoreClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace coshard::transport

@@ -1,0 +1,56 @@
+#pragma once
+// Reading and writing length-prefixed frames on a TCP socket from a coshard task.
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/asio_await.hpp"
+#include "coshard/runtime/task.hpp"
+
+namespace coshard::transport::detail {
+
+enum class FrameError { none, closed, bad_length, io };
+
+struct FrameRead {
+  FrameError error = FrameError::none;
+  std::uint32_t length = 0;
+  std::string body;
+  std::error_code ec;
+};
+
+inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_bytes) {
+  FrameRead out;
+  char header[4];
+  auto r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(header, 4), std::move(h)); },
+                            [&] { s.cancel(); });
+  if (r.ec) {
+    out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
+    out.ec = r.ec;
+    co_return out;
+  }
+  std::memcpy(&out.length, header, 4);
+  if (out.length > max_bytes || out.length == 0) {
+    out.error = FrameError::bad_length;
+    co_return out;
+  }
+  out.body.resize(out.length);
+  r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(out.body), std::move(h)); },
+                       [&] { s.cancel(); });
+  if (r.ec) {
+    out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
+    out.ec = r.ec;
+  }
+  co_return out;
+}
+
+inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, const std::vector<char>& frame) {
+  auto r = co_await asio_op([&](auto h) { asio::async_write(s, asio::buffer(frame), std::move(h)); },
+                            [&] { s.cancel(); });
+  co_return r.ec;
+}
+
+}  // namespace coshard::transport::detail

@@ -1,0 +1,237 @@
+#include <asio/connect.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/semaphore.hpp"
+#include "coshard/runtime/timeout.hpp"
+#include "coshard/transport/store.hpp"
+#include "frame_io.hpp"
+#include "store_protocol.hpp"
+
+namespace coshard::transport {
+
+using asio::ip::tcp;
+
+struct StoreClient::Impl {
+  Impl(Scheduler& s, Options o) : sched(s), options(std::move(o)), socket(s.io_context()) {}
+  Scheduler& sched;
+  Options options;
+  tcp::socket socket;
+  Semaphore turn{1};  // one request on the wire at a time
+  std::string broken;  // why the connection can no longer be used
+
+  std::string where() const { return options.host + ":" + std::to_string(options.port); }
+
+  // Sends one request and returns the reply body (status first). A failure mid-request leaves the
+  // stream in an unknown state, so the connection is closed and later calls fail at once.
+  Task<std::string> exchange(wire::Writer request, std::string what,
+                             std::optional<std::chrono::milliseconds> limit = std::nullopt) {
+    if (!broken.empty()) {
+      throw Error(Errc::peer_lost, "store " + what + ": the connection to " + where() + " was lost earlier (" +
+                                       broken + ")");
+    }
+    auto& frame = request.frame();
+    if (frame.size() - 4 > options.limits.max_message_bytes) {
+      throw Error(Errc::invalid_argument, "store " + what + ": request of " + std::to_string(frame.size()) +
+                                              " bytes exceeds the store's bound of " +
+                                              std::to_string(options.limits.max_message_bytes) + " bytes");
+    }
+    co_await turn.acquire();
+    struct Release {
+      Semaphore& s;
+      ~Release() { s.release(); }
+    } release{turn};
+    try {
+      co_return co_await with_timeout(round_trip(frame, what), limit.value_or(options.op_timeout),
+                                      "store " + what + " at " + where());
+    } catch (const Error& e) {
+      broken = e.what();
+      std::error_code ignored;
+      socket.close(ignored);
+      throw;
+    }
+  }
+
+  Task<std::string> round_trip(const std::vector<char>& frame, const std::string& what) {
+    if (auto ec = co_await detail::write_frame(socket, frame)) {
+      throw Error(Errc::peer_lost, "store " + what + ": sending to " + where() + " failed: " + ec.message() +
+                                       ". The store's host (rank 0 or coshard-run) may have exited");
+    }
+    auto f = co_await detail::read_frame(socket, options.limits.max_message_bytes);
+    switch (f.error) {
+      case detail::FrameError::none:
+        co_return std::move(f.body);
+      case detail::FrameError::closed:
+        throw Error(Errc::peer_lost, "store " + what + ": " + where() +
+                                         " closed the connection (the store stopped, or dropped this client)");
+      case detail::FrameError::bad_length:
+        throw Error(Errc::io, "store " + what + ": reply of " + std::to_string(f.length) + " bytes from " + where() +
+                                  " is outside the bound; is that a coshard store?");
+      case detail::FrameError::io:
+        break;
+    }
+    throw Error(Errc::peer_lost, "store " + what + ": receiving from " + where() + " failed: " + f.ec.message());
+  }
+
+  [[noreturn]] void bad_reply(const std::string& what) {
+    broken = "malformed reply";
+    throw Error(Errc::io, "store " + what + ": malformed reply from " + where() + "; is that a coshard store?");
+  }
+};
+
+namespace {
+
+wire::Writer request(wire::Op op) { return wire::Writer(static_cast<std::uint8_t>(op)); }
+
+wire::Status status_of(wire::Reader& r) {
+  auto h = r.head();
+  return h ? static_cast<wire::Status>(*h) : wire::Status::bad_request;
+}
+
+Task<void> connect_with_retry(StoreClient::Impl& impl) {
+  using clock = std::chrono::steady_clock;
+  auto deadline = clock::now() + impl.options.connect_timeout;
+  auto pause = std::chrono::milliseconds(10);
+  std::string last_error;
+  for (;;) {
+    std::error_code ec;
+    tcp::resolver resolver(impl.sched.io_context());
+    // A synchronous lookup, once per rank at start-up; numeric addresses never touch DNS.
+    auto endpoints = resolver.resolve(impl.options.host, std::to_string(impl.options.port), ec);
+    if (!ec) {
+      auto r = co_await asio_op(
+          [&](auto h) {
+            asio::async_connect(impl.socket, endpoints,
+                                [h = std::move(h)](std::error_code e, const tcp::endpoint&) mutable { h(e, 0); });
+          },
+          [&] { impl.socket.cancel(); });
+      ec = r.ec;
+      if (!ec) co_return;
+    }
+    last_error = ec.message();
+    if (clock::now() + pause >= deadline) break;
+    co_await sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
+  }
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(impl.options.connect_timeout).count();
+  throw Error(Errc::timeout, "cannot reach the rendezvous store at " + impl.where() + " within " +
+                                 std::to_string(secs) + " s (" + last_error +
+                                 "). Check that rank 0 or coshard-run is up and MASTER_ADDR/MASTER_PORT point at it",
+              op_context("store connect"));
+}
+
+}  // namespace
+
+StoreClient::StoreClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreClient::~StoreClient() = default;
+
+Task<std::unique_ptr<StoreClient>> StoreClient::connect(Options options) {
+  auto ctx = co_await current_context();
+  if (!ctx.scheduler) coshard::detail::throw_no_scheduler("StoreClient::connect");
+  auto impl = std::make_unique<Impl>(*ctx.scheduler, std::move(options));
+  co_await connect_with_retry(*impl);
+  auto hello = request(wire::Op::hello);
+  hello.str(impl->options.token);
+  auto body = co_await impl->exchange(std::move(hello), "hello");
+  wire::Reader r(body);
+  auto s = status_of(r);
+  if (s == wire::Status::unauthorized) {
+    throw Error(Errc::bad_config, "the rendezvous store at " + impl->where() +
+                                      " rejected this rank's token: start every rank with the same COSHARD_TOKEN "
+                                      "(coshard-run sets it for its ranks)");
+  }
+  if (s != wire::Status::ok) impl->bad_reply("hello");
+  co_return std::unique_ptr<StoreClient>(new StoreClient(std::move(impl)));
+}
+
+Task<void> StoreClient::set(std::string key, std::string value) {
+  auto q = request(wire::Op::set);
+  q.str(key).str(value);
+  auto body = co_await impl_->exchange(std::move(q), "set '" + key + "'");
+  wire::Reader r(body);
+  if (status_of(r) != wire::Status::ok) impl_->bad_reply("set");
+}
+
+Task<std::optional<std::string>> StoreClient::get(std::string key) {
+  auto q = request(wire::Op::get);
+  q.str(key);
+  auto body = co_await impl_->exchange(std::move(q), "get '" + key + "'");
+  wire::Reader r(body);
+  auto s = status_of(r);
+  if (s == wire::Status::not_found) co_return std::nullopt;
+  auto v = r.str();
+  if (s != wire::Status::ok || !v) impl_->bad_reply("get");
+  co_return v;
+}
+
+Task<std::vector<std::string>> StoreClient::wait(std::vector<std::string> keys,
+                                                 std::optional<std::chrono::milliseconds> timeout) {
+  auto limit = timeout.value_or(impl_->options.op_timeout);
+  auto q = request(wire::Op::wait);
+  q.i64(limit.count()).i64(static_cast<std::int64_t>(keys.size()));
+  for (const auto& k : keys) q.str(k);
+  std::string what = "wait for " + std::to_string(keys.size()) + " key(s)";
+  // The server answers at its deadline; give the reply a little longer to arrive.
+  auto body = co_await impl_->exchange(std::move(q), what, limit + std::chrono::seconds(5));
+  wire::Reader r(body);
+  auto s = status_of(r);
+  if (s == wire::Status::timeout) {
+    auto n = r.i64();
+    std::string missing;
+    for (std::int64_t i = 0; n && i < *n; ++i) {
+      auto k = r.str();
+      if (!k) break;
+      missing += (i ? ", '" : "'") + *k + "'";
+    }
+    throw Error(Errc::timeout, "store " + what + " timed out after " + std::to_string(limit.count()) +
+                                   " ms; still missing: " + missing +
+                                   ". The ranks that should set them have not started or have failed",
+                op_context("store wait"));
+  }
+  if (s != wire::Status::ok) impl_->bad_reply("wait");
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto v = r.str();
+    if (!v) impl_->bad_reply("wait");
+    values.push_back(std::move(*v));
+  }
+  co_return values;
+}
+
+Task<std::int64_t> StoreClient::add(std::string key, std::int64_t delta) {
+  auto q = request(wire::Op::add);
+  q.str(key).i64(delta);
+  auto body = co_await impl_->exchange(std::move(q), "add '" + key + "'");
+  wire::Reader r(body);
+  auto s = status_of(r);
+  if (s == wire::Status::bad_request) {
+    throw Error(Errc::invalid_argument, "store add '" + key + "': " + r.str().value_or("bad request"));
+  }
+  auto v = r.i64();
+  if (s != wire::Status::ok || !v) impl_->bad_reply("add");
+  co_return *v;
+}
+
+Task<std::string> StoreClient::compare_set(std::string key, std::string expected, std::string desired) {
+  auto q = request(wire::Op::compare_set);
+  q.str(key).str(expected).str(desired);
+  auto body = co_await impl_->exchange(std::move(q), "compare_set '" + key + "'");
+  wire::Reader r(body);
+  auto s = status_of(r);
+  auto v = r.str();
+  if (s != wire::Status::ok || !v) impl_->bad_reply("compare_set");
+  co_return std::move(*v);
+}
+
+Task<bool> StoreClient::erase(std::string key) {
+  auto q = request(wire::Op::del);
+  q.str(key);
+  auto body = co_await impl_->exchange(std::move(q), "erase '" + key + "'");
+  wire::Reader r(body);
+  auto s = status_of(r);
+  auto v = r.i64();
+  if (s != wire::Status::ok || !v) impl_->bad_reply("erase");
+  co_return *v != 0;
+}
+
+}  // namespace coshard::transport
