@@ -30,7 +30,7 @@ class StoreTest : public ::testing::Test {
     StoreServer::Options o;
     o.token = std::move(token);
     o.port = port;
-    o.handshake_timeout = 300ms;
+    o.handshake_timeout = 100ms;
     o.limits.max_message_bytes = 1 << 20;
     return std::make_unique<StoreServer>(server_sched, o);
   }

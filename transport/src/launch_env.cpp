@@ -82,6 +82,7 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
     }
   }
   if (auto t = env("COSHARD_TOKEN")) out.token = *t;
+  if (auto h = env("COSHARD_STORE_HOSTED")) out.store_hosted = *h == "1";
   if (!found) return out;  // no launcher: one rank, no store
 
   out.source = found->source;

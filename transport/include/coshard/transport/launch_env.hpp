@@ -21,6 +21,7 @@ struct LaunchEnv {
   std::uint16_t master_port = 0;
   std::string token;           // COSHARD_TOKEN: required by the rendezvous store when set
   std::string source = "none";  // torchrun | openmpi | pmi | slurm | none
+  bool store_hosted = false;    // COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
 };
 
 using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;

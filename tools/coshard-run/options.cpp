@@ -1,0 +1,87 @@
+#include "options.hpp"
+
+#include <stdexcept>
+
+namespace coshard::run {
+namespace {
+
+long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
+  std::size_t used = 0;
+  long out = 0;
+  try {
+    out = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || out < lo || out > hi) {
+    throw std::invalid_argument(flag + " needs an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                "], got '" + v + "'");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string usage() {
+  return "usage: coshard-run --nproc-per-node N [--nnodes M --node-rank K] [--master ADDR:PORT] [--token T]\n"
+         "                   [--grace SECONDS] -- PROGRAM [ARGS...]\n"
+         "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
+         "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
+         "  and stops every rank when one fails. Node 0 serves the rendezvous store at --master\n"
+         "  (default 127.0.0.1:0, port 0 picks a free one). Across nodes give every node the same --master\n"
+         "  and --token.\n";
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  bool have_master = false;
+  int i = 1;
+  auto value = [&](const std::string& flag) -> std::string {
+    if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "--help" || a == "-h") throw std::invalid_argument("");
+    if (a == "--nproc-per-node") {
+      o.nproc_per_node = static_cast<int>(parse_int(a, value(a), 1, 1024));
+    } else if (a == "--nnodes") {
+      o.nnodes = static_cast<int>(parse_int(a, value(a), 1, 65536));
+    } else if (a == "--node-rank") {
+      o.node_rank = static_cast<int>(parse_int(a, value(a), 0, 65535));
+    } else if (a == "--master") {
+      auto v = value(a);
+      auto colon = v.rfind(':');
+      if (colon == std::string::npos || colon == 0) throw std::invalid_argument("--master needs ADDR:PORT, got '" + v + "'");
+      o.master_addr = v.substr(0, colon);
+      o.master_port = static_cast<std::uint16_t>(parse_int("--master port", v.substr(colon + 1), 0, 65535));
+      have_master = true;
+    } else if (a == "--token") {
+      o.token = value(a);
+      if (o.token.empty()) throw std::invalid_argument("--token must not be empty");
+    } else if (a == "--grace") {
+      o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
+    } else {
+      throw std::invalid_argument("unknown flag '" + a + "' (put the program after --)");
+    }
+  }
+  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  if (o.command.empty()) throw std::invalid_argument("no program given: put it after --");
+  if (o.node_rank >= o.nnodes) {
+    throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
+                                std::to_string(o.nnodes));
+  }
+  if (o.nnodes > 1) {
+    if (!have_master || o.master_port == 0) {
+      throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
+    }
+    if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
+  }
+  return o;
+}
+
+}  // namespace coshard::run

@@ -1,0 +1,23 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace coshard::run {
+
+struct Options {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 0;  // 0: pick a free port (node 0 only)
+  std::string token;              // empty: generated (single node only)
+  double grace_seconds = 5;       // SIGTERM, then SIGKILL after this
+  std::vector<std::string> command;
+};
+
+// Parses argv; throws std::invalid_argument with a message naming the flag on bad input.
+Options parse_options(int argc, char** argv);
+std::string usage();
+
+}  // namespace coshard::run

@@ -1,0 +1,30 @@
+#pragma once
+// Brings the ranks of a job together: rank 0 serves the store unless the launcher already does,
+// every rank connects, claims its rank and checks that all ranks agree on the world size. A rank
+// started twice, a different WORLD_SIZE somewhere, or ranks that never arrive each fail with an
+// error naming them, within the deadline.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "coshard/runtime/task.hpp"
+#include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/store.hpp"
+
+namespace coshard::transport {
+
+struct RendezvousOptions {
+  std::chrono::milliseconds timeout{120000};  // for connecting and for every rank to arrive
+  std::string bind_address;                   // rank 0's store; empty: MASTER_ADDR if numeric, else 0.0.0.0
+};
+
+struct Rendezvous {
+  LaunchEnv env;
+  std::unique_ptr<StoreServer> server;  // on rank 0 when the launcher does not serve the store
+  std::unique_ptr<StoreClient> store;   // null for a single rank
+};
+
+// Runs on the scheduler of the calling task.
+Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options = {});
+
+}  // namespace coshard::transport
