@@ -44,12 +44,13 @@ std::string key_of(std::string_view name, const std::map<std::string, std::strin
 }  // namespace
 
 struct PrometheusTelemetry::Instruments {
-  using Family = std::variant<prometheus::Family<prometheus::Counter>*, prometheus::Family<prometheus::Gauge>*,
-                              prometheus::Family<prometheus::Histogram>*>;
-  std::map<std::string, Family, std::less<>> families;
-  std::map<std::string, Counter*> counters;
-  std::map<std::string, Gauge*> gauges;
-  std::map<std::string, Histogram*> histograms;
+  std::map<std::string, std::variant<prometheus::Family<prometheus::Counter>*, prometheus::Family<prometheus::Gauge>*,
+                                     prometheus::Family<prometheus::Histogram>*>,
+           std::less<>>
+      families;
+  std::map<std::string, CounterAdapter*> counters;
+  std::map<std::string, GaugeAdapter*> gauges;
+  std::map<std::string, HistogramAdapter*> histograms;
   std::deque<CounterAdapter> counter_store;
   std::deque<GaugeAdapter> gauge_store;
   std::deque<HistogramAdapter> histogram_store;
@@ -64,58 +65,57 @@ PrometheusTelemetry::PrometheusTelemetry(Labels constant_labels, Timeline* timel
 PrometheusTelemetry::~PrometheusTelemetry() = default;
 
 namespace {
-template <class F>
-F* family_for(std::map<std::string, std::variant<prometheus::Family<prometheus::Counter>*,
-                                                  prometheus::Family<prometheus::Gauge>*,
-                                                  prometheus::Family<prometheus::Histogram>*>,
-                        std::less<>>& families,
-              std::string_view name, auto build) {
-  auto it = families.find(name);
-  if (it == families.end()) it = families.emplace(std::string(name), &build()).first;
-  if (auto** f = std::get_if<F*>(&it->second)) return *f;
-  throw Error(Errc::invalid_argument, "metric '" + std::string(name) + "' was registered before with another type");
+
+using AnyFamily = std::variant<prometheus::Family<prometheus::Counter>*, prometheus::Family<prometheus::Gauge>*,
+                               prometheus::Family<prometheus::Histogram>*>;
+
+// Finds or creates the instrument `name`+`labels`: one prometheus family per name (a name
+// registered with another type is an error), one adapter per series, handed out again on reuse.
+template <class Metric, class Adapter, class Builder, class... AddArgs>
+Adapter& instrument(std::map<std::string, AnyFamily, std::less<>>& families, std::map<std::string, Adapter*>& index,
+                    std::deque<Adapter>& store, prometheus::Registry& registry, std::string_view name,
+                    std::string_view help, const std::map<std::string, std::string>& labels, Builder build,
+                    AddArgs&&... add_args) {
+  auto key = key_of(name, labels);
+  if (auto it = index.find(key); it != index.end()) return *it->second;
+  auto fit = families.find(name);
+  if (fit == families.end()) {
+    auto& fam = build().Name(std::string(name)).Help(std::string(help)).Register(registry);
+    fit = families.emplace(std::string(name), &fam).first;
+  }
+  auto** fam = std::get_if<prometheus::Family<Metric>*>(&fit->second);
+  if (!fam) {
+    throw Error(Errc::invalid_argument, "metric '" + std::string(name) + "' was registered before with another type");
+  }
+  auto& a = store.emplace_back((*fam)->Add(labels, std::forward<AddArgs>(add_args)...));
+  index.emplace(key, &a);
+  return a;
 }
+
 }  // namespace
 
 Counter& PrometheusTelemetry::counter(std::string_view name, std::string_view help, const Labels& labels) {
-  auto lm = to_map(constant_labels_, labels);
   std::lock_guard lock(m_);
-  auto key = key_of(name, lm);
-  if (auto it = instruments_->counters.find(key); it != instruments_->counters.end()) return *it->second;
-  auto* fam = family_for<prometheus::Family<prometheus::Counter>>(instruments_->families, name, [&]() -> auto& {
-    return prometheus::BuildCounter().Name(std::string(name)).Help(std::string(help)).Register(*registry_);
-  });
-  auto& a = instruments_->counter_store.emplace_back(fam->Add(lm));
-  instruments_->counters.emplace(key, &a);
-  return a;
+  auto& in = *instruments_;
+  return instrument<prometheus::Counter>(in.families, in.counters, in.counter_store, *registry_, name, help,
+                                         to_map(constant_labels_, labels), [] { return prometheus::BuildCounter(); });
 }
 
 Gauge& PrometheusTelemetry::gauge(std::string_view name, std::string_view help, const Labels& labels) {
-  auto lm = to_map(constant_labels_, labels);
   std::lock_guard lock(m_);
-  auto key = key_of(name, lm);
-  if (auto it = instruments_->gauges.find(key); it != instruments_->gauges.end()) return *it->second;
-  auto* fam = family_for<prometheus::Family<prometheus::Gauge>>(instruments_->families, name, [&]() -> auto& {
-    return prometheus::BuildGauge().Name(std::string(name)).Help(std::string(help)).Register(*registry_);
-  });
-  auto& a = instruments_->gauge_store.emplace_back(fam->Add(lm));
-  instruments_->gauges.emplace(key, &a);
-  return a;
+  auto& in = *instruments_;
+  return instrument<prometheus::Gauge>(in.families, in.gauges, in.gauge_store, *registry_, name, help,
+                                       to_map(constant_labels_, labels), [] { return prometheus::BuildGauge(); });
 }
 
 Histogram& PrometheusTelemetry::histogram(std::string_view name, std::string_view help, const Labels& labels,
                                           std::span<const double> buckets) {
-  auto lm = to_map(constant_labels_, labels);
   std::lock_guard lock(m_);
-  auto key = key_of(name, lm);
-  if (auto it = instruments_->histograms.find(key); it != instruments_->histograms.end()) return *it->second;
-  auto* fam = family_for<prometheus::Family<prometheus::Histogram>>(instruments_->families, name, [&]() -> auto& {
-    return prometheus::BuildHistogram().Name(std::string(name)).Help(std::string(help)).Register(*registry_);
-  });
-  auto& a = instruments_->histogram_store.emplace_back(
-      fam->Add(lm, prometheus::Histogram::BucketBoundaries(buckets.begin(), buckets.end())));
-  instruments_->histograms.emplace(key, &a);
-  return a;
+  auto& in = *instruments_;
+  return instrument<prometheus::Histogram>(in.families, in.histograms, in.histogram_store, *registry_, name, help,
+                                           to_map(constant_labels_, labels),
+                                           [] { return prometheus::BuildHistogram(); },
+                                           prometheus::Histogram::BucketBoundaries(buckets.begin(), buckets.end()));
 }
 
 void PrometheusTelemetry::span(Span span) {

@@ -1,11 +1,6 @@
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <array>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +9,7 @@
 #include "coshard/metrics/prometheus_telemetry.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/runtime/error.hpp"
+#include "support/loopback.hpp"
 
 using namespace coshard;
 using namespace coshard::metrics;
@@ -22,24 +18,7 @@ namespace {
 
 // A real HTTP GET over loopback, as Prometheus would scrape.
 std::string http_get(std::uint16_t port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return {};
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)::send(fd, req.data(), req.size(), 0);
-  std::string out;
-  std::array<char, 4096> buf;
-  for (ssize_t n; (n = ::recv(fd, buf.data(), buf.size(), 0)) > 0;) out.append(buf.data(), n);
-  ::close(fd);
-  return out;
+  return coshard::testing::loopback_exchange(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
 }
 
 TEST(PrometheusTelemetry, InstrumentsAppearWithConstantLabels) {

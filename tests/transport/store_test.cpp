@@ -1,9 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <random>
@@ -13,6 +9,7 @@
 #include "coshard/runtime/timeout.hpp"
 #include "coshard/runtime/when_all.hpp"
 #include "coshard/transport/store.hpp"
+#include "support/loopback.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
@@ -49,23 +46,7 @@ class StoreTest : public ::testing::Test {
 
 // Sends raw bytes to the server, as a broken or hostile client would; returns what came back.
 std::string raw_exchange(std::uint16_t port, const std::string& bytes) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{3, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "connect failed";
-  }
-  (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::string out;
-  char buf[256];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, n);
-  ::close(fd);
-  return out;
+  return coshard::testing::loopback_exchange(port, bytes, 3);
 }
 
 TEST_F(StoreTest, SetGetAddCompareSetErase) {

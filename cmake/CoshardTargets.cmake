@@ -1,4 +1,4 @@
-# Warning flags and sanitizers, applied per target through coshard_target_defaults().
+# Warning flags, sanitizers and the helpers every coshard target is made with.
 add_library(coshard_warnings INTERFACE)
 target_compile_options(coshard_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
@@ -25,4 +25,18 @@ endfunction()
 # Public sanitizer flags must reach executables that link our libraries.
 function(coshard_executable_defaults target)
   target_link_libraries(${target} PRIVATE coshard_warnings coshard_sanitize)
+endfunction()
+
+# coshard_library(<folder> SOURCES...): the library target coshard_<folder> with its public headers
+# under <folder>/include, the alias coshard::<folder> and the export name <folder>.
+function(coshard_library folder)
+  set(target coshard_${folder})
+  add_library(${target} ${ARGN})
+  add_library(coshard::${folder} ALIAS ${target})
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${folder} OUTPUT_NAME ${target})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  coshard_target_defaults(${target})
 endfunction()
