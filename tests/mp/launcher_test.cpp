@@ -9,28 +9,14 @@
 #include <string>
 #include <thread>
 
+#include "support/run_command.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Run {
-  int rc = -1;
-  std::string output;
-  double seconds = 0;
-};
-
-// Runs a shell command with stderr merged into stdout.
-Run run(const std::string& cmd) {
-  Run r;
-  auto start = Clock::now();
-  std::FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return r;
-}
+using Run = coshard::testing::CommandResult;
+Run run(const std::string& cmd) { return coshard::testing::run_command(cmd); }
 
 const std::string kRun = COSHARD_RUN_BIN;
 const std::string kCheck = RENDEZVOUS_CHECK_BIN;

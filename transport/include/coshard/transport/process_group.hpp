@@ -1,0 +1,62 @@
+#pragma once
+// A job's ranks and their communicators: joins the rendezvous, creates the world communicator and
+// more on demand (separate ones for all-gather and reduce-scatter let both run at once), and a
+// 2-D DeviceMesh (replicate x shard) for hybrid sharding.
+#include <chrono>
+#include <memory>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/communicator.hpp"
+#include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/rendezvous.hpp"
+#include "coshard/transport/ucx_communicator.hpp"
+
+namespace coshard::transport {
+
+struct ProcessGroupOptions {
+  RendezvousOptions rendezvous;
+  CommOptions world;  // options of the world communicator (its name: "world")
+  UcxOptions ucx;
+};
+
+class ProcessGroup {
+ public:
+  // Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
+  static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options = {});
+  static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options = {});
+
+  const LaunchEnv& env() const noexcept { return rv_.env; }
+  int rank() const noexcept { return rv_.env.rank; }
+  int size() const noexcept { return rv_.env.world_size; }
+  Communicator& world() noexcept { return *world_; }
+  StoreClient* store() noexcept { return rv_.store.get(); }
+
+  // A further communicator over every rank; every rank creates the same ones in the same order.
+  Task<std::unique_ptr<Communicator>> new_communicator(CommOptions options);
+
+  // Every rank waits here for all the others before it leaves, so that rank 0, which may serve
+  // the store, outlives everyone's last use of it. Call once, at the end of the job.
+  Task<void> finish(std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+ private:
+  ProcessGroup(Runtime& runtime, Rendezvous rv, UcxOptions ucx) : rt_(runtime), rv_(std::move(rv)), ucx_(ucx) {}
+  Runtime& rt_;
+  Rendezvous rv_;
+  UcxOptions ucx_;
+  std::unique_ptr<Communicator> world_;
+};
+
+// Ranks laid out as rank = replica * shard + s. The shard group holds the ranks of one replica
+// (FSDP shards within it); the replicate group holds the ranks with the same s (gradients of a
+// shard are all-reduced across it).
+struct DeviceMesh {
+  int replicate = 1;
+  int shard = 1;
+  std::unique_ptr<Communicator> shard_group;
+  std::unique_ptr<Communicator> replicate_group;
+
+  // Collective over `world`; `replicate * shard` must equal world.size().
+  static Task<DeviceMesh> create(Communicator& world, int replicate, int shard);
+};
+
+}  // namespace coshard::transport

@@ -1,0 +1,38 @@
+#pragma once
+// The UCX backend: host memory over shared memory, CMA or TCP (whatever UCX picks, or UCX_TLS),
+// ring algorithms on tagged messages, one UCX worker and one in-order stream per communicator.
+//
+// Error mode. In UCX 1.13, endpoints that ask for peer-failure reports (PEER mode) can only use
+// TCP (about 1.7 GB/s here), while mode NONE may use shared memory and CMA (7 to 20 GB/s). So when
+// every rank is on this host the default is NONE and a dead peer is found by other means: its
+// process is checked every `liveness_interval` while an operation waits on it, and every
+// operation has a deadline. Across hosts the default is PEER. COSHARD_UCX_ERROR_MODE=peer|none
+// overrides the choice.
+#include <chrono>
+#include <cstddef>
+#include <memory>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/communicator.hpp"
+#include "coshard/transport/store.hpp"
+
+namespace coshard::transport {
+
+struct UcxOptions {
+  enum class ErrorMode { automatic, peer, none };
+  ErrorMode error_mode = ErrorMode::automatic;
+  // Messages are cut into pieces of this size so that forwarding and reduction of one piece
+  // overlap the transfer of the next.
+  std::size_t pipeline_bytes = 1u << 20;
+  std::chrono::milliseconds liveness_interval{250};
+  // Address exchange and connection set-up.
+  std::chrono::milliseconds connect_timeout{120000};
+};
+
+// Collective over the `size` ranks that share `store`: every rank calls it with the same
+// options.name. `store` may be null only when size == 1, and must outlive the communicator (split
+// uses it). Runs on the scheduler of the calling task.
+Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+                                                            CommOptions options, UcxOptions ucx = {});
+
+}  // namespace coshard::transport

@@ -1,0 +1,154 @@
+#include "coshard/transport/flight_recorder.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace coshard::transport {
+
+std::string_view to_string(OpState s) noexcept {
+  switch (s) {
+    case OpState::queued: return "queued";
+    case OpState::running: return "running";
+    case OpState::done: return "done";
+    case OpState::failed: return "failed";
+  }
+  return "?";
+}
+
+std::string_view to_string(CollectiveOp op) noexcept {
+  switch (op) {
+    case CollectiveOp::all_gather: return "all_gather";
+    case CollectiveOp::reduce_scatter: return "reduce_scatter";
+    case CollectiveOp::all_reduce: return "all_reduce";
+    case CollectiveOp::broadcast: return "broadcast";
+    case CollectiveOp::barrier: return "barrier";
+    case CollectiveOp::send: return "send";
+    case CollectiveOp::recv: return "recv";
+  }
+  return "?";
+}
+
+std::string_view to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::premul_sum: return "premul_sum";
+  }
+  return "?";
+}
+
+std::uint64_t FlightRecorder::queued(const OpInfo& info) {
+  std::lock_guard lock(m_);
+  const std::uint64_t id = next_id_++;
+  OpRecord rec;
+  rec.info = info;
+  rec.queued_at = std::chrono::system_clock::now();
+  if (ring_.size() < capacity_) {
+    ring_.push_back(std::move(rec));
+  } else {
+    ring_[id % capacity_] = std::move(rec);
+  }
+  return id;
+}
+
+OpRecord* FlightRecorder::find(std::uint64_t id) {
+  // Records older than the ring are gone; their updates are dropped.
+  if (id + capacity_ < next_id_ || id >= next_id_) return nullptr;
+  return &ring_[id % capacity_];
+}
+
+void FlightRecorder::started(std::uint64_t id) {
+  std::lock_guard lock(m_);
+  if (auto* r = find(id)) {
+    r->state = OpState::running;
+    r->started_at = std::chrono::system_clock::now();
+  }
+}
+
+void FlightRecorder::finished(std::uint64_t id, const std::string& error) {
+  std::lock_guard lock(m_);
+  if (auto* r = find(id)) {
+    r->state = error.empty() ? OpState::done : OpState::failed;
+    r->ended_at = std::chrono::system_clock::now();
+    r->error = error;
+  }
+}
+
+std::vector<OpRecord> FlightRecorder::snapshot() const {
+  std::lock_guard lock(m_);
+  std::vector<OpRecord> out;
+  const std::uint64_t first = next_id_ > ring_.size() ? next_id_ - ring_.size() : 0;
+  for (std::uint64_t id = first; id < next_id_; ++id) out.push_back(ring_[id % capacity_]);
+  return out;
+}
+
+namespace {
+
+std::string escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+std::string micros(std::chrono::system_clock::time_point t) {
+  if (t == std::chrono::system_clock::time_point{}) return "null";
+  return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
+}
+
+}  // namespace
+
+std::string FlightRecorder::json(const std::string& comm, int rank, int size, std::string_view backend) const {
+  std::string out = "{\"comm\":\"" + escape(comm) + "\",\"rank\":" + std::to_string(rank) +
+                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + escape(backend) + "\",\"ops\":[";
+  bool first = true;
+  for (const auto& r : snapshot()) {
+    if (!first) out += ",";
+    first = false;
+    out += "{\"seq\":" + std::to_string(r.info.seq) + ",\"op\":\"" + std::string(to_string(r.info.op)) +
+           "\",\"dtype\":\"" + std::string(to_string(r.info.dtype)) + "\",\"count\":" + std::to_string(r.info.count) +
+           ",\"bytes\":" + std::to_string(r.info.bytes()) + ",\"peer\":" + std::to_string(r.info.peer) +
+           ",\"state\":\"" + std::string(to_string(r.state)) + "\",\"queued_us\":" + micros(r.queued_at) +
+           ",\"started_us\":" + micros(r.started_at) + ",\"ended_us\":" + micros(r.ended_at) +
+           ",\"error\":\"" + escape(r.error) + "\"}";
+  }
+  return out + "]}";
+}
+
+std::string FlightRecorder::dump(const std::string& comm, int rank, int size, std::string_view backend) const {
+  std::error_code ec;
+  std::filesystem::path dir;
+  if (const char* d = std::getenv("COSHARD_FLIGHT_DIR"); d && *d) {
+    dir = d;
+  } else {
+    dir = std::filesystem::temp_directory_path(ec);
+    if (ec) return {};
+  }
+  std::filesystem::create_directories(dir, ec);
+  std::string safe = comm;
+  std::replace_if(safe.begin(), safe.end(), [](char c) { return c == '/' || c == ' '; }, '_');
+  auto path = dir / ("coshard-flight-" + safe + "-rank" + std::to_string(rank) + ".json");
+  std::ofstream f(path, std::ios::trunc);
+  f << json(comm, rank, size, backend) << '\n';
+  f.close();
+  return f ? path.string() : std::string{};
+}
+
+}  // namespace coshard::transport

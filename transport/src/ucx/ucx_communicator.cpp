@@ -1,0 +1,459 @@
+#include "coshard/transport/ucx_communicator.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+
+#include "coshard/transport/flight_recorder.hpp"
+#include "reduce_kernels.hpp"
+#include "ring.hpp"
+#include "wire.hpp"
+
+namespace coshard::transport {
+namespace {
+
+using detail::Blocks;
+using detail::Wire;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kOps = 7;
+constexpr std::array<double, 14> kDurationBuckets = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
+                                                     3e-2, 0.1,  0.3,  1.0,  3.0,  10.0, 30.0};
+
+std::string describe(const OpInfo& i) {
+  std::string s = std::string(to_string(i.op)) + "#" + std::to_string(i.seq);
+  if (i.op == CollectiveOp::barrier) return s;
+  s += " (" + std::string(to_string(i.dtype)) + " x " + std::to_string(i.count);
+  if (i.op == CollectiveOp::all_gather || i.op == CollectiveOp::reduce_scatter) s += " per rank";
+  if (i.op == CollectiveOp::send) s += " to rank " + std::to_string(i.peer);
+  if (i.op == CollectiveOp::recv) s += " from rank " + std::to_string(i.peer);
+  if (i.op == CollectiveOp::broadcast) s += ", root " + std::to_string(i.peer);
+  return s + ")";
+}
+
+// Bus bandwidth factor, as nccl-tests computes it from the algorithm bandwidth.
+double bus_factor(CollectiveOp op, int n) {
+  switch (op) {
+    case CollectiveOp::all_gather:
+    case CollectiveOp::reduce_scatter: return static_cast<double>(n - 1) / n;
+    case CollectiveOp::all_reduce: return 2.0 * (n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+struct Instruments {
+  Histogram* duration = nullptr;
+  Counter* bytes = nullptr;
+  Gauge* busbw = nullptr;
+};
+
+class UcxCommunicator final : public Communicator {
+ public:
+  UcxCommunicator(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx, std::unique_ptr<Wire> wire,
+                  std::string key_prefix, CommOptions options, UcxOptions ucx)
+      : rt_(rt),
+        store_(store),
+        ctx_(std::move(ctx)),
+        wire_(std::move(wire)),
+        key_prefix_(std::move(key_prefix)),
+        options_(std::move(options)),
+        ucx_(ucx),
+        send_seq_(static_cast<std::size_t>(wire_->size()), 0),
+        recv_seq_(static_cast<std::size_t>(wire_->size()), 0) {
+    Telemetry& t = options_.telemetry ? *options_.telemetry : rt_.telemetry();
+    stream_ = std::make_unique<Stream>(
+        Stream::cpu(Device::cpu(), options_.name, Stream::Options{.telemetry = &t, .rank = rt_.rank()}));
+    for (std::size_t i = 0; i < kOps; ++i) {
+      Labels l{{"op", std::string(to_string(static_cast<CollectiveOp>(i)))}, {"transport", "ucx"}};
+      ops_[i].duration = &t.histogram("coshard_collective_duration_seconds",
+                                      "Time from start to completion of a collective on its stream", l,
+                                      kDurationBuckets);
+      ops_[i].bytes = &t.counter("coshard_collective_bytes_total", "Bytes per rank moved by collectives", l);
+      ops_[i].busbw = &t.gauge("coshard_collective_busbw_bytes_per_second",
+                               "Bus bandwidth of the last collective (nccl-tests' formula)", l);
+    }
+    for (const char* kind : {"timeout", "peer_lost", "mismatch", "other"}) {
+      errors_.push_back(&t.counter("coshard_comm_errors_total", "Failed collectives by kind",
+                                   {{"kind", kind}, {"transport", "ucx"}}));
+    }
+  }
+
+  ~UcxCommunicator() override {
+    stream_.reset();  // drains the queued operations first: they use the wire
+    wire_.reset();
+  }
+
+  int rank() const noexcept override { return wire_->rank(); }
+  int size() const noexcept override { return wire_->size(); }
+  const std::string& name() const noexcept override { return options_.name; }
+  std::string_view backend() const noexcept override { return "ucx"; }
+  Stream& stream() noexcept override { return *stream_; }
+
+  Event all_gather(Tensor input, Tensor output, Stream& after) override {
+    const OpInfo info = collective(CollectiveOp::all_gather, input, input.numel());
+    host_only(info, {&input, &output});
+    same_dtype(info, input, output);
+    if (output.numel() != input.numel() * size()) {
+      bad(info, "output has " + std::to_string(output.numel()) + " elements; it needs size() x input = " +
+                    std::to_string(size()) + " x " + std::to_string(input.numel()));
+    }
+    return enqueue(info, after, [this, input, output] {
+      auto* base = static_cast<std::byte*>(output.data());
+      std::byte* own = base + static_cast<std::size_t>(rank()) * input.nbytes();
+      if (input.data() != own && input.nbytes() > 0) std::memcpy(own, input.data(), input.nbytes());
+      detail::ring_all_gather(*wire_, current_.seq, 0, base, Blocks::uniform(input.nbytes(), size()),
+                              ucx_.pipeline_bytes);
+    });
+  }
+
+  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after) override {
+    OpInfo info = collective(CollectiveOp::reduce_scatter, output, output.numel());
+    info.reduce = reduction.op;
+    host_only(info, {&input, &output});
+    same_dtype(info, input, output);
+    reducible(info);
+    if (input.numel() != output.numel() * size()) {
+      bad(info, "input has " + std::to_string(input.numel()) + " elements; it needs size() x output = " +
+                    std::to_string(size()) + " x " + std::to_string(output.numel()));
+    }
+    return enqueue(info, after, [this, input, output, reduction] {
+      detail::ring_reduce_scatter(*wire_, current_.seq, static_cast<const std::byte*>(input.data()),
+                                  Blocks::uniform(static_cast<std::size_t>(output.numel()), size()), output.data(),
+                                  spec(output.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
+    });
+  }
+
+  Event all_reduce(Tensor inout, Reduction reduction, Stream& after) override {
+    OpInfo info = collective(CollectiveOp::all_reduce, inout, inout.numel());
+    info.reduce = reduction.op;
+    host_only(info, {&inout});
+    reducible(info);
+    return enqueue(info, after, [this, inout, reduction] {
+      auto* base = static_cast<std::byte*>(inout.data());
+      const std::size_t esize = size_of(inout.dtype());
+      auto blocks = Blocks::balanced(static_cast<std::size_t>(inout.numel()), size());
+      const auto own = static_cast<std::size_t>(rank());
+      detail::ring_reduce_scatter(*wire_, current_.seq, base, blocks, base + blocks.offset[own] * esize,
+                                  spec(inout.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
+      detail::ring_all_gather(*wire_, current_.seq, size(), base, blocks.scaled(esize), ucx_.pipeline_bytes);
+    });
+  }
+
+  Event broadcast(Tensor inout, int root, Stream& after) override {
+    OpInfo info = collective(CollectiveOp::broadcast, inout, inout.numel());
+    info.peer = root;
+    host_only(info, {&inout});
+    if (root < 0 || root >= size()) bad(info, "root " + std::to_string(root) + " is not a rank of this communicator");
+    return enqueue(info, after, [this, inout, root] {
+      detail::ring_broadcast(*wire_, current_.seq, static_cast<std::byte*>(inout.data()), inout.nbytes(), root,
+                             ucx_.pipeline_bytes);
+    });
+  }
+
+  Event barrier(Stream& after) override {
+    OpInfo info;
+    info.op = CollectiveOp::barrier;
+    info.seq = seq_++;
+    // After a ring all-gather every rank has heard, through its neighbours, from every rank.
+    return enqueue(info, after, [this] {
+      std::vector<std::byte> token(static_cast<std::size_t>(size()));
+      detail::ring_all_gather(*wire_, current_.seq, 0, token.data(), Blocks::uniform(1, size()), 1);
+    });
+  }
+
+  Event send(Tensor input, int peer, Stream& after) override {
+    OpInfo info = point_to_point(CollectiveOp::send, input, peer);
+    return enqueue(info, after, [this, input, peer] {
+      wire_->send(peer, input.data(), input.nbytes(), detail::make_tag(true, current_.seq, rank(), 0, 0));
+      wire_->wait_all();
+    });
+  }
+
+  Event recv(Tensor output, int peer, Stream& after) override {
+    OpInfo info = point_to_point(CollectiveOp::recv, output, peer);
+    return enqueue(info, after, [this, output, peer] {
+      wire_->recv(peer, output.data(), output.nbytes(), detail::make_tag(true, current_.seq, peer, 0, 0));
+      wire_->wait_all();
+    });
+  }
+
+  Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) override;
+
+  void abort(const Error& reason) override { wire_->abort(reason); }
+
+  std::string flight_record_json() const override {
+    return recorder_.json(options_.name, rank(), size(), backend());
+  }
+
+ private:
+  OpInfo collective(CollectiveOp op, const Tensor& t, std::int64_t count) {
+    OpInfo info;
+    info.op = op;
+    info.seq = seq_++;
+    info.dtype = t.dtype();
+    info.count = count;
+    return info;
+  }
+
+  OpInfo point_to_point(CollectiveOp op, const Tensor& t, int peer) {
+    OpInfo info;
+    info.op = op;
+    info.dtype = t.dtype();
+    info.count = t.numel();
+    info.peer = peer;
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      bad(info, "peer " + std::to_string(peer) + " must be another rank of this communicator (0.." +
+                    std::to_string(size() - 1) + ", not " + std::to_string(rank()) + ")");
+    }
+    host_only(info, {&t});
+    auto& counter = (op == CollectiveOp::send ? send_seq_ : recv_seq_)[static_cast<std::size_t>(peer)];
+    info.seq = counter++;
+    return info;
+  }
+
+  [[noreturn]] void bad(const OpInfo& info, const std::string& why) const {
+    throw Error(Errc::invalid_argument, describe(info) + " on communicator '" + options_.name + "': " + why,
+                ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});
+  }
+
+  void host_only(const OpInfo& info, std::initializer_list<const Tensor*> tensors) const {
+    for (const Tensor* t : tensors) {
+      if (!t->defined()) bad(info, "a tensor argument is empty (not allocated)");
+      if (t->device().kind != DeviceKind::cpu) {
+        bad(info, "the UCX backend moves host memory; this tensor is on " + t->device().to_string() +
+                      " (use the NCCL backend for device tensors)");
+      }
+    }
+  }
+
+  void same_dtype(const OpInfo& info, const Tensor& a, const Tensor& b) const {
+    if (a.dtype() != b.dtype()) {
+      bad(info, "input is " + std::string(to_string(a.dtype())) + " but output is " + std::string(to_string(b.dtype())));
+    }
+  }
+
+  void reducible(const OpInfo& info) const {
+    if (!detail::reducible(info.dtype)) {
+      bad(info, "reductions take f32, bf16 or f16, not " + std::string(to_string(info.dtype)));
+    }
+  }
+
+  detail::ReduceSpec spec(DType dtype, Reduction r) const {
+    detail::ReduceSpec s;
+    s.dtype = dtype;
+    s.op = r.op == ReduceOp::max ? ReduceOp::max : ReduceOp::sum;
+    if (r.op == ReduceOp::premul_sum) s.scale = static_cast<float>(r.factor);
+    if (r.op == ReduceOp::avg) s.post = 1.0f / static_cast<float>(size());
+    return s;
+  }
+
+  Event enqueue(const OpInfo& info, Stream& after, std::function<void()> body) {
+    const auto record = recorder_.queued(info);
+    Event ready(after.device());
+    ready.record(after);
+    if (after.device() != stream_->device()) {
+      bad(info, "the stream '" + after.name() + "' is on " + after.device().to_string() +
+                    "; the UCX backend orders host work only");
+    }
+    stream_->wait(ready);
+    stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, describe(info));
+    Event done;
+    done.record(*stream_);
+    return done;
+  }
+
+  // On the communicator's stream.
+  void run(const OpInfo& info, std::uint64_t record, const std::function<void()>& body) {
+    if (auto reason = wire_->aborted()) {
+      recorder_.finished(record, reason->message());
+      throw *reason;
+    }
+    if (options_.before_op) options_.before_op(info);
+    recorder_.started(record);
+    current_ = info;
+    const auto start = Clock::now();
+    wire_->begin({describe(info) + " on '" + options_.name + "'", start + options_.timeout, options_.timeout});
+    try {
+      if (size() > 1) {
+        if (info.op == CollectiveOp::send) {
+          detail::exchange_headers(*wire_, true, info, info.peer, -1);
+        } else if (info.op == CollectiveOp::recv) {
+          detail::exchange_headers(*wire_, true, info, -1, info.peer);
+        } else {
+          detail::exchange_headers(*wire_, false, info, (rank() + 1) % size(), (rank() + size() - 1) % size());
+        }
+      }
+      body();
+    } catch (const Error& e) {
+      fail(info, record, e);
+    } catch (const std::exception& e) {
+      fail(info, record, Error(Errc::internal, e.what()));
+    }
+    recorder_.finished(record);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    auto& ins = ops_[static_cast<std::size_t>(info.op)];
+    ins.duration->observe(seconds);
+    ins.bytes->add(static_cast<double>(info.bytes()));
+    if (seconds > 0 && info.bytes() > 0) {
+      double total = static_cast<double>(info.bytes());
+      if (info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter) total *= size();
+      ins.busbw->set(total / seconds * bus_factor(info.op, size()));
+    }
+  }
+
+  [[noreturn]] void fail(const OpInfo& info, std::uint64_t record, const Error& e) {
+    wire_->cancel_all();  // UCX lets go of the buffers before the tensors may be freed
+    recorder_.finished(record, e.message());
+    std::size_t kind = e.code() == Errc::timeout ? 0 : e.code() == Errc::peer_lost ? 1
+                       : e.code() == Errc::invalid_argument ? 2 : 3;
+    errors_[kind]->add();
+    if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
+    std::string path = recorder_.dump(options_.name, rank(), size(), backend());
+    Error failed(e.code(),
+                 e.message() + (path.empty() ? "" : " [flight record of the last operations: " + path + "]"),
+                 ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});
+    // The ring is now out of step with the peers: every later operation fails with this error.
+    wire_->abort(failed);
+    throw failed;
+  }
+
+  Runtime& rt_;
+  StoreClient* store_;
+  std::shared_ptr<detail::UcxContext> ctx_;
+  std::unique_ptr<Wire> wire_;
+  std::string key_prefix_;
+  CommOptions options_;
+  UcxOptions ucx_;
+  std::unique_ptr<Stream> stream_;
+  FlightRecorder recorder_;
+  std::atomic<std::uint64_t> seq_{0};
+  std::vector<std::uint64_t> send_seq_, recv_seq_;  // per peer; on the caller's thread
+  OpInfo current_;                                   // stream thread only
+  detail::Scratch scratch_;                          // stream thread only
+  int splits_ = 0;
+  std::array<Instruments, kOps> ops_{};
+  std::vector<Counter*> errors_;
+};
+
+bool peer_mode_for(const std::vector<detail::PeerIdentity>& peers, const std::string& my_host, UcxOptions::ErrorMode m) {
+  if (const char* env = std::getenv("COSHARD_UCX_ERROR_MODE"); env && *env) {
+    std::string v = env;
+    if (v == "peer") return true;
+    if (v == "none") return false;
+    if (v != "auto") {
+      throw Error(Errc::bad_config, "COSHARD_UCX_ERROR_MODE='" + v + "' is not one of peer, none, auto");
+    }
+  }
+  if (m != UcxOptions::ErrorMode::automatic) return m == UcxOptions::ErrorMode::peer;
+  return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
+}
+
+std::string pack(const detail::PeerIdentity& id) { return id.host + "\n" + std::to_string(id.pid) + "\n" + id.address; }
+
+detail::PeerIdentity unpack(const std::string& s, const std::string& key) {
+  auto a = s.find('\n');
+  auto b = a == std::string::npos ? a : s.find('\n', a + 1);
+  if (b == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
+  return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), s.substr(b + 1)};
+}
+
+// Publishes this rank's worker address under `prefix`, reads every rank's and connects.
+Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx,
+                                            int rank, int size, std::string prefix, CommOptions options,
+                                            UcxOptions ucx) {
+  if (size < 1 || size > detail::kMaxRanks || rank < 0 || rank >= size) {
+    throw Error(Errc::bad_config, "communicator '" + options.name + "': rank " + std::to_string(rank) + " of " +
+                                      std::to_string(size) + " is out of range (at most " +
+                                      std::to_string(detail::kMaxRanks) + " ranks)");
+  }
+  if (!store && size > 1) {
+    throw Error(Errc::bad_config, "communicator '" + options.name + "' of " + std::to_string(size) +
+                                      " ranks needs the rendezvous store to exchange addresses");
+  }
+  auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
+  auto me = wire->self();
+  std::vector<detail::PeerIdentity> peers(static_cast<std::size_t>(size));
+  peers[static_cast<std::size_t>(rank)] = me;
+  if (size > 1) {
+    co_await store->set(prefix + std::to_string(rank), pack(me));
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+    std::vector<std::string> values;
+    try {
+      values = co_await store->wait(keys, ucx.connect_timeout);
+    } catch (const Error& e) {
+      if (e.code() != Errc::timeout) throw;
+      throw Error(Errc::timeout, "communicator '" + options.name + "': not every rank published its address: " +
+                                     e.message(),
+                  ErrorContext{.rank = rank, .op = "connect " + options.name, .unit = {}});
+    }
+    for (int r = 0; r < size; ++r) {
+      peers[static_cast<std::size_t>(r)] = unpack(values[static_cast<std::size_t>(r)], keys[static_cast<std::size_t>(r)]);
+    }
+  }
+  wire->connect(peers, peer_mode_for(peers, me.host, ucx.error_mode));
+  if (size > 1) {
+    // Shared-memory endpoints attach to the peer's segments while connecting, so no rank may
+    // destroy its worker before every rank has connected to it.
+    if (co_await store->add(prefix + "connected", 1) == size) co_await store->set(prefix + "all-connected", "1");
+    std::vector<std::string> all{prefix + "all-connected"};
+    co_await store->wait(std::move(all), ucx.connect_timeout);
+  }
+  co_return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(prefix),
+                                              std::move(options), ucx);
+}
+
+Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, std::string name) {
+  const int k = splits_++;
+  const std::string base = key_prefix_ + "split" + std::to_string(k) + "/";
+  std::vector<std::tuple<int, int, int>> all;  // color, key, rank
+  if (size() == 1) {
+    all.emplace_back(color, key, 0);
+  } else {
+    co_await store_->set(base + std::to_string(rank()), std::to_string(color) + " " + std::to_string(key));
+    std::vector<std::string> keys;
+    for (int r = 0; r < size(); ++r) keys.push_back(base + std::to_string(r));
+    auto values = co_await store_->wait(keys, ucx_.connect_timeout);
+    for (int r = 0; r < size(); ++r) {
+      int c = 0, kk = 0;
+      if (std::sscanf(values[static_cast<std::size_t>(r)].c_str(), "%d %d", &c, &kk) != 2) {
+        throw Error(Errc::io, "split of '" + options_.name + "': unreadable entry from rank " + std::to_string(r));
+      }
+      all.emplace_back(c, kk, r);
+    }
+  }
+  if (color < 0) co_return nullptr;
+  std::vector<std::pair<int, int>> members;  // key, parent rank
+  for (auto [c, kk, r] : all) {
+    if (c == color) members.emplace_back(kk, r);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == rank()) new_rank = static_cast<int>(i);
+  }
+  CommOptions o = options_;
+  o.name = name.empty() ? options_.name + "/" + std::to_string(color) : name;
+  co_return co_await connect(rt_, store_, ctx_, new_rank, static_cast<int>(members.size()),
+                             base + "c" + std::to_string(color) + "/", std::move(o), ucx_);
+}
+
+}  // namespace
+
+Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+                                                            CommOptions options, UcxOptions ucx) {
+  std::string prefix = "coshard/ucx/" + options.name + "/";
+  if (store && size > 1) {
+    // A name may be used again in one job (a new communicator after an old one is gone): every
+    // rank counts its own uses, and the same call order gives every rank the same generation.
+    auto generation = co_await store->add(prefix + "generation/" + std::to_string(rank), 1);
+    prefix += std::to_string(generation) + "/";
+  }
+  co_return co_await connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size, std::move(prefix),
+                             std::move(options), ucx);
+}
+
+}  // namespace coshard::transport

@@ -1,0 +1,333 @@
+#include "wire.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+namespace coshard::transport::detail {
+
+using Clock = std::chrono::steady_clock;
+
+void throw_ucx(ucs_status_t status, const std::string& what) {
+  throw Error(Errc::io, what + " failed: " + ucs_status_string(status) +
+                            " (UCX_TLS and UCX_NET_DEVICES select the transports; ucx_info -d lists them)");
+}
+
+UcxContext::UcxContext() {
+  ucp_config_t* config = nullptr;
+  if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) throw_ucx(st, "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG;
+  params.mt_workers_shared = 1;  // each communicator's worker runs on its own stream thread
+  auto st = ucp_init(&params, config, &ctx_);
+  ucp_config_release(config);
+  if (st != UCS_OK) throw_ucx(st, "ucp_init");
+}
+
+UcxContext::~UcxContext() {
+  if (ctx_) ucp_cleanup(ctx_);
+}
+
+namespace {
+
+std::string hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+// A process on this host is gone once /proc has no entry for it or it is a zombie.
+bool process_alive(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return false;
+  auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return true;
+  char state = line[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace
+
+Wire::Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options)
+    : ctx_(std::move(ctx)), rank_(rank), size_(size), options_(options), host_(hostname()) {
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Created on the scheduler, then driven by the stream thread: one thread at a time.
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  if (auto st = ucp_worker_create(ctx_->get(), &wp, &worker_); st != UCS_OK) throw_ucx(st, "ucp_worker_create");
+  peer_status_.assign(static_cast<std::size_t>(size_), UCS_OK);
+}
+
+Wire::~Wire() {
+  std::vector<void*> closing;
+  for (auto ep : eps_) {
+    if (!ep) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    // FORCE needs PEER mode on both sides; otherwise flush, which a dead peer may never answer.
+    p.flags = peer_error_mode_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* r = ucp_ep_close_nbx(ep, &p);
+    if (r && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+  }
+  auto limit = Clock::now() + std::chrono::seconds(1);
+  while (!closing.empty() && Clock::now() < limit) {
+    ucp_worker_progress(worker_);
+    std::erase_if(closing, [](void* r) {
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+      ucp_request_free(r);
+      return true;
+    });
+  }
+  for (void* r : closing) ucp_request_free(r);  // UCX finishes them when the worker goes
+  if (worker_) ucp_worker_destroy(worker_);
+}
+
+PeerIdentity Wire::self() const {
+  ucp_address_t* addr = nullptr;
+  std::size_t len = 0;
+  if (auto st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK) throw_ucx(st, "ucp_worker_get_address");
+  PeerIdentity me{host_, static_cast<int>(::getpid()), std::string(reinterpret_cast<const char*>(addr), len)};
+  ucp_worker_release_address(worker_, addr);
+  return me;
+}
+
+void Wire::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* a = static_cast<ErrArg*>(arg);
+  a->wire->peer_status_[static_cast<std::size_t>(a->peer)] = status;
+}
+
+void Wire::connect(std::vector<PeerIdentity> peers, bool peer_error_mode) {
+  peers_ = std::move(peers);
+  peer_error_mode_ = peer_error_mode;
+  eps_.assign(static_cast<std::size_t>(size_), nullptr);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    auto& id = peers_[static_cast<std::size_t>(p)];
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(id.address.data());
+    ep.err_mode = peer_error_mode_ ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    if (peer_error_mode_) {
+      err_args_.push_back(std::make_unique<ErrArg>(ErrArg{this, p}));
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_handler.cb = &Wire::on_peer_error;
+      ep.err_handler.arg = err_args_.back().get();
+    }
+    if (auto st = ucp_ep_create(worker_, &ep, &eps_[static_cast<std::size_t>(p)]); st != UCS_OK) {
+      throw_ucx(st, "connecting to " + peer_name(p) + " (ucp_ep_create, " + std::to_string(size_) + " ranks)");
+    }
+  }
+}
+
+std::string Wire::peer_name(int peer) const {
+  std::string s = "rank " + std::to_string(peer);
+  if (static_cast<std::size_t>(peer) < peers_.size()) {
+    const auto& id = peers_[static_cast<std::size_t>(peer)];
+    s += " (pid " + std::to_string(id.pid) + " on " + id.host + ")";
+  }
+  return s;
+}
+
+void Wire::begin(WaitContext wait) {
+  requests_.clear();
+  wait_ = std::move(wait);
+  next_liveness_ = Clock::now() + options_.liveness_interval;
+}
+
+Wire::RequestId Wire::send(int peer, const void* data, std::size_t bytes, std::uint64_t tag) {
+  Request r;
+  r.peer = peer;
+  r.expected = bytes;
+  ucp_request_param_t p{};
+  void* h = ucp_tag_send_nbx(eps_[static_cast<std::size_t>(peer)], data, bytes, tag, &p);
+  requests_.push_back(r);
+  auto id = requests_.size() - 1;
+  if (UCS_PTR_IS_ERR(h)) {
+    requests_[id].complete = true;
+    finish(requests_[id], UCS_PTR_STATUS(h));
+  } else if (h == nullptr) {
+    requests_[id].complete = true;
+  } else {
+    requests_[id].handle = h;
+  }
+  return id;
+}
+
+Wire::RequestId Wire::recv(int peer, void* data, std::size_t bytes, std::uint64_t tag) {
+  Request r;
+  r.peer = peer;
+  r.is_recv = true;
+  r.expected = bytes;
+  ucp_request_param_t p{};
+  // Always a request: UCX 1.13 leaves recv_info unset on some immediate completions, and the
+  // received length is what tells a rank that its peer passed another size.
+  p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  void* h = ucp_tag_recv_nbx(worker_, data, bytes, tag, ~std::uint64_t{0}, &p);
+  requests_.push_back(r);
+  auto id = requests_.size() - 1;
+  if (UCS_PTR_IS_ERR(h)) {
+    requests_[id].complete = true;
+    finish(requests_[id], UCS_PTR_STATUS(h));
+  } else {
+    requests_[id].handle = h;
+  }
+  return id;
+}
+
+bool Wire::done(RequestId id) {
+  auto& r = requests_[id];
+  if (r.complete) return true;
+  ucs_status_t st = r.is_recv ? ucp_tag_recv_request_test(r.handle, &r.info) : ucp_request_check_status(r.handle);
+  if (st == UCS_INPROGRESS) return false;
+  ucp_request_free(r.handle);
+  r.handle = nullptr;
+  r.complete = true;
+  finish(r, st);
+  return true;
+}
+
+void Wire::finish(Request& r, ucs_status_t status) {
+  const auto peer = static_cast<std::size_t>(r.peer);
+  if (status == UCS_OK) {
+    if (r.is_recv && r.info.length != r.expected) {
+      throw Error(Errc::invalid_argument,
+                  wait_.op + ": " + peer_name(r.peer) + " sent " + std::to_string(r.info.length) +
+                      " bytes where this rank (" + std::to_string(rank_) + ") expected " +
+                      std::to_string(r.expected) + ". Every rank must pass the same sizes to a collective",
+                  op_context(wait_.op));
+    }
+    return;
+  }
+  if (peer_status_[peer] != UCS_OK) throw_peer_lost(r.peer, ucs_status_string(peer_status_[peer]));
+  if (auto reason = aborted()) throw *reason;
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    throw Error(Errc::invalid_argument,
+                wait_.op + ": " + peer_name(r.peer) + " sent more than the " + std::to_string(r.expected) +
+                    " bytes this rank (" + std::to_string(rank_) +
+                    ") expected. Every rank must pass the same sizes to a collective",
+                op_context(wait_.op));
+  }
+  if (status == UCS_ERR_CONNECTION_RESET || status == UCS_ERR_ENDPOINT_TIMEOUT || status == UCS_ERR_UNREACHABLE) {
+    throw_peer_lost(r.peer, ucs_status_string(status));
+  }
+  throw Error(Errc::io,
+              wait_.op + ": " + std::string(r.is_recv ? "receive from " : "send to ") + peer_name(r.peer) +
+                  " failed: " + ucs_status_string(status),
+              op_context(wait_.op));
+}
+
+void Wire::throw_peer_lost(int peer, const std::string& why) {
+  throw Error(Errc::peer_lost,
+              wait_.op + ": " + peer_name(peer) + " is gone (" + why +
+                  "). Its own log says why; the job cannot continue without it",
+              op_context(wait_.op));
+}
+
+void Wire::throw_timeout() {
+  std::map<int, int> owing;  // peer -> messages still pending from or to it
+  for (auto& r : requests_) {
+    if (!r.complete) ++owing[r.peer];
+  }
+  std::string who;
+  for (auto [peer, n] : owing) {
+    if (!who.empty()) who += ", ";
+    who += peer_name(peer) + ": " + std::to_string(n) + " message" + (n == 1 ? "" : "s");
+  }
+  throw Error(Errc::timeout,
+              wait_.op + " did not complete within " + std::to_string(wait_.timeout.count()) +
+                  " ms; not heard from: " + (who.empty() ? "nobody (local work was slow)" : who) +
+                  ". Those ranks are stuck, slower, or issued different collectives (compare the flight records)",
+              op_context(wait_.op));
+}
+
+void Wire::check_liveness() {
+  for (auto& r : requests_) {
+    if (r.complete) continue;
+    const auto& id = peers_[static_cast<std::size_t>(r.peer)];
+    if (peer_status_[static_cast<std::size_t>(r.peer)] != UCS_OK) {
+      throw_peer_lost(r.peer, ucs_status_string(peer_status_[static_cast<std::size_t>(r.peer)]));
+    }
+    if (id.host == host_ && !process_alive(id.pid)) throw_peer_lost(r.peer, "its process exited");
+  }
+}
+
+void Wire::wait_until(const std::function<bool()>& ready) {
+  unsigned idle = 0;
+  while (!ready()) {
+    if (ucp_worker_progress(worker_) != 0) {
+      idle = 0;
+      continue;
+    }
+    if (abort_flag_.load(std::memory_order_relaxed)) throw *aborted();
+    ++idle;
+    // Spin briefly (a message is often about to land), then yield the core to other ranks, then
+    // sleep in short steps: tests run 8 ranks on 2 cores, where spinning starves the senders.
+    if (idle < 64) continue;
+    auto now = Clock::now();
+    if (now >= wait_.deadline) throw_timeout();
+    if (now >= next_liveness_) {
+      check_liveness();
+      next_liveness_ = now + options_.liveness_interval;
+    }
+    if (idle < 2048) {
+      ::sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle < 8192 ? 20 : 200));
+    }
+  }
+}
+
+void Wire::wait_all() {
+  wait_until([this] {
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      if (!done(i)) return false;
+    }
+    return true;
+  });
+}
+
+void Wire::cancel_all() noexcept {
+  for (auto& r : requests_) {
+    if (!r.complete && r.handle) ucp_request_cancel(worker_, r.handle);
+  }
+  auto limit = Clock::now() + std::chrono::seconds(2);
+  for (auto& r : requests_) {
+    while (!r.complete && r.handle) {
+      ucs_status_t st = r.is_recv ? ucp_tag_recv_request_test(r.handle, &r.info) : ucp_request_check_status(r.handle);
+      if (st != UCS_INPROGRESS) {
+        ucp_request_free(r.handle);
+        r.handle = nullptr;
+        r.complete = true;
+        break;
+      }
+      if (Clock::now() > limit) {
+        std::fprintf(stderr, "coshard: %s: a UCX request did not let go of its buffer within 2 s of cancel\n",
+                     wait_.op.c_str());
+        ucp_request_free(r.handle);
+        r.handle = nullptr;
+        break;
+      }
+      ucp_worker_progress(worker_);
+    }
+  }
+}
+
+void Wire::abort(const Error& reason) {
+  std::lock_guard lock(abort_m_);
+  if (!abort_reason_) abort_reason_ = reason;
+  abort_flag_.store(true);
+}
+
+std::optional<Error> Wire::aborted() const {
+  std::lock_guard lock(abort_m_);
+  return abort_reason_;
+}
+
+}  // namespace coshard::transport::detail

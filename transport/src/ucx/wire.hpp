@@ -1,0 +1,134 @@
+#pragma once
+// UCX resources of one communicator and the tagged messages its algorithms post. A Wire is used
+// by one thread at a time: created on the scheduler, then driven only by the communicator's
+// stream. Every wait has a deadline, checks that the peers it waits on are alive, and stops when
+// the communicator is aborted.
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::transport::detail {
+
+// One ucp_context per process group, shared by its communicators and their splits.
+class UcxContext {
+ public:
+  UcxContext();
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+  ucp_context_h get() const noexcept { return ctx_; }
+
+ private:
+  ucp_context_h ctx_ = nullptr;
+};
+
+[[noreturn]] void throw_ucx(ucs_status_t status, const std::string& what);
+
+// Who a peer is: enough to tell whether its process is still alive when it is on this host.
+struct PeerIdentity {
+  std::string host;
+  int pid = 0;
+  std::string address;  // packed ucp worker address
+};
+
+// What the current operation is, for the errors a wait raises.
+struct WaitContext {
+  std::string op;  // "all_gather#12 (f32, 1000 elements per rank)"
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds timeout{0};
+};
+
+class Wire {
+ public:
+  struct Options {
+    std::chrono::milliseconds liveness_interval{250};
+  };
+
+  Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options);
+  ~Wire();  // flushes and closes the endpoints (bounded), then destroys the worker
+  Wire(const Wire&) = delete;
+  Wire& operator=(const Wire&) = delete;
+
+  // This rank's identity, to publish through the store.
+  PeerIdentity self() const;
+  // Creates the endpoints to every peer (identities indexed by rank). PEER mode reports dead
+  // peers but, in UCX 1.13, limits local peers to TCP.
+  void connect(std::vector<PeerIdentity> peers, bool peer_error_mode);
+  bool peer_error_mode() const noexcept { return peer_error_mode_; }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  const PeerIdentity& peer(int r) const { return peers_[static_cast<std::size_t>(r)]; }
+
+  using RequestId = std::size_t;
+  RequestId send(int peer, const void* data, std::size_t bytes, std::uint64_t tag);
+  RequestId recv(int peer, void* data, std::size_t bytes, std::uint64_t tag);
+  // True once complete; throws when the request failed (peer lost, size mismatch, aborted).
+  bool done(RequestId id);
+
+  // Drives progress until `ready()` returns true. Throws Errc::timeout at the deadline naming the
+  // peers still owing data, Errc::peer_lost when a peer died, the abort reason when aborted.
+  void wait_until(const std::function<bool()>& ready);
+  void wait_all();  // every request posted since begin()
+
+  // Starts an operation: forgets the requests of the previous one.
+  void begin(WaitContext wait);
+  // After a failure: cancels what is still posted and waits (bounded) until UCX lets go of the
+  // buffers, so that the caller may free them.
+  void cancel_all() noexcept;
+
+  // Thread-safe: the next or current wait throws `reason`.
+  void abort(const Error& reason);
+  std::optional<Error> aborted() const;
+
+ private:
+  struct Request {
+    void* handle = nullptr;
+    bool complete = false;
+    bool is_recv = false;
+    int peer = -1;
+    std::size_t expected = 0;
+    ucp_tag_recv_info_t info{};
+  };
+  static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void finish(Request& r, ucs_status_t status);
+  void check_liveness();
+  [[noreturn]] void throw_timeout();
+  [[noreturn]] void throw_peer_lost(int peer, const std::string& why);
+  std::string peer_name(int peer) const;
+
+  std::shared_ptr<UcxContext> ctx_;
+  int rank_;
+  int size_;
+  Options options_;
+  bool peer_error_mode_ = false;
+  std::string host_;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<PeerIdentity> peers_;
+  std::vector<ucp_ep_h> eps_;
+  struct ErrArg {
+    Wire* wire;
+    int peer;
+  };
+  std::vector<std::unique_ptr<ErrArg>> err_args_;
+  std::vector<ucs_status_t> peer_status_;  // set by UCX's error callback (PEER mode)
+  std::vector<Request> requests_;
+  WaitContext wait_;
+  std::chrono::steady_clock::time_point next_liveness_;
+  std::atomic<bool> abort_flag_{false};
+  mutable std::mutex abort_m_;
+  std::optional<Error> abort_reason_;
+};
+
+}  // namespace coshard::transport::detail
