@@ -84,7 +84,9 @@ class Communicator {
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
   // by (key, rank). A negative color takes no part and gets nullptr. `name` (default
   // "<name>/<color>") names the new one's stream and errors. Run on the scheduler.
-  virtual Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name = {}) = 0;
+  virtual Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) = 0;
+  // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+  Task<std::unique_ptr<Communicator>> split(int color, int key) { return split(color, key, std::string()); }
 
   // Fails the operation in flight and every later one with `reason`. Thread-safe, idempotent.
   virtual void abort(const Error& reason) = 0;

@@ -22,8 +22,12 @@ struct ProcessGroupOptions {
 class ProcessGroup {
  public:
   // Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
-  static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options = {});
-  static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options = {});
+  static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options);
+  static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options);
+  // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+  static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime) {
+    return from_env(runtime, ProcessGroupOptions());
+  }
 
   const LaunchEnv& env() const noexcept { return rv_.env; }
   int rank() const noexcept { return rv_.env.rank; }

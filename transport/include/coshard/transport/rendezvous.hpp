@@ -25,6 +25,8 @@ struct Rendezvous {
 };
 
 // Runs on the scheduler of the calling task.
-Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options = {});
+Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options);
+// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+inline Task<Rendezvous> rendezvous(LaunchEnv env) { return rendezvous(std::move(env), RendezvousOptions()); }
 
 }  // namespace coshard::transport

@@ -33,6 +33,6 @@ struct UcxOptions {
 // options.name. `store` may be null only when size == 1, and must outlive the communicator (split
 // uses it). Runs on the scheduler of the calling task.
 Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
-                                                            CommOptions options, UcxOptions ucx = {});
+                                                            CommOptions options, UcxOptions ucx);
 
 }  // namespace coshard::transport

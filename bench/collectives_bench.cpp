@@ -1,0 +1,116 @@
+// Collective bandwidth of the UCX communicator, one rank per process (start it with coshard-run):
+// all-gather (in place, as FSDP uses it), reduce-scatter and all-reduce from 1 KiB to 256 MiB.
+// Columns and formulas as nccl-tests: size is the full buffer (all-gather output, reduce-scatter
+// input, all-reduce buffer), algbw = size / time, busbw = algbw x (n-1)/n (x 2(n-1)/n for
+// all-reduce). The time is the slowest rank's mean over back-to-back iterations. Rank 0 prints
+//   coshard <op> <bytes> <time_us> <algbw_GBps> <busbw_GBps>
+// one line per cell, the format scripts/bench merges with Open MPI's table.
+//   --min BYTES --max BYTES   size range (powers of 4 from min); default 1 KiB .. 256 MiB
+//   --ops all_gather,reduce_scatter,all_reduce
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/process_group.hpp"
+
+using namespace coshard;
+using namespace coshard::transport;
+
+namespace {
+
+struct Flags {
+  std::size_t min = 1024, max = 256u << 20;
+  std::string ops = "all_gather,reduce_scatter,all_reduce";
+};
+
+double bus_factor(const std::string& op, int n) {
+  return op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
+}
+
+Task<int> run(Runtime& rt, Flags f) {
+  auto pg = co_await ProcessGroup::from_env(rt);
+  Communicator& c = pg->world();
+  const int n = c.size(), r = c.rank();
+  Stream& s = rt.stream("compute");
+  // Buffers are allocated and touched once: a fresh page costs about 1.6 us here, which would
+  // measure the kernel rather than the collective.
+  const std::size_t max_elems = f.max / sizeof(float);
+  Tensor big = Tensor::empty(rt.allocator(), DType::f32, {static_cast<std::int64_t>(max_elems)});
+  Tensor out = Tensor::empty(rt.allocator(), DType::f32, {static_cast<std::int64_t>(max_elems)});
+  std::fill_n(big.data_as<float>(), max_elems, 1.0f);
+  std::fill_n(out.data_as<float>(), max_elems, 0.0f);
+  Tensor slowest = Tensor::empty(rt.allocator(), DType::f32, {1});
+  if (r == 0) {
+    std::printf("# coshard UCX collectives, %d ranks, f32; time = slowest rank's mean\n", n);
+    std::printf("# %-15s %12s %12s %10s %10s\n", "op", "bytes", "time_us", "algbw", "busbw");
+  }
+  for (std::size_t bytes = f.min; bytes <= f.max; bytes *= 4) {
+    const auto elems = static_cast<std::int64_t>(bytes / sizeof(float)) / n * n;
+    if (elems == 0) continue;
+    const std::size_t used = static_cast<std::size_t>(elems) * sizeof(float);
+    const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / used, 5, 2000));
+    const int warmup = std::max(2, iters / 10);
+    for (std::string op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      if (f.ops.find(op) == std::string::npos) continue;
+      Tensor buf = big.view(0, {elems});
+      Tensor shard = out.view(0, {elems / n});
+      auto issue = [&]() -> Event {
+        if (op == "all_gather") return c.all_gather(buf.view(r * (elems / n), {elems / n}), buf, s);
+        if (op == "reduce_scatter") return c.reduce_scatter(buf, shard, Reduction::sum(), s);
+        return c.all_reduce(buf, Reduction::sum(), s);
+      };
+      Event last;
+      for (int i = 0; i < warmup; ++i) last = issue();
+      co_await last;
+      co_await c.barrier(s);
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) last = issue();
+      co_await last;
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      slowest.data_as<float>()[0] = static_cast<float>(us);
+      co_await c.all_reduce(slowest, Reduction::max(), s);
+      us = slowest.data_as<float>()[0];
+      if (r == 0) {
+        double algbw = static_cast<double>(used) / (us * 1e3);
+        std::printf("coshard %-15s %12zu %12.1f %10.3f %10.3f\n", op.c_str(), used, us, algbw,
+                    algbw * bus_factor(op, n));
+        std::fflush(stdout);
+      }
+    }
+  }
+  co_await pg->finish();
+  co_return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--min") f.min = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--max") f.max = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--ops") f.ops = argv[i + 1];
+    else {
+      std::fprintf(stderr, "bench_collectives: unknown flag %s (--min, --max, --ops)\n", k.c_str());
+      return 2;
+    }
+  }
+  auto env = resolve_launch_env(process_env());
+  if (!env) {
+    std::fprintf(stderr, "%s\n", env.error().what());
+    return 2;
+  }
+  try {
+    Runtime rt({.name = "bench", .rank = env.value().rank});
+    return rt.scheduler().sync_wait(run(rt, f));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
+    return 1;
+  }
+}
