@@ -1,0 +1,115 @@
+// ops micro-benchmarks: linear forward and backward at GPT-2 small shapes (rows = B*T = 1024),
+// each beside raw cblas_sgemm calls of the same shapes measured in the same iterations.
+//   LinearForward   vs one sgemm   y = x W           (ours also adds the bias)
+//   LinearBackward  vs two sgemms  dx = dy W^T, dW += x^T dy   (ours also sums db)
+// The two are timed alternately inside each iteration (the order flips every iteration), so a
+// noisy neighbour or a frequency change hits both alike. Counters:
+//   GFLOPs      ours (2*rows*in*out per GEMM)      raw_GFLOPs   the bare sgemm calls
+//   overhead    ours time / raw time (goal < 1.05) blas_threads OpenBLAS threads used
+// Threads: 1 unless OPENBLAS_NUM_THREADS says otherwise (coshard's default, see blas.hpp).
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <chrono>
+#include <vector>
+
+#include "coshard/ops/blas.hpp"
+#include "coshard/ops/linear.hpp"
+
+using namespace coshard;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<float> filled(std::size_t n, float seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = seed * static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
+  return v;
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Runs ours and raw alternately; reports ours as the benchmark time and both as counters.
+template <class Ours, class Raw>
+void compare(benchmark::State& state, double flops, Ours&& ours, Raw&& raw) {
+  ours();  // warm-up; also applies the default thread count before the raw calls
+  raw();
+  double t_ours = 0.0;
+  double t_raw = 0.0;
+  bool ours_first = true;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    if (ours_first) ours(); else raw();
+    const auto t1 = Clock::now();
+    if (ours_first) raw(); else ours();
+    const auto t2 = Clock::now();
+    const double first = seconds(t0, t1), second = seconds(t1, t2);
+    const double o = ours_first ? first : second;
+    t_ours += o;
+    t_raw += ours_first ? second : first;
+    state.SetIterationTime(o);
+    ours_first = !ours_first;
+  }
+  const auto n = static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = flops * n / t_ours * 1e-9;
+  state.counters["raw_GFLOPs"] = flops * n / t_raw * 1e-9;
+  state.counters["overhead"] = t_ours / t_raw;
+  state.counters["blas_threads"] = ops::blas_threads();
+}
+
+void BM_LinearForward(benchmark::State& state) {
+  const auto rows = static_cast<std::size_t>(state.range(0));
+  const auto in = static_cast<std::size_t>(state.range(1));
+  const auto out = static_cast<std::size_t>(state.range(2));
+  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), b = filled(out, 1.0f);
+  std::vector<float> y(rows * out), y_raw(rows * out);
+  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
+  compare(
+      state, 2.0 * static_cast<double>(rows * in * out),
+      [&] {
+        ops::linear_forward(x, w, b, y, rows, in, out);
+        benchmark::ClobberMemory();
+      },
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data(), k, w.data(), n, 0.0f,
+                    y_raw.data(), n);
+        benchmark::ClobberMemory();
+      });
+}
+
+void BM_LinearBackward(benchmark::State& state) {
+  const auto rows = static_cast<std::size_t>(state.range(0));
+  const auto in = static_cast<std::size_t>(state.range(1));
+  const auto out = static_cast<std::size_t>(state.range(2));
+  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), dy = filled(rows * out, 0.01f);
+  std::vector<float> dx(rows * in), dw(in * out, 0.0f), db(out, 0.0f);
+  std::vector<float> dx_raw(rows * in), dw_raw(in * out, 0.0f);
+  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
+  compare(
+      state, 4.0 * static_cast<double>(rows * in * out),
+      [&] {
+        ops::linear_backward(dy, x, w, dx, dw, db, rows, in, out);
+        benchmark::ClobberMemory();
+      },
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, dy.data(), n, w.data(), n, 0.0f,
+                    dx_raw.data(), k);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x.data(), k, dy.data(), n, 1.0f,
+                    dw_raw.data(), n);
+        benchmark::ClobberMemory();
+      });
+}
+
+// GPT-2 small: c_attn 768->2304, attn c_proj 768->768, mlp c_fc 768->3072, mlp c_proj 3072->768.
+void gpt2_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"rows", "in", "out"});
+  for (auto [in, out] : {std::pair{768, 2304}, {768, 768}, {768, 3072}, {3072, 768}}) b->Args({1024, in, out});
+}
+
+}  // namespace
+
+BENCHMARK(BM_LinearForward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LinearBackward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();

@@ -1,0 +1,85 @@
+#include "coshard/ops/embedding.hpp"
+
+#include <string>
+
+#include "check.hpp"
+
+namespace coshard::ops {
+
+namespace {
+
+void check_common(const char* op, std::span<const std::int32_t> tokens, std::size_t wte_size, std::size_t wpe_size,
+                  std::size_t out_size, std::size_t B, std::size_t T, std::size_t C, std::size_t V, bool optional) {
+  detail::check_positive(op, "C", C);
+  detail::check_positive(op, "V", V);
+  detail::check_size(op, "tokens", tokens, B * T, "[B, T] = " + detail::dims({B, T}));
+  const std::string dout_name = optional ? "dout" : "out";
+  if (out_size != B * T * C) {
+    detail::fail(op, dout_name + " has " + std::to_string(out_size) + " elements, expected " +
+                         std::to_string(B * T * C) + " ([B, T, C] = " + detail::dims({B, T, C}) + ")");
+  }
+  const char* wte_name = optional ? "dwte" : "wte";
+  const char* wpe_name = optional ? "dwpe" : "wpe";
+  if (!(optional && wte_size == 0) && wte_size != V * C) {
+    detail::fail(op, std::string(wte_name) + " has " + std::to_string(wte_size) + " elements, expected " +
+                         std::to_string(V * C) + " ([V, C] = " + detail::dims({V, C}) + ")");
+  }
+  if (!(optional && wpe_size == 0) && (wpe_size % C != 0 || wpe_size / C < T)) {
+    detail::fail(op, std::string(wpe_name) + " has " + std::to_string(wpe_size) +
+                         " elements, expected [P, C] with C = " + std::to_string(C) + " and P >= T = " +
+                         std::to_string(T));
+  }
+  for (std::size_t n = 0; n < tokens.size(); ++n) {
+    const std::int32_t id = tokens[n];
+    if (id < 0 || static_cast<std::size_t>(id) >= V) {
+      detail::fail(op, "token id " + std::to_string(id) + " at position " + std::to_string(n) + " (b = " +
+                           std::to_string(n / T) + ", t = " + std::to_string(n % T) + ") is outside [0, V = " +
+                           std::to_string(V) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte, std::span<const float> wpe,
+                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  constexpr const char* op = "embedding_forward";
+  check_common(op, tokens, wte.size(), wpe.size(), out.size(), B, T, C, V, false);
+  detail::check_disjoint(op, "out", out, "wte", wte);
+  detail::check_disjoint(op, "out", out, "wpe", wpe);
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t n = b * T + t;
+      const float* __restrict e = wte.data() + static_cast<std::size_t>(tokens[n]) * C;
+      const float* __restrict p = wpe.data() + t * C;
+      float* __restrict o = out.data() + n * C;
+      for (std::size_t i = 0; i < C; ++i) o[i] = e[i] + p[i];
+    }
+  }
+}
+
+void embedding_backward(std::span<const float> dout, std::span<const std::int32_t> tokens, std::span<float> dwte,
+                        std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  constexpr const char* op = "embedding_backward";
+  check_common(op, tokens, dwte.size(), dwpe.size(), dout.size(), B, T, C, V, true);
+  detail::check_disjoint(op, "dwte", dwte, "dout", dout);
+  detail::check_disjoint(op, "dwpe", dwpe, "dout", dout);
+  detail::check_disjoint(op, "dwte", dwte, "dwpe", dwpe);
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t t = 0; t < T; ++t) {
+      const std::size_t n = b * T + t;
+      const float* __restrict g = dout.data() + n * C;
+      // A token repeated in the batch adds into the same row; rows are updated one at a time.
+      if (!dwte.empty()) {
+        float* __restrict e = dwte.data() + static_cast<std::size_t>(tokens[n]) * C;
+        for (std::size_t i = 0; i < C; ++i) e[i] += g[i];
+      }
+      if (!dwpe.empty()) {
+        float* __restrict p = dwpe.data() + t * C;
+        for (std::size_t i = 0; i < C; ++i) p[i] += g[i];
+      }
+    }
+  }
+}
+
+}  // namespace coshard::ops

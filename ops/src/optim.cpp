@@ -1,0 +1,163 @@
+#include "coshard/ops/optim.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+
+namespace coshard::ops {
+
+namespace {
+
+// Ranges must lie inside the buffer and not overlap: an element updated twice in one step would
+// silently take two optimizer steps.
+std::vector<ParamRange> checked_ranges(const char* op, std::span<const ParamRange> ranges, std::size_t n) {
+  if (ranges.empty()) return {ParamRange{0, n, true}};
+  std::vector<ParamRange> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(), [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const auto& r = sorted[i];
+    if (r.offset > n || r.size > n - r.offset) {
+      detail::fail(op, "range [" + std::to_string(r.offset) + ", " + std::to_string(r.offset + r.size) +
+                           ") lies outside the buffer of " + std::to_string(n) + " elements");
+    }
+    if (i > 0 && sorted[i - 1].offset + sorted[i - 1].size > r.offset) {
+      detail::fail(op, "ranges starting at " + std::to_string(sorted[i - 1].offset) + " and " +
+                           std::to_string(r.offset) + " overlap");
+    }
+  }
+  return sorted;
+}
+
+void check_nonneg(const char* op, const char* name, double v) {
+  if (!(v >= 0.0)) detail::fail(op, std::string(name) + " must be >= 0, got " + std::to_string(v));
+}
+
+void check_beta(const char* op, const char* name, double v) {
+  if (!(v >= 0.0 && v < 1.0)) detail::fail(op, std::string(name) + " must be in [0, 1), got " + std::to_string(v));
+}
+
+}  // namespace
+
+void adamw_update(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
+                  std::span<float> exp_avg_sq, std::int64_t step, double lr, double beta1, double beta2, double eps,
+                  double weight_decay) {
+  constexpr const char* op = "adamw_update";
+  const std::size_t n = param.size();
+  detail::check_size(op, "grad", grad, n, "size of param");
+  detail::check_size(op, "exp_avg", exp_avg, n, "size of param");
+  detail::check_size(op, "exp_avg_sq", exp_avg_sq, n, "size of param");
+  if (step < 1) detail::fail(op, "step must be >= 1 (1 for the first update), got " + std::to_string(step));
+  check_nonneg(op, "lr", lr);
+  check_beta(op, "beta1", beta1);
+  check_beta(op, "beta2", beta2);
+  check_nonneg(op, "eps", eps);
+  check_nonneg(op, "weight_decay", weight_decay);
+  detail::check_disjoint(op, "param", param, "grad", grad);
+  detail::check_disjoint(op, "param", param, "exp_avg", exp_avg);
+  detail::check_disjoint(op, "param", param, "exp_avg_sq", exp_avg_sq);
+  detail::check_disjoint(op, "exp_avg", exp_avg, "exp_avg_sq", exp_avg_sq);
+  detail::check_disjoint(op, "exp_avg", exp_avg, "grad", grad);
+  detail::check_disjoint(op, "exp_avg_sq", exp_avg_sq, "grad", grad);
+
+  // The scalars are computed in double as torch computes them in Python, then applied in float
+  // as torch's CPU kernels apply a Python scalar to a float tensor.
+  const auto s = static_cast<double>(step);
+  const double bc1 = 1.0 - std::pow(beta1, s);
+  const double bc2 = 1.0 - std::pow(beta2, s);
+  const auto decay = static_cast<float>(1.0 - lr * weight_decay);
+  const auto w1 = static_cast<float>(1.0 - beta1);
+  const auto b2 = static_cast<float>(beta2);
+  const auto w2 = static_cast<float>(1.0 - beta2);
+  const auto step_size = static_cast<float>(lr / bc1);
+  const auto bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const auto e = static_cast<float>(eps);
+
+  float* __restrict p = param.data();
+  const float* __restrict g = grad.data();
+  float* __restrict m = exp_avg.data();
+  float* __restrict v = exp_avg_sq.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] *= decay;
+    m[i] += w1 * (g[i] - m[i]);  // torch's lerp with weight < 0.5
+    v[i] = v[i] * b2 + w2 * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / bc2_sqrt + e;
+    p[i] += -step_size * (m[i] / denom);
+  }
+}
+
+void adamw_step(std::span<float> param, std::span<const float> grad, AdamWState& state, const AdamWOptions& opt,
+                std::span<const ParamRange> ranges) {
+  constexpr const char* op = "adamw_step";
+  const std::size_t n = param.size();
+  detail::check_size(op, "grad", grad, n, "size of param");
+  detail::check_size(op, "state.exp_avg", std::span<const float>(state.exp_avg), n, "size of param");
+  detail::check_size(op, "state.exp_avg_sq", std::span<const float>(state.exp_avg_sq), n, "size of param");
+  const auto rs = checked_ranges(op, ranges, n);
+  const std::int64_t step = state.step + 1;
+  for (const auto& r : rs) {
+    adamw_update(param.subspan(r.offset, r.size), grad.subspan(r.offset, r.size),
+                 std::span<float>(state.exp_avg).subspan(r.offset, r.size),
+                 std::span<float>(state.exp_avg_sq).subspan(r.offset, r.size), step, opt.lr, opt.beta1, opt.beta2,
+                 opt.eps, r.weight_decay ? opt.weight_decay : 0.0);
+  }
+  state.step = step;
+}
+
+void sgd_update(std::span<float> param, std::span<const float> grad, std::span<float> momentum_buffer,
+                bool first_step, double lr, double momentum, double dampening, double weight_decay, bool nesterov) {
+  constexpr const char* op = "sgd_update";
+  const std::size_t n = param.size();
+  detail::check_size(op, "grad", grad, n, "size of param");
+  check_nonneg(op, "lr", lr);
+  check_nonneg(op, "momentum", momentum);
+  check_nonneg(op, "weight_decay", weight_decay);
+  if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
+    detail::fail(op, "nesterov needs momentum > 0 and dampening == 0 (got momentum " + std::to_string(momentum) +
+                         ", dampening " + std::to_string(dampening) + ")");
+  }
+  if (momentum != 0.0) detail::check_size(op, "momentum_buffer", momentum_buffer, n, "size of param");
+  detail::check_disjoint(op, "param", param, "grad", grad);
+  detail::check_disjoint(op, "param", param, "momentum_buffer", momentum_buffer);
+  detail::check_disjoint(op, "momentum_buffer", momentum_buffer, "grad", grad);
+
+  const auto wd = static_cast<float>(weight_decay);
+  const auto mu = static_cast<float>(momentum);
+  const auto damp = static_cast<float>(1.0 - dampening);
+  const auto neg_lr = static_cast<float>(-lr);
+  float* __restrict p = param.data();
+  const float* __restrict g = grad.data();
+  if (momentum == 0.0) {
+    for (std::size_t i = 0; i < n; ++i) p[i] += neg_lr * (g[i] + wd * p[i]);
+    return;
+  }
+  float* __restrict buf = momentum_buffer.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const float d = g[i] + wd * p[i];
+    buf[i] = first_step ? d : buf[i] * mu + damp * d;
+    const float upd = nesterov ? d + mu * buf[i] : buf[i];
+    p[i] += neg_lr * upd;
+  }
+}
+
+void sgd_step(std::span<float> param, std::span<const float> grad, SGDState& state, const SGDOptions& opt,
+              std::span<const ParamRange> ranges) {
+  constexpr const char* op = "sgd_step";
+  const std::size_t n = param.size();
+  detail::check_size(op, "grad", grad, n, "size of param");
+  if (opt.momentum != 0.0) {
+    detail::check_size(op, "state.momentum_buffer", std::span<const float>(state.momentum_buffer), n, "size of param");
+  }
+  const auto rs = checked_ranges(op, ranges, n);
+  for (const auto& r : rs) {
+    auto buf = opt.momentum != 0.0 ? std::span<float>(state.momentum_buffer).subspan(r.offset, r.size)
+                                   : std::span<float>();
+    sgd_update(param.subspan(r.offset, r.size), grad.subspan(r.offset, r.size), buf, !state.has_buffer, opt.lr,
+               opt.momentum, opt.dampening, r.weight_decay ? opt.weight_decay : 0.0, opt.nesterov);
+  }
+  if (opt.momentum != 0.0) state.has_buffer = true;
+}
+
+}  // namespace coshard::ops
