@@ -7,6 +7,7 @@
 // one line per cell, the format scripts/bench merges with Open MPI's table.
 //   --min BYTES --max BYTES   size range (powers of 4 from min); default 1 KiB .. 256 MiB
 //   --ops all_gather,reduce_scatter,all_reduce
+//   --pipeline BYTES          piece size of the ring pipeline (UcxOptions::pipeline_bytes)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@ namespace {
 struct Flags {
   std::size_t min = 1024, max = 256u << 20;
   std::string ops = "all_gather,reduce_scatter,all_reduce";
+  std::size_t pipeline = UcxOptions{}.pipeline_bytes;
 };
 
 double bus_factor(const std::string& op, int n) {
@@ -33,7 +35,9 @@ double bus_factor(const std::string& op, int n) {
 }
 
 Task<int> run(Runtime& rt, Flags f) {
-  auto pg = co_await ProcessGroup::from_env(rt);
+  ProcessGroupOptions options;
+  options.ucx.pipeline_bytes = f.pipeline;
+  auto pg = co_await ProcessGroup::from_env(rt, options);
   Communicator& c = pg->world();
   const int n = c.size(), r = c.rank();
   Stream& s = rt.stream("compute");
@@ -96,6 +100,7 @@ int main(int argc, char** argv) {
     if (k == "--min") f.min = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--max") f.max = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--ops") f.ops = argv[i + 1];
+    else if (k == "--pipeline") f.pipeline = std::strtoull(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "bench_collectives: unknown flag %s (--min, --max, --ops)\n", k.c_str());
       return 2;

@@ -174,7 +174,9 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) override {
+  const CommOptions& options() const noexcept override { return options_; }
+
+  Task<std::unique_ptr<Communicator>> split(int color, int key, CommOptions o) override {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t sub = nullptr;
@@ -185,8 +187,7 @@ class NcclCommunicator final : public Communicator {
     int sub_rank = 0, sub_size = 0;
     ncclCommUserRank(sub, &sub_rank);
     ncclCommCount(sub, &sub_size);
-    CommOptions o = options_;
-    o.name = name.empty() ? options_.name + "/" + std::to_string(color) : name;
+    if (o.name.empty()) o.name = options_.name + "/" + std::to_string(color);
     co_return std::make_unique<NcclCommunicator>(rt_, store_, sub, sub_rank, sub_size, std::move(o));
   }
 

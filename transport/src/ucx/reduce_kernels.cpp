@@ -1,6 +1,7 @@
 #include "reduce_kernels.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "coshard/ops/cast.hpp"
@@ -70,6 +71,31 @@ void accumulate(float* acc, const void* in, DType dtype, std::size_t n, float sc
 void accumulate_f32(float* acc, const float* other, std::size_t n, ReduceOp op) noexcept {
   const float* __restrict p = other;
   combine(acc, n, op, [p](std::size_t i) { return p[i]; });
+}
+
+void finish(void* out, const float* partial, const void* in, DType dtype, std::size_t n, float scale, ReduceOp op,
+            float post) noexcept {
+  if (dtype == DType::f32 && op == ReduceOp::sum) {
+    auto* __restrict o = static_cast<float*>(out);
+    const auto* __restrict a = partial;
+    const auto* __restrict b = static_cast<const float*>(in);
+    if (scale == 1.0f && post == 1.0f) {
+      for (std::size_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+    } else {
+      for (std::size_t i = 0; i < n; ++i) o[i] = (a[i] + b[i] * scale) * post;
+    }
+    return;
+  }
+  // Other dtypes and max: in blocks through a small f32 buffer that stays in cache.
+  constexpr std::size_t kBlock = 1024;
+  float tmp[kBlock];
+  const std::size_t esize = size_of(dtype);
+  for (std::size_t at = 0; at < n; at += kBlock) {
+    const std::size_t m = std::min(kBlock, n - at);
+    std::copy(partial + at, partial + at + m, tmp);
+    accumulate(tmp, static_cast<const std::byte*>(in) + at * esize, dtype, m, scale, op);
+    store(static_cast<std::byte*>(out) + at * esize, dtype, tmp, m, post);
+  }
 }
 
 void store(void* out, DType dtype, const float* acc, std::size_t n, float post) noexcept {

@@ -15,6 +15,10 @@ void load_f32(float* acc, const void* in, DType dtype, std::size_t n, float scal
 void accumulate(float* acc, const void* in, DType dtype, std::size_t n, float scale, ReduceOp op) noexcept;
 // acc[i] = acc[i] (+ or max) other[i], both f32.
 void accumulate_f32(float* acc, const float* other, std::size_t n, ReduceOp op) noexcept;
+// out[i] = dtype((partial[i] (+ or max) in[i] * scale) * post): the last step of a reduction, in
+// one pass over memory.
+void finish(void* out, const float* partial, const void* in, DType dtype, std::size_t n, float scale, ReduceOp op,
+            float post) noexcept;
 // out[i] = dtype(acc[i] * post).
 void store(void* out, DType dtype, const float* acc, std::size_t n, float post) noexcept;
 

@@ -222,13 +222,14 @@ void ring_reduce_scatter(Wire& wire, std::uint64_t seq, const std::byte* in, con
           c.recv_posted = true;
         }
         if (!wire.done(c.recv)) break;
-        accumulate(into + b, input(blk, b), spec.dtype, e - b, spec.scale, spec.op);
-        if (c.step + 1 == steps) {  // blk == own: the result
-          store(static_cast<std::byte*>(out) + b * esize, spec.dtype, into + b, e - b, spec.post);
+        if (c.step + 1 == steps) {  // blk is this rank's own: the result
+          finish(static_cast<std::byte*>(out) + b * esize, into + b, input(blk, b), spec.dtype, e - b, spec.scale,
+                 spec.op, spec.post);
           c.finished = true;
           --remaining;
           break;
         }
+        accumulate(into + b, input(blk, b), spec.dtype, e - b, spec.scale, spec.op);
         ++c.step;
         c.recv_posted = false;
         post_send(c, p, c.step, into);

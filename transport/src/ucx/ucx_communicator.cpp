@@ -180,7 +180,8 @@ class UcxCommunicator final : public Communicator {
     });
   }
 
-  Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) override;
+  Task<std::unique_ptr<Communicator>> split(int color, int key, CommOptions options) override;
+  const CommOptions& options() const noexcept override { return options_; }
 
   void abort(const Error& reason) override { wire_->abort(reason); }
 
@@ -406,7 +407,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
                                               std::move(options), ucx);
 }
 
-Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, std::string name) {
+Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, CommOptions o) {
   const int k = splits_++;
   const std::string base = key_prefix_ + "split" + std::to_string(k) + "/";
   std::vector<std::tuple<int, int, int>> all;  // color, key, rank
@@ -435,8 +436,7 @@ Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, s
   for (std::size_t i = 0; i < members.size(); ++i) {
     if (members[i].second == rank()) new_rank = static_cast<int>(i);
   }
-  CommOptions o = options_;
-  o.name = name.empty() ? options_.name + "/" + std::to_string(color) : name;
+  if (o.name.empty()) o.name = options_.name + "/" + std::to_string(color);
   co_return co_await connect(rt_, store_, ctx_, new_rank, static_cast<int>(members.size()),
                              base + "c" + std::to_string(color) + "/", std::move(o), ucx_);
 }

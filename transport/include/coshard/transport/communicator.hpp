@@ -82,11 +82,18 @@ class Communicator {
   virtual Event recv(Tensor output, int peer, Stream& after) = 0;
 
   // Collective over this communicator: ranks with the same color form a new communicator, ordered
-  // by (key, rank). A negative color takes no part and gets nullptr. `name` (default
-  // "<name>/<color>") names the new one's stream and errors. Run on the scheduler.
-  virtual Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) = 0;
+  // by (key, rank), with `options` (an empty name becomes "<name>/<color>"). A negative color
+  // takes no part and gets nullptr. Run on the scheduler.
+  virtual Task<std::unique_ptr<Communicator>> split(int color, int key, CommOptions options) = 0;
+  // The same with this communicator's options and another name.
+  Task<std::unique_ptr<Communicator>> split(int color, int key, std::string name) {
+    CommOptions o = options();
+    o.name = std::move(name);
+    return split(color, key, std::move(o));
+  }
   // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   Task<std::unique_ptr<Communicator>> split(int color, int key) { return split(color, key, std::string()); }
+  virtual const CommOptions& options() const noexcept = 0;
 
   // Fails the operation in flight and every later one with `reason`. Thread-safe, idempotent.
   virtual void abort(const Error& reason) = 0;

@@ -1,0 +1,94 @@
+#pragma once
+// The FSDP engine: PyTorch FSDP's runtime as coroutines. It owns one flat parameter per unit
+// (parameters 16-byte aligned, padded to divide by the shard group; rank r keeps chunk r as an
+// f32 master shard with its gradient and optimizer state), all-gathers a unit just before it runs
+// (prefetching the next ones on their own streams), frees it after use, reduce-scatters gradients
+// as units finish backward, and steps the optimizer on the shards.
+//
+//   auto engine = co_await fsdp::Engine::create(rt, pg, units, options);
+//   for (...) {
+//     co_await engine->forward();          // units in order; all-gathers prefetched
+//     co_await engine->backward();         // reverse order; reduce-scatters as units finish
+//     co_await engine->optimizer_step();   // on shards; the next all-gather waits for it
+//   }
+//
+// Everything is issued from the scheduler thread; the host never blocks on device work, except
+// where a result must come back to it (clip_grad_norm, state dicts).
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coshard/fsdp/options.hpp"
+#include "coshard/fsdp/unit.hpp"
+#include "coshard/transport/process_group.hpp"
+
+namespace coshard::fsdp {
+
+struct MemoryReport {
+  std::size_t sharded_state_bytes = 0;    // master shards, gradient shards, optimizer state
+  std::size_t max_unit_unsharded_bytes = 0;  // largest unit: parameters (+ f32 copy) and gradients
+  std::size_t pool_slots = 0;             // unsharded buffers the pool holds
+};
+
+using StateDict = std::map<std::string, std::vector<float>>;
+
+class Engine {
+ public:
+  // Collective: every rank passes the same units (same names and shapes, in the same order).
+  static Task<std::unique_ptr<Engine>> create(Runtime& runtime, transport::ProcessGroup& group, std::vector<Unit*> units,
+                                              Options options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Runs every unit's forward in order (the first iteration records the order and compiles the
+  // plan; ranks check that they agree).
+  Task<void> forward();
+  // Runs every unit's backward in reverse forward order and reduces gradients.
+  Task<void> backward();
+  // For models that are not a simple sequence: run one unit's phase. forward()/backward() are
+  // these in order.
+  Task<void> run_forward(std::size_t unit);
+  Task<void> run_backward(std::size_t unit);
+  // Ends a backward made of run_backward calls (backward() calls it).
+  Task<void> finish_backward();
+
+  // Gradient accumulation: with sync off, backwards accumulate unsharded gradients locally and
+  // reduce nothing; the first backward with sync on reduces them all (FSDP's no_sync()).
+  void set_requires_gradient_sync(bool sync);
+
+  // Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
+  // with one all-reduce; returns the norm before clipping.
+  Task<double> clip_grad_norm(double max_norm, double p = 2.0);
+  Task<void> optimizer_step();
+  // Zeroes the gradient shards (optimizer_step does it after updating).
+  void zero_grad();
+
+  // Full (unsharded, f32) parameters by name: on every rank, or only rank 0 (others get {}).
+  Task<StateDict> full_state_dict(bool rank0_only = false);
+  // Loads a full state dict into the shards; every name and shape must match (errors name them).
+  Task<void> load_full_state_dict(const StateDict& state);
+
+  // An event on the compute stream after everything enqueued so far (to read a loss).
+  Event compute_event();
+  // Waits until all work the engine issued so far (compute, collectives, reductions, optimizer)
+  // is done.
+  Task<void> synchronize();
+  // "<phase> <unit> <collective>" in issue order, for tests of the schedule (cleared by clear).
+  const std::vector<std::string>& issue_log() const noexcept;
+  void clear_issue_log();
+  MemoryReport memory_report() const;
+  std::size_t unit_count() const noexcept;
+  const std::string& unit_name(std::size_t unit) const;
+  // Shard of unit `u` (f32 master, padding excluded) and its gradient, for tests.
+  std::vector<float> master_shard(std::size_t unit) const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace coshard::fsdp

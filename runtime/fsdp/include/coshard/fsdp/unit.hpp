@@ -1,0 +1,60 @@
+#pragma once
+// What the engine shards: a model is an ordered set of units, each a group of named parameters
+// with a forward and a backward phase. While a phase runs, the engine hands the unit views of its
+// unsharded parameters (always f32: with mixed precision they hold the param_dtype-rounded
+// values) and, in backward, of its gradient buffers. A unit enqueues its kernels on the compute
+// stream (Scope::enqueue) and returns; it never blocks the scheduler.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/task.hpp"
+#include "coshard/runtime/tensor.hpp"
+
+namespace coshard::fsdp {
+
+// Fills elements [first, first + out.size()) of a parameter (row-major). Called once per rank
+// for the part of the parameter in that rank's shard, so it must depend only on the element
+// index: the model is never materialised whole on one rank.
+using InitFn = std::function<void(std::span<float> out, std::int64_t first)>;
+
+struct ParamSpec {
+  std::string name;  // unique in the model, e.g. "h.0.attn.c_attn.weight"
+  Shape shape;
+  InitFn init;                // null: zeros
+  bool weight_decay = true;   // false for biases and norms
+};
+
+class Scope {
+ public:
+  Scope(Runtime& rt, Stream& compute, const std::vector<Tensor>* params, const std::vector<Tensor>* grads)
+      : rt_(rt), compute_(compute), params_(params), grads_(grads) {}
+  Runtime& runtime() noexcept { return rt_; }
+  Stream& compute() noexcept { return compute_; }
+  // Unsharded parameter i of the unit (f32), in params() order.
+  std::span<float> param(std::size_t i) const;
+  // Gradient buffer of parameter i (f32). Kernels accumulate (+=) into it. Backward only.
+  std::span<float> grad(std::size_t i) const;
+  // Enqueues work on the compute stream, named `span` on the timeline.
+  void enqueue(std::function<void()> work, std::string span = {}) { compute_.enqueue(std::move(work), std::move(span)); }
+
+ private:
+  Runtime& rt_;
+  Stream& compute_;
+  const std::vector<Tensor>* params_;
+  const std::vector<Tensor>* grads_;
+};
+
+class Unit {
+ public:
+  virtual ~Unit() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<ParamSpec> params() const = 0;
+  virtual Task<void> forward(Scope& scope) = 0;
+  virtual Task<void> backward(Scope& scope) = 0;
+};
+
+}  // namespace coshard::fsdp

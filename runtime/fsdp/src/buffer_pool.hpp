@@ -1,0 +1,46 @@
+#pragma once
+// Owned unsharded buffers, reused in event order: a slot handed back with the event of its last
+// use may be taken again at once, and whoever takes it makes its stream wait for that event. So
+// the host never blocks to enforce the in-flight limit, and no buffer is reused while a stream
+// still reads it. The pool grows only when every slot is held (strategies that keep units
+// unsharded); its size is the peak number of unsharded units.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/tensor.hpp"
+
+namespace coshard::fsdp::detail {
+
+class BufferPool {
+ public:
+  BufferPool(DType dtype, std::int64_t numel) : dtype_(dtype), numel_(numel) {}
+
+  struct Lease {
+    int slot = -1;
+    Tensor buffer;
+    std::optional<Event> previous_use;  // the taker's stream must wait for it
+  };
+  Lease acquire(Allocator& alloc);
+  void release(int slot, const Event& last_use);
+
+  std::size_t slots() const noexcept { return slots_.size(); }
+  const Tensor& buffer(int slot) const { return slots_.at(static_cast<std::size_t>(slot)).buffer; }
+  std::size_t held() const noexcept;
+  std::int64_t numel() const noexcept { return numel_; }
+
+ private:
+  struct Slot {
+    Tensor buffer;
+    std::optional<Event> last_use;
+    bool held = false;
+    std::uint64_t released_at = 0;
+  };
+  DType dtype_;
+  std::int64_t numel_;
+  std::uint64_t clock_ = 0;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace coshard::fsdp::detail

@@ -1,0 +1,499 @@
+// A rank program for the engine's multi-process tests (start it with coshard-run). Each rank
+// trains the MLP of mlp_model.hpp with the engine and, in the same process, the same model without
+// sharding on the global batch (the reference), and compares them.
+//   --mode parity | counts | order | overlap | memory | accumulation | wrong-order | clip | state-dict
+//   --strategy full_shard|shard_grad_op|no_shard|hybrid_shard|hybrid_shard_zero2  --shard-group N
+//   --layers 16x15,15x8   --steps 10   --rows 4 (per rank)   --param-dtype f32|bf16|f16
+//   --reduce-dtype ...    --forward-prefetch K   --backward pre|post|none   --reshard-int G
+//   --in-flight N   --micro no_sync,sync   --delay-ms D   --clip-p 2|1|inf   --lr 0.01
+// Prints "rank R: <mode> ok ..." on success; exit 1 with the differences otherwise.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coshard/fsdp/engine.hpp"
+#include "coshard/ops/grad_norm.hpp"
+#include "mlp_model.hpp"
+
+using namespace coshard;
+using namespace coshard::testing;
+
+namespace {
+
+struct Config {
+  std::string mode = "parity";
+  fsdp::Strategy strategy = fsdp::Strategy::full_shard;
+  int shard_group = 0;
+  std::vector<Layer> layers{{16, 15}, {15, 8}};
+  int steps = 10;
+  int rows = 4;
+  DType param_dtype = DType::f32;
+  std::optional<DType> reduce_dtype;
+  int forward_prefetch = 1;
+  fsdp::BackwardPrefetch backward = fsdp::BackwardPrefetch::pre;
+  int reshard_int = 0;
+  int in_flight = 2;
+  std::vector<std::string> micro{"sync"};
+  int delay_ms = 0;
+  double clip_p = 2;
+  double lr = 0.01;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr, "engine_check: %s\n", why.c_str());
+  std::exit(2);
+}
+
+DType dtype_named(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "f16") return DType::f16;
+  usage("unknown dtype " + s);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  return out;
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--mode") c.mode = v;
+    else if (k == "--strategy") {
+      static const std::map<std::string, fsdp::Strategy> m{{"full_shard", fsdp::Strategy::full_shard},
+                                                            {"shard_grad_op", fsdp::Strategy::shard_grad_op},
+                                                            {"no_shard", fsdp::Strategy::no_shard},
+                                                            {"hybrid_shard", fsdp::Strategy::hybrid_shard},
+                                                            {"hybrid_shard_zero2", fsdp::Strategy::hybrid_shard_zero2}};
+      if (!m.count(v)) usage("unknown strategy " + v);
+      c.strategy = m.at(v);
+    } else if (k == "--shard-group") c.shard_group = std::atoi(v.c_str());
+    else if (k == "--layers") {
+      c.layers.clear();
+      for (auto& l : split(v, ',')) {
+        auto x = l.find('x');
+        c.layers.push_back({std::atoll(l.substr(0, x).c_str()), std::atoll(l.substr(x + 1).c_str())});
+      }
+    } else if (k == "--steps") c.steps = std::atoi(v.c_str());
+    else if (k == "--rows") c.rows = std::atoi(v.c_str());
+    else if (k == "--param-dtype") c.param_dtype = dtype_named(v);
+    else if (k == "--reduce-dtype") c.reduce_dtype = dtype_named(v);
+    else if (k == "--forward-prefetch") c.forward_prefetch = std::atoi(v.c_str());
+    else if (k == "--backward") c.backward = v == "pre" ? fsdp::BackwardPrefetch::pre : v == "post" ? fsdp::BackwardPrefetch::post : fsdp::BackwardPrefetch::none;
+    else if (k == "--reshard-int") c.reshard_int = std::atoi(v.c_str());
+    else if (k == "--in-flight") c.in_flight = std::atoi(v.c_str());
+    else if (k == "--micro") c.micro = split(v, ',');
+    else if (k == "--delay-ms") c.delay_ms = std::atoi(v.c_str());
+    else if (k == "--clip-p") c.clip_p = v == "inf" ? std::numeric_limits<double>::infinity() : std::atof(v.c_str());
+    else if (k == "--lr") c.lr = std::atof(v.c_str());
+    else usage("unknown flag " + k);
+  }
+  return c;
+}
+
+double tolerance(const Config& c) { return c.param_dtype == DType::f32 && c.reduce_dtype.value_or(c.param_dtype) == DType::f32 ? 2e-5 : 2e-2; }
+
+struct Run {
+  Run(Runtime& r, transport::ProcessGroup& g, Config c) : rt(r), pg(g), cfg(std::move(c)) {}
+  Runtime& rt;
+  transport::ProcessGroup& pg;
+  Config cfg;
+  MlpState state;
+  std::vector<std::unique_ptr<MlpUnit>> units;
+  std::map<std::string, int> collectives;  // "comm dtype" -> count
+  std::map<std::string, int> dtypes;
+  int failures = 0;
+  std::mutex hook_mutex;
+
+  fsdp::Options options() {
+    fsdp::Options o;
+    o.strategy = cfg.strategy;
+    o.shard_group_size = cfg.shard_group;
+    o.prefetch.forward = cfg.forward_prefetch;
+    o.prefetch.backward = cfg.backward;
+    o.in_flight = cfg.in_flight;
+    o.mixed_precision.param = cfg.param_dtype;
+    o.mixed_precision.reduce = cfg.reduce_dtype;
+    o.optimizer = fsdp::AdamW{{.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}};
+    o.timeout = std::chrono::milliseconds(60000);
+    if (cfg.reshard_int > 0) o.reshard_after_forward = cfg.reshard_int;
+    // Micro-batch gradients add up: divide by their number as well as by the ranks, so that the
+    // step equals one on the whole batch (FSDP's custom gradient divide factor).
+    if (cfg.micro.size() > 1) o.gradient_divide_factor = static_cast<double>(pg.size() * cfg.micro.size());
+    o.comm_hook = [this](const std::string& comm, const transport::OpInfo& info) {
+      std::lock_guard lock(hook_mutex);  // runs on the communicators' threads
+      ++collectives[comm + " " + std::string(transport::to_string(info.op))];
+      ++dtypes[comm + " " + std::string(transport::to_string(info.op)) + " " + std::string(to_string(info.dtype))];
+      if (cfg.delay_ms > 0 && comm == "all_gather") std::this_thread::sleep_for(std::chrono::milliseconds(cfg.delay_ms));
+    };
+    return o;
+  }
+
+  Task<std::unique_ptr<fsdp::Engine>> make_engine() {
+    state.layers = cfg.layers;
+    units.clear();
+    std::vector<fsdp::Unit*> ptrs;
+    for (std::size_t i = 0; i < cfg.layers.size(); ++i) {
+      units.push_back(std::make_unique<MlpUnit>(state, i));
+      ptrs.push_back(units.back().get());
+    }
+    co_return co_await fsdp::Engine::create(rt, pg, ptrs, options());
+  }
+
+  Batch local_batch(int step, int micro = 0, int micros = 1) {
+    const int n = pg.size(), r = pg.rank();
+    (void)micros;
+    // Micro-batch m of rank r: rows [(m * n + r) * rows, ... + rows) of the global batch.
+    return make_batch(cfg.layers, cfg.rows, (static_cast<std::int64_t>(micro) * n + r) * cfg.rows, step);
+  }
+  Batch global_batch(int step, int micros = 1) {
+    return make_batch(cfg.layers, static_cast<std::int64_t>(cfg.rows) * pg.size() * micros, 0, step);
+  }
+
+  Task<float> mean_over_ranks(float v) {
+    Tensor t = Tensor::empty(rt.allocator(), DType::f32, {1});
+    t.data_as<float>()[0] = v;
+    co_await pg.world().all_reduce(t, transport::Reduction::avg(), rt.stream("compute"));
+    co_return t.data_as<float>()[0];
+  }
+
+  void expect_close(const std::string& what, double got, double want, double tol) {
+    if (!(std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want)))) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: %s: got %.9g, reference %.9g (tolerance %.1g)\n", pg.rank(), what.c_str(), got, want, tol);
+    }
+  }
+
+  void compare_params(const fsdp::StateDict& sd, const Reference& ref, double tol) {
+    for (std::size_t i = 0; i < ref.w.size(); ++i) {
+      for (int k = 0; k < 2; ++k) {
+        const auto& want = k == 0 ? ref.w[i] : ref.b[i];
+        const std::string name = "layers." + std::to_string(i) + (k == 0 ? ".weight" : ".bias");
+        const auto& got = sd.at(name);
+        double worst = 0;
+        for (std::size_t j = 0; j < want.size(); ++j) {
+          worst = std::max(worst, std::fabs(got[j] - want[j]) / std::max(1.0, static_cast<double>(std::fabs(want[j]))));
+        }
+        if (worst > tol) {
+          ++failures;
+          std::fprintf(stderr, "rank %d: parameter %s differs from the reference by %.3g (tolerance %.1g)\n", pg.rank(),
+                       name.c_str(), worst, tol);
+        }
+      }
+    }
+  }
+
+  // Trains `steps` steps with the configured micro-batch pattern and compares with the reference.
+  Task<void> parity() {
+    auto engine = co_await make_engine();
+    Reference ref(cfg.layers);
+    const int micros = static_cast<int>(cfg.micro.size());
+    auto o = std::get<fsdp::AdamW>(options().optimizer).options;
+    for (int step = 0; step < cfg.steps; ++step) {
+      float local = 0;
+      for (int m = 0; m < micros; ++m) {
+        engine->set_requires_gradient_sync(cfg.micro[static_cast<std::size_t>(m)] == "sync");
+        state.set_batch(local_batch(step, m, micros));
+        co_await engine->forward();
+        co_await engine->backward();
+        co_await engine->compute_event();
+        local += state.loss / static_cast<float>(micros);
+      }
+      engine->set_requires_gradient_sync(true);
+      co_await engine->optimizer_step();
+      float loss = co_await mean_over_ranks(local);
+      float want = ref.forward_backward(global_batch(step, micros));
+      ref.adamw(o);
+      expect_close("loss at step " + std::to_string(step), loss, want, tolerance(cfg));
+    }
+    compare_params(co_await engine->full_state_dict(), ref, tolerance(cfg) * 5);
+  }
+
+  Task<void> step(fsdp::Engine& engine, int s) {
+    state.set_batch(local_batch(s));
+    co_await engine.forward();
+    co_await engine.backward();
+    co_await engine.optimizer_step();
+    co_await engine.compute_event();
+  }
+
+  void expect_count(const std::string& what, int got, int want) {
+    if (got != want) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: %s: %d, expected %d\n", pg.rank(), what.c_str(), got, want);
+    }
+  }
+
+  // Collectives per iteration, as FSDP's communication tests count them.
+  Task<void> counts() {
+    auto engine = co_await make_engine();
+    const int n = static_cast<int>(cfg.layers.size());
+    co_await step(*engine, 0);  // the first iteration records the plan (and checks the order)
+    co_await engine->synchronize();
+    engine->clear_issue_log();
+    collectives.clear();
+    co_await step(*engine, 1);
+    co_await engine->synchronize();
+    int fwd_ag = 0, bwd_ag = 0, rs = 0, ar = 0;
+    for (const auto& e : engine->issue_log()) {
+      fwd_ag += e.starts_with("forward ") && e.ends_with(" all_gather");
+      bwd_ag += e.starts_with("backward ") && e.ends_with(" all_gather");
+      rs += e.ends_with(" reduce_scatter");
+      ar += e.ends_with(" all_reduce");
+    }
+    const bool no_shard = cfg.strategy == fsdp::Strategy::no_shard;
+    const bool zero2 = cfg.strategy == fsdp::Strategy::shard_grad_op || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
+    const bool hybrid = cfg.strategy == fsdp::Strategy::hybrid_shard || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
+    expect_count("forward all-gathers", fwd_ag, no_shard ? 0 : n);
+    // Every unit resharded after forward is gathered again, all but the last (FSDP's root).
+    expect_count("backward all-gathers", bwd_ag, no_shard || zero2 ? 0 : n - 1);
+    expect_count("reduce-scatters", rs, no_shard ? 0 : n);
+    expect_count("all-reduces", ar, no_shard || hybrid ? n : 0);
+    expect_count("all_gather communicator calls", collectives["all_gather all_gather"], no_shard ? 0 : fwd_ag + bwd_ag);
+    expect_count("reduce_scatter communicator calls", collectives["reduce_scatter reduce_scatter"], rs);
+    // Inside no_sync nothing is reduced; the synced backward after it reduces once per unit.
+    engine->clear_issue_log();
+    engine->set_requires_gradient_sync(false);
+    state.set_batch(local_batch(2));
+    co_await engine->forward();
+    co_await engine->backward();
+    int reduced = 0;
+    for (const auto& e : engine->issue_log()) reduced += e.ends_with(" reduce_scatter") || e.ends_with(" all_reduce");
+    expect_count("reductions inside no_sync", reduced, 0);
+    engine->set_requires_gradient_sync(true);
+    co_await engine->forward();
+    co_await engine->backward();
+    reduced = 0;
+    for (const auto& e : engine->issue_log()) reduced += e.ends_with(" reduce_scatter") || e.ends_with(" all_reduce");
+    expect_count("reductions after no_sync", reduced, (no_shard ? 1 : hybrid ? 2 : 1) * n);
+    co_await engine->optimizer_step();
+  }
+
+  // The exact issue order of the second iteration, printed by rank 0 for the test to compare.
+  Task<void> order() {
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    engine->clear_issue_log();
+    co_await step(*engine, 1);
+    if (pg.rank() == 0) {
+      std::string line;
+      for (const auto& e : engine->issue_log()) line += (line.empty() ? "" : "; ") + e;
+      std::printf("issue order: %s\n", line.c_str());
+    }
+  }
+
+  // Step time with every unit's compute and every all-gather taking delay_ms.
+  Task<void> overlap() {
+    auto engine = co_await make_engine();
+    state.compute_ms = cfg.delay_ms;
+    co_await step(*engine, 0);
+    auto t0 = std::chrono::steady_clock::now();
+    for (int s = 1; s <= cfg.steps; ++s) co_await step(*engine, s);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / cfg.steps;
+    const int n = static_cast<int>(cfg.layers.size());
+    const bool no_shard = cfg.strategy == fsdp::Strategy::no_shard;
+    // Serialised: forward n x (gather + compute), backward (n - 1) gathers + n computes.
+    const double serial = cfg.delay_ms * (no_shard ? 2.0 * n : 2.0 * n + n + (n - 1));
+    if (pg.rank() == 0) std::printf("step %.1f ms, serialised %.1f ms, ratio %.2f\n", ms, serial, ms / serial);
+  }
+
+  // Peak allocator memory in forward and backward against the pool formula.
+  Task<void> memory() {
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    co_await step(*engine, 1);
+    auto report = engine->memory_report();
+    auto stats = rt.allocator().stats();
+    const bool keep = cfg.strategy == fsdp::Strategy::shard_grad_op || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
+    const std::size_t depth = keep ? cfg.layers.size() : static_cast<std::size_t>(cfg.in_flight);
+    // Gradient buffers: the unit in backward and the one whose reduction is in flight; temporary
+    // reduce-scatter outputs are a shard each.
+    const std::size_t bound = report.sharded_state_bytes + depth * report.max_unit_unsharded_bytes +
+                              report.max_unit_unsharded_bytes + 64 * 1024;
+    if (pg.rank() == 0) {
+      std::printf("peak %zu bytes, bound %zu (sharded %zu + %zu x unit %zu), pool slots %zu\n", stats.peak_allocated_bytes,
+                  bound, report.sharded_state_bytes, depth, report.max_unit_unsharded_bytes, report.pool_slots);
+    }
+    if (stats.peak_allocated_bytes > bound) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: peak %zu bytes above the bound %zu\n", pg.rank(), stats.peak_allocated_bytes, bound);
+    }
+    if (report.pool_slots > depth) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: the pool grew to %zu slots (depth %zu)\n", pg.rank(), report.pool_slots, depth);
+    }
+  }
+
+  // Reductions in reduce_dtype, all-gathers in param_dtype (seen by the communicator hook).
+  Task<void> dtypes_check() {
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    co_await engine->synchronize();
+    std::lock_guard lock(hook_mutex);
+    const std::string pd(to_string(cfg.param_dtype)), rd(to_string(cfg.reduce_dtype.value_or(cfg.param_dtype)));
+    for (const auto& [key, n] : dtypes) {
+      if (key.starts_with("all_gather all_gather ") && !key.ends_with(" " + pd)) {
+        ++failures;
+        std::fprintf(stderr, "rank %d: %d all-gathers in the wrong dtype: %s\n", pg.rank(), n, key.c_str());
+      }
+      if (key.starts_with("reduce_scatter ") && !key.ends_with(" " + rd)) {
+        ++failures;
+        std::fprintf(stderr, "rank %d: %d reductions in the wrong dtype: %s\n", pg.rank(), n, key.c_str());
+      }
+    }
+    expect_count("all-gathers in " + pd, dtypes["all_gather all_gather " + pd], static_cast<int>(2 * cfg.layers.size() - 1));
+    expect_count("reduce-scatters in " + rd, dtypes["reduce_scatter reduce_scatter " + rd], static_cast<int>(cfg.layers.size()));
+  }
+
+  // Rank 1 runs the units in another order in the first iteration.
+  Task<void> wrong_order() {
+    auto engine = co_await make_engine();
+    state.set_batch(local_batch(0));
+    const std::size_t n = cfg.layers.size();
+    for (std::size_t i = 0; i < n; ++i) co_await engine->run_forward(pg.rank() == 1 ? n - 1 - i : i);
+    ++failures;
+    std::fprintf(stderr, "rank %d: a different order went unnoticed\n", pg.rank());
+  }
+
+  // clip_grad_norm against the reference's norm, then the clipped step.
+  Task<void> clip() {
+    auto engine = co_await make_engine();
+    Reference ref(cfg.layers);
+    auto o = std::get<fsdp::AdamW>(options().optimizer).options;
+    const ops::NormType type = cfg.clip_p == 2 ? ops::NormType::l2 : cfg.clip_p == 1 ? ops::NormType::l1 : ops::NormType::inf;
+    for (int s = 0; s < 3; ++s) {
+      state.set_batch(local_batch(s));
+      co_await engine->forward();
+      co_await engine->backward();
+      ref.forward_backward(global_batch(s));
+      std::vector<std::span<const float>> grads;
+      for (std::size_t i = 0; i < ref.dw.size(); ++i) {
+        grads.push_back(ref.dw[i]);
+        grads.push_back(ref.db[i]);
+      }
+      const double want = ops::grad_norm(grads, type);
+      const double max_norm = want / 2;  // always clips
+      const double got = co_await engine->clip_grad_norm(max_norm, cfg.clip_p);
+      expect_close("gradient norm at step " + std::to_string(s), got, want, 1e-5);
+      ref.scale_grads(static_cast<float>(ops::clip_coefficient(want, max_norm)));
+      co_await engine->optimizer_step();
+      ref.adamw(o);
+    }
+    compare_params(co_await engine->full_state_dict(), ref, 1e-4);
+  }
+
+  // Full state dict round trip, and the errors of bad ones.
+  Task<void> state_dict() {
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    auto full = co_await engine->full_state_dict();
+    auto rank0 = co_await engine->full_state_dict(true);
+    if ((pg.rank() == 0) != !rank0.empty()) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: rank0_only state dict has %zu entries\n", pg.rank(), rank0.size());
+    }
+    auto other = co_await make_engine();  // fresh values
+    co_await other->load_full_state_dict(full);
+    auto back = co_await other->full_state_dict();
+    if (back != full) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: the loaded engine's state dict differs from the saved one\n", pg.rank());
+    }
+    auto expect_error = [&](const std::string& what, fsdp::StateDict bad, const std::string& needle) -> Task<void> {
+      try {
+        co_await other->load_full_state_dict(bad);
+        ++failures;
+        std::fprintf(stderr, "rank %d: %s was accepted\n", pg.rank(), what.c_str());
+      } catch (const Error& e) {
+        if (e.message().find(needle) == std::string::npos) {
+          ++failures;
+          std::fprintf(stderr, "rank %d: %s: unexpected error: %s\n", pg.rank(), what.c_str(), e.what());
+        }
+      }
+    };
+    auto missing = full;
+    missing.erase("layers.0.bias");
+    co_await expect_error("a missing tensor", missing, "state dict has no 'layers.0.bias' (unit 'layers.0')");
+    auto extra = full;
+    extra["layers.9.weight"] = {1.0f};
+    co_await expect_error("an extra tensor", extra, "'layers.9.weight' is not a parameter of this model");
+    auto shaped = full;
+    shaped["layers.1.weight"].pop_back();
+    co_await expect_error("a mis-shaped tensor", shaped, "'layers.1.weight' has");
+  }
+};
+
+Task<int> main_task(Runtime& rt, Config cfg) {
+  auto pg = co_await transport::ProcessGroup::from_env(rt);
+  Run run(rt, *pg, cfg);
+  const int r = pg->rank();
+  try {
+    if (cfg.mode == "parity") {
+      co_await run.parity();
+    } else if (cfg.mode == "counts") {
+      co_await run.counts();
+    } else if (cfg.mode == "order") {
+      co_await run.order();
+    } else if (cfg.mode == "overlap") {
+      co_await run.overlap();
+    } else if (cfg.mode == "memory") {
+      co_await run.memory();
+    } else if (cfg.mode == "dtypes") {
+      co_await run.dtypes_check();
+    } else if (cfg.mode == "wrong-order") {
+      co_await run.wrong_order();
+    } else if (cfg.mode == "clip") {
+      co_await run.clip();
+    } else if (cfg.mode == "state-dict") {
+      co_await run.state_dict();
+    } else {
+      std::fprintf(stderr, "engine_check: unknown mode %s\n", cfg.mode.c_str());
+      co_return 2;
+    }
+  } catch (const Error& e) {
+    std::printf("rank %d: error: %s\n", r, e.what());
+    std::fflush(stdout);
+    co_return 3;
+  }
+  co_await pg->finish();
+  if (run.failures) {
+    std::printf("rank %d: %s FAILED (%d differences)\n", r, cfg.mode.c_str(), run.failures);
+    co_return 1;
+  }
+  std::printf("rank %d: %s ok\n", r, cfg.mode.c_str());
+  co_return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg = parse(argc, argv);
+  // Every rank must report the error itself, not be stopped by the launcher once one has.
+  if (cfg.mode == "wrong-order") ::signal(SIGTERM, SIG_IGN);
+  auto env = transport::resolve_launch_env(transport::process_env());
+  if (!env) {
+    std::fprintf(stderr, "%s\n", env.error().what());
+    return 2;
+  }
+  try {
+    Runtime rt({.name = "engine", .rank = env.value().rank});
+    return rt.scheduler().sync_wait(main_task(rt, cfg));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", env.value().rank, e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,191 @@
+// Multi-process tests of the FSDP engine: real ranks started by coshard-run, each comparing the
+// sharded training of an MLP with the same model trained without sharding (engine_check.cpp).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "support/run_command.hpp"
+
+namespace {
+
+using coshard::testing::run_command;
+
+const std::string kRun = COSHARD_RUN_BIN;
+const std::string kCheck = ENGINE_CHECK_BIN;
+
+coshard::testing::CommandResult check(int ranks, const std::string& args) {
+  return run_command(kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kCheck + " " + args);
+}
+
+void expect_ok(const coshard::testing::CommandResult& r, int ranks, const std::string& mode) {
+  EXPECT_EQ(r.rc, 0) << r.output;
+  for (int i = 0; i < ranks; ++i) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": " + mode + " ok"), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// 1. Parity with one process, for every strategy and rank count, on MLPs of uneven shapes.
+struct ParityCase {
+  int ranks;
+  std::string args;
+};
+
+class Parity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(Parity, ShardedTrainingEqualsOneProcess) {
+  const auto& c = GetParam();
+  for (const std::string layers : {"16x15,15x8", "7x15,15x3", "16x17,17x8"}) {
+    auto r = check(c.ranks, "--layers " + layers + " " + c.args);
+    expect_ok(r, c.ranks, "parity");
+  }
+}
+
+std::vector<ParityCase> parity_cases() {
+  std::vector<ParityCase> cases;
+  for (int n : {1, 2, 3, 4}) {
+    for (const std::string s : {"full_shard", "shard_grad_op", "no_shard"}) cases.push_back({n, "--strategy " + s});
+  }
+  for (const std::string s : {"hybrid_shard", "hybrid_shard_zero2"}) {
+    cases.push_back({4, "--strategy " + s + " --shard-group 2"});  // a 2 x 2 mesh
+  }
+  cases.push_back({2, "--param-dtype bf16"});                          // mixed precision, bf16 reductions
+  cases.push_back({3, "--param-dtype bf16 --reduce-dtype f32"});
+  cases.push_back({2, "--param-dtype f16 --strategy shard_grad_op"});  // f16: split divide
+  cases.push_back({4, "--param-dtype bf16 --strategy hybrid_shard --shard-group 2"});
+  cases.push_back({2, "--forward-prefetch 0 --backward none"});
+  cases.push_back({2, "--forward-prefetch 2 --in-flight 3 --backward post"});
+  cases.push_back({4, "--reshard-int 2"});
+  cases.push_back({2, "--param-dtype bf16 --strategy no_shard"});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, Parity, ::testing::ValuesIn(parity_cases()));
+
+// 2. Collective counts per iteration.
+TEST(EngineCounts, PerIterationAsFsdp) {
+  for (const std::string s : {"full_shard", "shard_grad_op", "no_shard"}) {
+    expect_ok(check(2, "--mode counts --layers 8x8,8x8,8x8,8x4 --strategy " + s), 2, "counts");
+  }
+  expect_ok(check(4, "--mode counts --layers 8x8,8x8,8x4 --strategy hybrid_shard --shard-group 2"), 4, "counts");
+}
+
+// 3. The exact issue order for the prefetch modes.
+std::string issue_order(const std::string& args) {
+  auto r = check(2, "--mode order --layers 8x8,8x8,8x8,8x4 " + args);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  auto at = r.output.find("issue order: ");
+  if (at == std::string::npos) return r.output;
+  return r.output.substr(at + 13, r.output.find('\n', at) - at - 13);
+}
+
+TEST(EngineOrder, DefaultPrefetch) {
+  // Forward: each unit's all-gather is issued while the one before computes; the last unit stays
+  // unsharded into backward. BACKWARD_PRE: the next unit's all-gather goes before this unit's
+  // gradient compute, then this unit's reduce-scatter.
+  EXPECT_EQ(issue_order(""),
+            "forward layers.0 all_gather; forward layers.1 all_gather; forward layers.0 compute; "
+            "forward layers.2 all_gather; forward layers.1 compute; forward layers.3 all_gather; forward layers.2 compute; "
+            "forward layers.3 compute; "
+            "backward layers.2 all_gather; backward layers.3 compute; backward layers.3 reduce_scatter; "
+            "backward layers.1 all_gather; backward layers.2 compute; backward layers.2 reduce_scatter; "
+            "backward layers.0 all_gather; backward layers.1 compute; backward layers.1 reduce_scatter; "
+            "backward layers.0 compute; backward layers.0 reduce_scatter");
+}
+
+TEST(EngineOrder, BackwardPostGathersAfterTheGradientCompute) {
+  auto log = issue_order("--backward post");
+  EXPECT_EQ(log.substr(log.find("backward")),
+            "backward layers.3 compute; backward layers.2 all_gather; backward layers.3 reduce_scatter; "
+            "backward layers.2 compute; backward layers.1 all_gather; backward layers.2 reduce_scatter; "
+            "backward layers.1 compute; backward layers.0 all_gather; backward layers.1 reduce_scatter; "
+            "backward layers.0 compute; backward layers.0 reduce_scatter");
+}
+
+TEST(EngineOrder, ForwardPrefetchOfOneAndTwoUnits) {
+  auto two = issue_order("--forward-prefetch 2 --in-flight 3");
+  EXPECT_EQ(two.substr(0, two.find("; backward")),
+            "forward layers.0 all_gather; forward layers.1 all_gather; forward layers.2 all_gather; "
+            "forward layers.0 compute; forward layers.3 all_gather; forward layers.1 compute; "
+            "forward layers.2 compute; forward layers.3 compute");
+  auto none = issue_order("--forward-prefetch 0 --backward none");
+  EXPECT_EQ(none,
+            "forward layers.0 all_gather; forward layers.0 compute; forward layers.1 all_gather; forward layers.1 compute; "
+            "forward layers.2 all_gather; forward layers.2 compute; forward layers.3 all_gather; forward layers.3 compute; "
+            "backward layers.3 compute; backward layers.3 reduce_scatter; backward layers.2 all_gather; "
+            "backward layers.2 compute; backward layers.2 reduce_scatter; backward layers.1 all_gather; "
+            "backward layers.1 compute; backward layers.1 reduce_scatter; backward layers.0 all_gather; "
+            "backward layers.0 compute; backward layers.0 reduce_scatter");
+}
+
+// 4. Overlap: prefetch hides the all-gathers behind compute; without prefetch nothing overlaps.
+double step_ratio(const std::string& args) {
+  auto r = check(2, "--mode overlap --steps 2 --delay-ms 40 --layers 8x8,8x8,8x8,8x4 " + args);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  auto at = r.output.find("ratio ");
+  return at == std::string::npos ? 0 : std::atof(r.output.c_str() + at + 6);
+}
+
+TEST(EngineOverlap, PrefetchHidesTheAllGathers) {
+  EXPECT_LT(step_ratio(""), 0.75);
+  EXPECT_GT(step_ratio("--forward-prefetch 0 --backward none"), 0.9);
+}
+
+// 5. Memory: the allocator's peak within sharded state + depth x largest unit.
+TEST(EngineMemory, PeakWithinThePoolBound) {
+  for (const std::string s : {"full_shard", "shard_grad_op"}) {
+    expect_ok(check(2, "--mode memory --layers 64x64,64x64,64x64,64x32,32x32,32x8 --strategy " + s), 2, "memory");
+  }
+}
+
+// 6. Gradient accumulation: micro-batches with no_sync equal one batch of their union.
+TEST(EngineAccumulation, NoSyncInterleavings) {
+  expect_ok(check(2, "--micro no_sync,no_sync,no_sync,sync,sync,sync,no_sync,no_sync,no_sync,sync --steps 4"), 2,
+            "parity");
+  expect_ok(check(2, "--micro sync,sync,sync,no_sync,no_sync,no_sync,sync --steps 4 --strategy shard_grad_op"), 2,
+            "parity");
+  expect_ok(check(2, "--micro no_sync,sync --steps 4 --strategy no_shard"), 2, "parity");
+}
+
+// 7. Mixed precision: unsharded parameters in param_dtype, reductions in reduce_dtype.
+TEST(EngineMixedPrecision, CollectivesRunInTheirDtypes) {
+  expect_ok(check(2, "--mode dtypes --param-dtype bf16"), 2, "dtypes");
+  expect_ok(check(2, "--mode dtypes --param-dtype bf16 --reduce-dtype f32"), 2, "dtypes");
+  expect_ok(check(2, "--mode dtypes --param-dtype f16 --reduce-dtype f16"), 2, "dtypes");
+}
+
+// 8. A rank taking another order in the first iteration fails every rank by name.
+TEST(EngineErrors, DifferentForwardOrderIsNamedOnEveryRank) {
+  auto r = check(2, "--mode wrong-order --layers 8x8,8x8,8x4");
+  EXPECT_NE(r.rc, 0) << r.output;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] rank " + std::to_string(i) +
+                            ": error: coshard invalid_argument"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_NE(r.output.find("forward order differs across ranks: at position 0 of the first forward, rank 1 runs unit "
+                          "'layers.2' where rank 0 runs 'layers.0'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(r.seconds, 30);
+}
+
+// 9. clip_grad_norm equals the one-process norm; state dict round trip.
+TEST(EngineClip, NormEqualsOneProcess) {
+  for (const std::string p : {"2", "1", "inf"}) {
+    expect_ok(check(2, "--mode clip --clip-p " + p), 2, "clip");
+    expect_ok(check(3, "--mode clip --clip-p " + p + " --strategy no_shard"), 3, "clip");
+  }
+  expect_ok(check(4, "--mode clip --strategy hybrid_shard --shard-group 2"), 4, "clip");
+}
+
+TEST(EngineStateDict, RoundTripAndBadDicts) {
+  expect_ok(check(2, "--mode state-dict"), 2, "state-dict");
+  expect_ok(check(3, "--mode state-dict --strategy no_shard"), 3, "state-dict");
+}
+
+}  // namespace
