@@ -47,6 +47,7 @@ struct Config {
   int delay_ms = 0;
   double clip_p = 2;
   double lr = 0.01;
+  bool root = false;  // first and last layer as one two-phase unit
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -100,6 +101,7 @@ Config parse(int argc, char** argv) {
     else if (k == "--delay-ms") c.delay_ms = std::atoi(v.c_str());
     else if (k == "--clip-p") c.clip_p = v == "inf" ? std::numeric_limits<double>::infinity() : std::atof(v.c_str());
     else if (k == "--lr") c.lr = std::atof(v.c_str());
+    else if (k == "--root") c.root = v == "1";
     else usage("unknown flag " + k);
   }
   return c;
@@ -113,7 +115,7 @@ struct Run {
   transport::ProcessGroup& pg;
   Config cfg;
   MlpState state;
-  std::vector<std::unique_ptr<MlpUnit>> units;
+  std::vector<std::unique_ptr<fsdp::Unit>> units;
   std::map<std::string, int> collectives;  // "comm dtype" -> count
   std::map<std::string, int> dtypes;
   int failures = 0;
@@ -147,10 +149,13 @@ struct Run {
     state.layers = cfg.layers;
     units.clear();
     std::vector<fsdp::Unit*> ptrs;
-    for (std::size_t i = 0; i < cfg.layers.size(); ++i) {
-      units.push_back(std::make_unique<MlpUnit>(state, i));
-      ptrs.push_back(units.back().get());
+    if (cfg.root) {
+      units.push_back(std::make_unique<MlpRootUnit>(state));
+      for (std::size_t i = 1; i + 1 < cfg.layers.size(); ++i) units.push_back(std::make_unique<MlpUnit>(state, i));
+    } else {
+      for (std::size_t i = 0; i < cfg.layers.size(); ++i) units.push_back(std::make_unique<MlpUnit>(state, i));
     }
+    for (auto& u : units) ptrs.push_back(u.get());
     co_return co_await fsdp::Engine::create(rt, pg, ptrs, options());
   }
 

@@ -39,6 +39,7 @@ class Parity : public ::testing::TestWithParam<ParityCase> {};
 TEST_P(Parity, ShardedTrainingEqualsOneProcess) {
   const auto& c = GetParam();
   for (const std::string layers : {"16x15,15x8", "7x15,15x3", "16x17,17x8"}) {
+    // A case may name its own layers (the last --layers wins).
     auto r = check(c.ranks, "--layers " + layers + " " + c.args);
     expect_ok(r, c.ranks, "parity");
   }
@@ -60,6 +61,10 @@ std::vector<ParityCase> parity_cases() {
   cases.push_back({2, "--forward-prefetch 2 --in-flight 3 --backward post"});
   cases.push_back({4, "--reshard-int 2"});
   cases.push_back({2, "--param-dtype bf16 --strategy no_shard"});
+  // A two-phase root unit (first and last layer), as a tied embedding and LM head need.
+  cases.push_back({2, "--root 1 --layers 16x15,15x9,9x8"});
+  cases.push_back({3, "--root 1 --layers 16x15,15x9,9x8 --strategy shard_grad_op --param-dtype bf16"});
+  cases.push_back({4, "--root 1 --layers 16x15,15x9,9x8 --strategy hybrid_shard --shard-group 2 --micro no_sync,sync"});
   return cases;
 }
 

@@ -148,6 +148,36 @@ class MlpUnit final : public fsdp::Unit {
   std::size_t i_;
 };
 
+// The first and last layers as one unit with two phases, the way a tied embedding and LM head
+// share FSDP's root: phase 0 runs layer 0, phase 1 the last layer, the units between run between.
+class MlpRootUnit final : public fsdp::Unit {
+ public:
+  explicit MlpRootUnit(MlpState& state) : s_(state) {}
+  std::string name() const override { return "root"; }
+  int phases() const override { return 2; }
+  std::vector<fsdp::ParamSpec> params() const override {
+    auto p = layer_params(0, s_.layers.front());
+    auto last = layer_params(s_.layers.size() - 1, s_.layers.back());
+    p.insert(p.end(), last.begin(), last.end());
+    return p;
+  }
+  Task<void> forward(fsdp::Scope& scope) override {
+    const std::size_t k = scope.phase() == 0 ? 0 : 2, layer = scope.phase() == 0 ? 0 : s_.layers.size() - 1;
+    auto w = scope.param(k), b = scope.param(k + 1);
+    scope.enqueue([this, w, b, layer] { s_.forward(layer, w, b); }, "forward root");
+    co_return;
+  }
+  Task<void> backward(fsdp::Scope& scope) override {
+    const std::size_t k = scope.phase() == 0 ? 0 : 2, layer = scope.phase() == 0 ? 0 : s_.layers.size() - 1;
+    auto w = scope.param(k), dw = scope.grad(k), db = scope.grad(k + 1);
+    scope.enqueue([this, w, dw, db, layer] { s_.backward(layer, w, dw, db); }, "backward root");
+    co_return;
+  }
+
+ private:
+  MlpState& s_;
+};
+
 // The same model in one process, unsharded, f32, with the same optimizer maths.
 struct Reference {
   MlpState state;

@@ -111,7 +111,10 @@ struct UnitState {
   bool accumulated_pending = false;  // holds gradients not yet reduced
   std::vector<Tensor> grad_views;
   std::optional<Event> reduced;    // gradient shard updated
-  bool forward_ran = false;
+  int phases = 1;
+  int forward_calls = 0;   // forward phases run this iteration
+  int backward_calls = 0;  // backward phases run this iteration
+  bool open = false;       // between two of its phases: stays unsharded, outside the in-flight count
 };
 
 struct Engine::Impl {
@@ -144,10 +147,26 @@ struct Engine::Impl {
 
   bool sharded() const { return opt.strategy != Strategy::no_shard; }
   bool mixed() const { return param_dtype != DType::f32; }
+  // Units unsharded for prefetching or running now; a multi-phase unit between its phases is
+  // long-lived (like FSDP's root) and not counted.
   std::size_t resident_count() const {
     std::size_t n = 0;
-    for (const auto& u : units) n += u.resident ? 1 : 0;
+    for (const auto& u : units) n += u.resident && !u.open ? 1 : 0;
     return n;
+  }
+  std::size_t total_steps() const {
+    std::size_t n = 0;
+    for (const auto& u : units) n += static_cast<std::size_t>(u.phases);
+    return n;
+  }
+  // Without a plan: phase 0 of every unit in order, then later phases innermost first.
+  std::vector<std::size_t> default_order() const {
+    std::vector<std::size_t> o(units.size());
+    std::iota(o.begin(), o.end(), std::size_t{0});
+    for (std::size_t u = units.size(); u-- > 0;) {
+      for (int p = 1; p < units[u].phases; ++p) o.push_back(u);
+    }
+    return o;
   }
   bool reshard_after_forward(std::size_t u) const {
     if (opt.strategy == Strategy::no_shard) return false;
@@ -451,6 +470,8 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
     u.unit = unit;
     u.name = unit->name();
     u.layout = detail::FlatLayout::build(u.name, unit->params(), shards, align);
+    u.phases = unit->phases();
+    if (u.phases < 1) throw Error(Errc::bad_config, "unit '" + u.name + "' declares " + std::to_string(u.phases) + " phases");
     signature = fnv(signature, u.name.data(), u.name.size());
     for (const auto& p : u.layout.params) {
       signature = fnv(signature, p.spec.name.data(), p.spec.name.size());
@@ -510,10 +531,8 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
 
 Task<void> Engine::forward() {
   Impl& m = *impl_;
-  const std::size_t n = m.units.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    co_await run_forward(m.plan_ready ? m.order[i] : i);
-  }
+  const std::vector<std::size_t> order = m.plan_ready ? m.order : m.default_order();
+  for (std::size_t ui : order) co_await run_forward(ui);
 }
 
 Task<void> Engine::run_forward(std::size_t ui) {
@@ -529,8 +548,14 @@ Task<void> Engine::run_forward(std::size_t ui) {
       m.compute->wait(*m.optimizer_done);
     }
     m.backward_position = 0;
-    for (auto& s : m.units) s.forward_ran = false;
+    for (auto& s : m.units) s.forward_calls = s.backward_calls = 0;
   }
+  if (u.forward_calls >= u.phases) {
+    throw m.error(Errc::invalid_argument, "unit '" + u.name + "' ran forward " + std::to_string(u.forward_calls + 1) +
+                                              " times in one step but has " + std::to_string(u.phases) + " phase(s)",
+                  u.name, "pre-forward");
+  }
+  const int phase = u.forward_calls;
   if (!m.plan_ready) {
     // First iteration: every rank must be at the same unit, checked before its all-gather so
     // that a different order fails by name instead of all-gathering the wrong unit.
@@ -561,8 +586,10 @@ Task<void> Engine::run_forward(std::size_t ui) {
                    m.rank, pos, u.name.c_str());
     }
   }
-  // Pre-forward: unshard unless prefetched, and make compute wait for it.
-  if (u.resident) {
+  // Pre-forward: unshard unless prefetched (or kept from an earlier phase), and make compute wait.
+  if (phase > 0) {
+    // Unsharded since its first phase.
+  } else if (u.resident) {
     m.prefetch_hits->add();
   } else {
     m.prefetch_misses->add();
@@ -581,16 +608,17 @@ Task<void> Engine::run_forward(std::size_t ui) {
       m.prefetch(m.order[pos + static_cast<std::size_t>(k)], "forward");
     }
   }
-  Scope scope(m.rt, *m.compute, &u.param_views, nullptr);
+  Scope scope(m.rt, *m.compute, &u.param_views, nullptr, phase);
   m.log.push_back("forward " + u.name + " compute");
   co_await u.unit->forward(scope);
-  u.forward_ran = true;
-  // Post-forward: reshard per strategy once compute is done with the buffer.
-  // The recorded order is the plan once every unit ran (and tells which unit is last).
-  if (pos + 1 == m.units.size() && !m.plan_ready) m.plan_ready = true;
+  ++u.forward_calls;
+  // Post-forward: reshard per strategy once compute is done with the buffer. The recorded order
+  // is the plan once every step ran (and tells which unit is last).
+  if (pos + 1 == m.total_steps() && !m.plan_ready) m.plan_ready = true;
   Event used;
   used.record(*m.compute);
-  if (m.reshard_after_forward(ui)) m.reshard(ui, used, true);
+  u.open = u.forward_calls < u.phases;
+  if (!u.open && m.reshard_after_forward(ui)) m.reshard(ui, used, true);
 }
 
 // ---- backward ----
@@ -609,13 +637,18 @@ Task<void> Engine::run_backward(std::size_t ui) {
   Impl& m = *impl_;
   if (ui >= m.units.size()) throw Error(Errc::invalid_argument, "run_backward: no unit " + std::to_string(ui));
   UnitState& u = m.units[ui];
-  if (!u.forward_ran) {
-    throw m.error(Errc::invalid_argument, "backward of unit '" + u.name + "' without its forward in this iteration: run "
-                                          "the forward first (activations would be missing)", u.name, "pre-backward");
+  if (u.forward_calls < u.phases || u.backward_calls >= u.phases) {
+    throw m.error(Errc::invalid_argument, "backward of unit '" + u.name + "' without its forward in this iteration (or "
+                                          "more backward than forward phases): run the forward first, activations "
+                                          "would be missing", u.name, "pre-backward");
   }
   const std::size_t pos = m.backward_position++;
+  const int phase = u.phases - 1 - u.backward_calls;
+  const bool first_phase = u.backward_calls == 0;
   // Pre-backward: unshard again if resharded after forward.
-  if (u.resident) {
+  if (!first_phase) {
+    // Unsharded, with its gradient buffers, since its first backward phase.
+  } else if (u.resident) {
     m.prefetch_hits->add();
   } else {
     m.prefetch_misses->add();
@@ -624,7 +657,9 @@ Task<void> Engine::run_backward(std::size_t ui) {
   m.compute->wait(u.ready);
   // Gradient buffers: the no_sync accumulator, or a zeroed pool slot.
   const auto& l = u.layout;
-  if (!m.sync || u.accumulated_pending) {
+  if (!first_phase) {
+    // kept from the first backward phase
+  } else if (!m.sync || u.accumulated_pending) {
     if (!u.accumulated.defined()) {
       u.accumulated = Tensor::empty(m.rt.allocator(), DType::f32, {l.padded});
       Tensor acc = u.accumulated;
@@ -641,8 +676,10 @@ Task<void> Engine::run_backward(std::size_t ui) {
     Tensor g = u.grad_buffer;
     m.compute->enqueue([g] { std::fill_n(g.data_as<float>(), g.numel(), 0.0f); }, "zero grads " + u.name);
   }
-  u.grad_views.clear();
-  for (const auto& p : l.params) u.grad_views.push_back(u.grad_buffer.view(p.offset, p.spec.shape));
+  if (first_phase) {
+    u.grad_views.clear();
+    for (const auto& p : l.params) u.grad_views.push_back(u.grad_buffer.view(p.offset, p.spec.shape));
+  }
   // Backward prefetch (PRE): the next unit's all-gather overlaps this unit's gradient compute.
   const std::size_t next_pos = m.order.size() - 2 - pos;  // reverse plan order
   auto backward_prefetch = [&] {
@@ -658,9 +695,12 @@ Task<void> Engine::run_backward(std::size_t ui) {
   };
   const bool has_explicit = m.opt.prefetch.backward_explicit.count(u.name) > 0;
   if (has_explicit || m.opt.prefetch.backward == BackwardPrefetch::pre) backward_prefetch();
-  Scope scope(m.rt, *m.compute, &u.param_views, &u.grad_views);
+  Scope scope(m.rt, *m.compute, &u.param_views, &u.grad_views, phase);
   m.log.push_back("backward " + u.name + " compute");
   co_await u.unit->backward(scope);
+  ++u.backward_calls;
+  u.open = phase > 0;
+  if (u.open) co_return;  // more phases to come: keep parameters and gradients
   // Post-backward: reshard, prefetch (POST), reduce.
   Event used;
   used.record(*m.compute);

@@ -30,9 +30,12 @@ struct ParamSpec {
 
 class Scope {
  public:
-  Scope(Runtime& rt, Stream& compute, const std::vector<Tensor>* params, const std::vector<Tensor>* grads)
-      : rt_(rt), compute_(compute), params_(params), grads_(grads) {}
+  Scope(Runtime& rt, Stream& compute, const std::vector<Tensor>* params, const std::vector<Tensor>* grads,
+        int phase = 0)
+      : rt_(rt), compute_(compute), params_(params), grads_(grads), phase_(phase) {}
   Runtime& runtime() noexcept { return rt_; }
+  // Which of the unit's phases runs (0 for single-phase units; see Unit::phases).
+  int phase() const noexcept { return phase_; }
   Stream& compute() noexcept { return compute_; }
   // Unsharded parameter i of the unit (f32), in params() order.
   std::span<float> param(std::size_t i) const;
@@ -46,6 +49,7 @@ class Scope {
   Stream& compute_;
   const std::vector<Tensor>* params_;
   const std::vector<Tensor>* grads_;
+  int phase_;
 };
 
 class Unit {
@@ -55,6 +59,12 @@ class Unit {
   virtual std::vector<ParamSpec> params() const = 0;
   virtual Task<void> forward(Scope& scope) = 0;
   virtual Task<void> backward(Scope& scope) = 0;
+  // A unit may run more than once per step, like FSDP's root that wraps the others: phase 0 of
+  // forward before the units after it, later phases after them (a GPT-2 whose LM head is tied to
+  // the token embedding: embedding in phase 0, head in phase 1). Backward runs the phases in
+  // reverse. Such a unit stays unsharded from its first forward phase to its last backward phase,
+  // and its gradients are reduced once, after that.
+  virtual int phases() const { return 1; }
 };
 
 }  // namespace coshard::fsdp
