@@ -22,6 +22,14 @@ function(coshard_target_defaults target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:coshard_warnings> $<BUILD_INTERFACE:coshard_sanitize>)
 endfunction()
 
+# For targets whose loops are written to vectorise (kernels, reductions, optimizer, casts). GCC's
+# -O2 cost model ("very-cheap") skips every loop whose trip count is not a known multiple of the
+# vector width, i.e. all of them; and sqrt only vectorises when it need not set errno (nothing in
+# coshard reads errno).
+function(coshard_hot_loops target)
+  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-fvect-cost-model=dynamic> -fno-math-errno)
+endfunction()
+
 # Public sanitizer flags must reach executables that link our libraries.
 function(coshard_executable_defaults target)
   target_link_libraries(${target} PRIVATE coshard_warnings coshard_sanitize)

@@ -1,6 +1,7 @@
 // CPU backend: a stream is an in-order worker thread with a queue; a recorded point is a flag with
 // waiters that the worker sets when it reaches it.
 #include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -108,6 +109,12 @@ class CpuStream final : public detail::StreamImpl {
   void enqueue(std::function<void()> work, std::string span) override {
     push(Work{std::move(work), std::move(span)});
   }
+  std::chrono::nanoseconds busy() const noexcept override {
+    return std::chrono::nanoseconds(busy_ns_.load(std::memory_order_relaxed));
+  }
+  std::chrono::nanoseconds stalled() const noexcept override {
+    return std::chrono::nanoseconds(stalled_ns_.load(std::memory_order_relaxed));
+  }
 
  private:
   void push(Item item) {
@@ -147,13 +154,16 @@ class CpuStream final : public detail::StreamImpl {
   void execute(Work& w) {
     ++items_;
     if (poison_) return;
+    const auto begin = std::chrono::steady_clock::now();
+    struct Account {  // adds the item's time even when it throws
+      std::atomic<std::int64_t>& total;
+      std::chrono::steady_clock::time_point begin;
+      ~Account() { total.fetch_add((std::chrono::steady_clock::now() - begin).count(), std::memory_order_relaxed); }
+    } account{busy_ns_, begin};
     try {
+      w.fn();
       if (!w.span.empty() && options_.telemetry && options_.telemetry->tracing()) {
-        auto begin = std::chrono::steady_clock::now();
-        w.fn();
         options_.telemetry->span({std::move(w.span), {}, name_, options_.rank, begin, std::chrono::steady_clock::now()});
-      } else {
-        w.fn();
       }
     } catch (const Error& e) {
       poison_ = std::make_exception_ptr(e.with_context(op_context("stream " + name_)));
@@ -170,7 +180,11 @@ class CpuStream final : public detail::StreamImpl {
   void execute(Mark& m) { m.point->finish(poison_); }
   void execute(Wait& w) {
     if (poison_) return;
-    w.point->block();
+    if (!w.point->ready()) {
+      const auto begin = std::chrono::steady_clock::now();
+      w.point->block();
+      stalled_ns_.fetch_add((std::chrono::steady_clock::now() - begin).count(), std::memory_order_relaxed);
+    }
     if (auto e = w.point->error()) poison_ = e;  // an upstream failure flows downstream
   }
 
@@ -182,6 +196,8 @@ class CpuStream final : public detail::StreamImpl {
   std::deque<Item> queue_;
   bool closing_ = false;
   std::atomic<std::size_t> queued_{0};
+  std::atomic<std::int64_t> busy_ns_{0};
+  std::atomic<std::int64_t> stalled_ns_{0};
   static constexpr std::chrono::microseconds kPollBeforeSleep{50};
   // Worker-thread state only:
   std::exception_ptr poison_;

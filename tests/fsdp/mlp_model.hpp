@@ -75,6 +75,7 @@ struct MlpState {
   std::vector<float> target;
   float loss = 0;
   int compute_ms = 0;  // test hook: each kernel also occupies the stream this long
+  bool skip_compute = false;  // benchmark hook: run the schedule without the kernels
 
   void set_batch(const Batch& b) {
     rows = static_cast<std::int64_t>(b.x.size()) / layers.front().in;
@@ -97,6 +98,7 @@ struct MlpState {
 
   // Layer i forward with parameters w, b (spans): on whatever thread runs it.
   void forward(std::size_t i, std::span<const float> w, std::span<const float> b) {
+    if (skip_compute) return;
     const auto& l = layers[i];
     const auto r = static_cast<std::size_t>(rows);
     ops::linear_forward(acts[i], w, b, pre[i], r, static_cast<std::size_t>(l.in), static_cast<std::size_t>(l.out));
@@ -115,6 +117,7 @@ struct MlpState {
     occupy();
   }
   void backward(std::size_t i, std::span<const float> w, std::span<float> dw, std::span<float> db) {
+    if (skip_compute) return;
     const auto& l = layers[i];
     const bool last = i + 1 == layers.size();
     std::vector<float> dy = dacts[i + 1];

@@ -139,6 +139,9 @@ struct Engine::Impl {
   std::size_t forward_position = 0, backward_position = 0;
   bool warned_deviation = false;
   std::vector<std::string> log;
+  Counter* exposed_total = nullptr;
+  Gauge* overlap = nullptr;
+  CommStats reported;
   Counter* prefetch_hits = nullptr;
   Counter* prefetch_misses = nullptr;
   Gauge* pool_occupancy = nullptr;
@@ -334,10 +337,17 @@ struct Engine::Impl {
       const DType rd = reduce_dtype;
       const float scale = static_cast<float>(1.0 / pre);
       reduce_stream->enqueue([grad, input, rd, scale] {
-        std::vector<float> tmp(static_cast<std::size_t>(grad.numel()));
+        // In cache-sized blocks: no full-size temporary (fresh pages cost more than the cast).
+        constexpr std::size_t kBlock = 4096;
+        float tmp[kBlock];
         const float* g = grad.data_as<float>();
-        for (std::size_t i = 0; i < tmp.size(); ++i) tmp[i] = g[i] * scale;
-        cast_from_f32(tmp.data(), input.data(), rd, tmp.size());
+        const auto n = static_cast<std::size_t>(grad.numel());
+        const std::size_t esize = size_of(rd);
+        for (std::size_t at = 0; at < n; at += kBlock) {
+          const std::size_t m = std::min(kBlock, n - at);
+          for (std::size_t i = 0; i < m; ++i) tmp[i] = g[at + i] * scale;
+          cast_from_f32(tmp, static_cast<std::byte*>(input.data()) + at * esize, rd, m);
+        }
       }, "cast grads " + u.name);
     }
     Tensor out;
@@ -363,13 +373,23 @@ struct Engine::Impl {
     const DType pd = param_dtype;
     const auto scale = static_cast<float>(post);
     reduce_stream->enqueue([out, shard, rd, scale, keep_low, pd] {
-      const std::size_t n = static_cast<std::size_t>(shard.numel());
-      std::vector<float> tmp(n);
-      cast_to_f32(out.data(), rd, tmp.data(), n);
-      float* s = shard.data_as<float>();
-      for (std::size_t i = 0; i < n; ++i) {
-        float g = tmp[i] * scale;
-        s[i] += keep_low ? round_through(pd, g) : g;
+      const auto n = static_cast<std::size_t>(shard.numel());
+      float* __restrict s = shard.data_as<float>();
+      if (rd == DType::f32 && !keep_low) {
+        const float* __restrict o = out.data_as<float>();
+        for (std::size_t i = 0; i < n; ++i) s[i] += o[i] * scale;
+        return;
+      }
+      constexpr std::size_t kBlock = 4096;
+      float tmp[kBlock];
+      const std::size_t esize = size_of(rd);
+      for (std::size_t at = 0; at < n; at += kBlock) {
+        const std::size_t m = std::min(kBlock, n - at);
+        cast_to_f32(static_cast<const std::byte*>(out.data()) + at * esize, rd, tmp, m);
+        for (std::size_t i = 0; i < m; ++i) {
+          const float g = tmp[i] * scale;
+          s[at + i] += keep_low ? round_through(pd, g) : g;
+        }
       }
     }, "accumulate grads " + u.name);
     Event done;
@@ -458,6 +478,9 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
   auto& t = runtime.telemetry();
   m.prefetch_hits = &t.counter("coshard_prefetch_hits_total", "Units already unsharded when their phase began", {});
   m.prefetch_misses = &t.counter("coshard_prefetch_misses_total", "Units unsharded on demand when their phase began", {});
+  m.exposed_total = &t.counter("coshard_exposed_communication_seconds_total",
+                               "Time compute and optimizer streams stalled waiting for communication", {});
+  m.overlap = &t.gauge("coshard_overlap_ratio", "Share of collective time hidden behind compute, since the start", {});
   m.pool_occupancy = &t.gauge("coshard_buffer_pool_occupancy", "Unsharded parameter buffers held", {});
 
   // Flat parameters: the signature of every unit must agree across ranks.
@@ -730,6 +753,9 @@ void Engine::set_requires_gradient_sync(bool sync) { impl_->sync = sync; }
 
 Task<void> Engine::optimizer_step() {
   Impl& m = *impl_;
+  // Run-ahead is bounded to one step: the host waits for the previous step's optimizer before
+  // issuing this one, so per-step temporaries cannot pile up.
+  if (m.optimizer_done) co_await *m.optimizer_done;
   for (auto& u : m.units) {
     if (u.reduced) m.optimizer_stream->wait(*u.reduced);
     const std::int64_t begin = m.sharded() ? m.shard_rank * u.layout.chunk : 0;
@@ -763,7 +789,21 @@ Task<void> Engine::optimizer_step() {
   Event done;
   done.record(*m.optimizer_stream);
   m.optimizer_done = done;
+  const CommStats now = comm_stats();
+  m.exposed_total->add(std::max(0.0, now.exposed_seconds - m.reported.exposed_seconds));
+  m.overlap->set(now.overlap_ratio());
+  m.reported = now;
   co_return;
+}
+
+CommStats Engine::comm_stats() const {
+  const Impl& m = *impl_;
+  CommStats s;
+  for (Communicator* c : {m.ag.get(), m.rs.get(), m.ar.get(), m.post_forward_group.get()}) {
+    if (c) s.communication_seconds += std::chrono::duration<double>(c->stream().busy()).count();
+  }
+  s.exposed_seconds = std::chrono::duration<double>(m.compute->stalled()).count();
+  return s;
 }
 
 void Engine::zero_grad() {

@@ -39,6 +39,10 @@ class StreamImpl {
   virtual void wait(std::shared_ptr<Completion> c) = 0;
   virtual void enqueue(std::function<void()> work, std::string span) = 0;
   virtual void* native() noexcept { return nullptr; }  // cudaStream_t on CUDA
+  // Time spent running work, and time stalled in stream-side waits for other streams (CPU
+  // backend; 0 where the device does not say).
+  virtual std::chrono::nanoseconds busy() const noexcept { return {}; }
+  virtual std::chrono::nanoseconds stalled() const noexcept { return {}; }
 };
 
 }  // namespace detail
@@ -71,6 +75,12 @@ class Stream {
   // Blocks the host until all work enqueued so far is done; throws Errc::timeout after `limit`,
   // or the stream's error. For shutdown and tests; tasks co_await an event instead.
   void synchronize(std::chrono::nanoseconds limit = std::chrono::seconds(60));
+
+  // Totals since the stream was made: time running work, and time its worker was blocked in
+  // stream-side waits (how long this stream waited on others: exposed communication, when this
+  // is the compute stream). CPU backend; zero on CUDA.
+  std::chrono::nanoseconds busy() const noexcept { return impl_->busy(); }
+  std::chrono::nanoseconds stalled() const noexcept { return impl_->stalled(); }
 
   detail::StreamImpl& impl() noexcept { return *impl_; }
 

@@ -14,6 +14,7 @@
 //
 // Everything is issued from the scheduler thread; the host never blocks on device work, except
 // where a result must come back to it (clip_grad_norm, state dicts).
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,15 @@ struct MemoryReport {
 };
 
 using StateDict = std::map<std::string, std::vector<float>>;
+
+// Totals since the engine was created (CPU backend: measured on the streams).
+struct CommStats {
+  double communication_seconds = 0;  // the communicators' streams running collectives
+  double exposed_seconds = 0;        // the compute stream stalled waiting for others
+  double overlap_ratio() const {     // share of communication hidden behind compute
+    return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds) : 1.0;
+  }
+};
 
 class Engine {
  public:
@@ -61,6 +71,8 @@ class Engine {
   // Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
   // with one all-reduce; returns the norm before clipping.
   Task<double> clip_grad_norm(double max_norm, double p = 2.0);
+  // Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
+  // (without blocking the scheduler) for the previous step's update to finish.
   Task<void> optimizer_step();
   // Zeroes the gradient shards (optimizer_step does it after updating).
   void zero_grad();
@@ -79,6 +91,9 @@ class Engine {
   const std::vector<std::string>& issue_log() const noexcept;
   void clear_issue_log();
   MemoryReport memory_report() const;
+  // Also exported as coshard_exposed_communication_seconds_total and coshard_overlap_ratio
+  // (updated at every optimizer step).
+  CommStats comm_stats() const;
   std::size_t unit_count() const noexcept;
   const std::string& unit_name(std::size_t unit) const;
   // Shard of unit `u` (f32 master, padding excluded) and its gradient, for tests.

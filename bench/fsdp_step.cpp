@@ -1,0 +1,119 @@
+// FSDP step time, one rank per process (start it with coshard-run; scripts/bench does, beside
+// PyTorch's DDP and a gloo ZeRO-3 on the same model). Model: the MLP of tests/fsdp/mlp_model.hpp,
+// `layers` x Linear(hidden, hidden) with ReLU, MSE loss, Adam, `batch` rows per rank. Rank 0 prints
+//   coshard mlp <key=value ...>
+// with the step time, the collectives' time (their streams' busy time), exposed communication (the
+// compute stream's stalls waiting for other streams), and the allocator's peak beside the pool bound.
+//   --hidden 2048 --layers 4 --batch 128 --steps 10 --strategy full_shard|shard_grad_op|no_shard
+//   --prefetch on|off   --no-compute (the same schedule without kernels: collectives alone)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "coshard/fsdp/engine.hpp"
+#include "coshard/ops/blas.hpp"
+#include "mlp_model.hpp"
+
+using namespace coshard;
+
+namespace {
+
+struct Flags {
+  std::int64_t hidden = 2048;
+  int layers = 4, batch = 128, steps = 10;
+  std::string strategy = "full_shard";
+  bool prefetch = true, compute = true;
+};
+
+Task<int> run(Runtime& rt, Flags f) {
+  auto pg = co_await transport::ProcessGroup::from_env(rt);
+  testing::MlpState state;
+  for (int i = 0; i < f.layers; ++i) state.layers.push_back({f.hidden, f.hidden});
+  state.skip_compute = !f.compute;
+  std::vector<std::unique_ptr<testing::MlpUnit>> units;
+  std::vector<fsdp::Unit*> ptrs;
+  for (std::size_t i = 0; i < state.layers.size(); ++i) {
+    units.push_back(std::make_unique<testing::MlpUnit>(state, i));
+    ptrs.push_back(units.back().get());
+  }
+  fsdp::Options o;
+  o.strategy = f.strategy == "no_shard" ? fsdp::Strategy::no_shard
+               : f.strategy == "shard_grad_op" ? fsdp::Strategy::shard_grad_op : fsdp::Strategy::full_shard;
+  if (!f.prefetch) {
+    o.prefetch.forward = 0;
+    o.prefetch.backward = fsdp::BackwardPrefetch::none;
+  }
+  o.optimizer = fsdp::AdamW{{.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0}};
+  auto engine = co_await fsdp::Engine::create(rt, *pg, ptrs, o);
+  const auto batch = testing::make_batch(state.layers, f.batch, static_cast<std::int64_t>(pg->rank()) * f.batch, 0);
+  auto step = [&]() -> Task<void> {
+    state.set_batch(batch);
+    co_await engine->forward();
+    co_await engine->backward();
+    co_await engine->compute_event();  // as a trainer reading the loss; the activations are reused
+    co_await engine->optimizer_step();
+  };
+  for (int i = 0; i < 2; ++i) co_await step();
+  co_await engine->synchronize();
+  const auto before = engine->comm_stats();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < f.steps; ++i) co_await step();
+  co_await engine->synchronize();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / f.steps;
+  const auto after = engine->comm_stats();
+  const auto report = engine->memory_report();
+  const auto peak = rt.allocator().stats().peak_allocated_bytes;
+  const bool keep = o.strategy == fsdp::Strategy::shard_grad_op;
+  const std::size_t depth = keep ? state.layers.size() : static_cast<std::size_t>(o.in_flight);
+  const std::size_t bound = report.sharded_state_bytes + (depth + 1) * report.max_unit_unsharded_bytes;
+  if (pg->rank() == 0) {
+    std::printf("coshard mlp strategy=%s prefetch=%s compute=%s world=%d batch=%d step_ms=%.1f steps_per_s=%.3f "
+                "comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
+                f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", pg->size(), f.batch, ms,
+                1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
+                (after.exposed_seconds - before.exposed_seconds) * 1e3 / f.steps, peak, bound);
+    std::fflush(stdout);
+  }
+  co_await pg->finish();
+  co_return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_fsdp_step: %s needs a value\n", k.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (k == "--hidden") f.hidden = std::atoll(next().c_str());
+    else if (k == "--layers") f.layers = std::atoi(next().c_str());
+    else if (k == "--batch") f.batch = std::atoi(next().c_str());
+    else if (k == "--steps") f.steps = std::atoi(next().c_str());
+    else if (k == "--strategy") f.strategy = next();
+    else if (k == "--prefetch") f.prefetch = next() == "on";
+    else if (k == "--no-compute") f.compute = false;
+    else {
+      std::fprintf(stderr, "bench_fsdp_step: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  auto env = transport::resolve_launch_env(transport::process_env());
+  if (!env) {
+    std::fprintf(stderr, "%s\n", env.error().what());
+    return 2;
+  }
+  try {
+    Runtime rt({.name = "bench", .rank = env.value().rank});
+    return rt.scheduler().sync_wait(run(rt, f));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_fsdp_step: %s\n", e.what());
+    return 1;
+  }
+}
