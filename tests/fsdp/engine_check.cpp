@@ -48,6 +48,11 @@ struct Config {
   double clip_p = 2;
   double lr = 0.01;
   bool root = false;  // first and last layer as one two-phase unit
+  std::string offload = "none";  // none | params | all
+  bool pipelined = true;
+  double clip_max = 0;      // > 0: Options::clip
+  bool stress = false;      // random delays on the compute, h2d and d2h streams
+  std::size_t host_cap = 0;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -102,6 +107,11 @@ Config parse(int argc, char** argv) {
     else if (k == "--clip-p") c.clip_p = v == "inf" ? std::numeric_limits<double>::infinity() : std::atof(v.c_str());
     else if (k == "--lr") c.lr = std::atof(v.c_str());
     else if (k == "--root") c.root = v == "1";
+    else if (k == "--offload") c.offload = v;
+    else if (k == "--pipelined") c.pipelined = v == "1";
+    else if (k == "--clip-max") c.clip_max = std::atof(v.c_str());
+    else if (k == "--stress") c.stress = v == "1";
+    else if (k == "--host-cap") c.host_cap = std::strtoull(v.c_str(), nullptr, 10);
     else usage("unknown flag " + k);
   }
   return c;
@@ -133,6 +143,13 @@ struct Run {
     o.optimizer = fsdp::AdamW{{.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}};
     o.timeout = std::chrono::milliseconds(60000);
     if (cfg.reshard_int > 0) o.reshard_after_forward = cfg.reshard_int;
+    if (cfg.offload != "none") {
+      o.offload.params = true;
+      o.offload.grads = o.offload.optimizer = cfg.offload == "all";
+      o.offload.pipelined_optimizer = cfg.pipelined;
+      o.offload.host_memory_cap_bytes = cfg.host_cap;
+    }
+    if (cfg.clip_max > 0) o.clip = fsdp::Clip{cfg.clip_max, cfg.clip_p};
     // Micro-batch gradients add up: divide by their number as well as by the ranks, so that the
     // step equals one on the whole batch (FSDP's custom gradient divide factor).
     if (cfg.micro.size() > 1) o.gradient_divide_factor = static_cast<double>(pg.size() * cfg.micro.size());
@@ -205,13 +222,27 @@ struct Run {
   // Trains `steps` steps with the configured micro-batch pattern and compares with the reference.
   Task<void> parity() {
     auto engine = co_await make_engine();
+    if (cfg.stress) {
+      // Work of random length on the streams the offload pipeline orders: results must not change.
+      state.perturb = [this, seed = std::uint64_t{17 + static_cast<unsigned>(pg.rank())}](Runtime& r) mutable {
+        for (const char* s : {"compute", "h2d", "d2h", "unshard", "reduce"}) {
+          const auto us = static_cast<int>(mix(++seed) % 3000);
+          r.stream(s).enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
+        }
+      };
+    }
     Reference ref(cfg.layers);
     const int micros = static_cast<int>(cfg.micro.size());
     auto o = std::get<fsdp::AdamW>(options().optimizer).options;
     for (int step = 0; step < cfg.steps; ++step) {
       float local = 0;
+      int last_sync = -1;
+      for (int m = 0; m < micros; ++m) {
+        if (cfg.micro[static_cast<std::size_t>(m)] == "sync") last_sync = m;
+      }
       for (int m = 0; m < micros; ++m) {
         engine->set_requires_gradient_sync(cfg.micro[static_cast<std::size_t>(m)] == "sync");
+        engine->set_is_last_backward(m == last_sync);
         state.set_batch(local_batch(step, m, micros));
         co_await engine->forward();
         co_await engine->backward();
@@ -222,6 +253,15 @@ struct Run {
       co_await engine->optimizer_step();
       float loss = co_await mean_over_ranks(local);
       float want = ref.forward_backward(global_batch(step, micros));
+      if (cfg.clip_max > 0) {
+        std::vector<std::span<const float>> grads;
+        for (std::size_t i = 0; i < ref.dw.size(); ++i) {
+          grads.push_back(ref.dw[i]);
+          grads.push_back(ref.db[i]);
+        }
+        const auto type = cfg.clip_p == 2 ? ops::NormType::l2 : cfg.clip_p == 1 ? ops::NormType::l1 : ops::NormType::inf;
+        ref.scale_grads(static_cast<float>(ops::clip_coefficient(ops::grad_norm(grads, type), cfg.clip_max)));
+      }
       ref.adamw(o);
       expect_close("loss at step " + std::to_string(step), loss, want, tolerance(cfg));
     }
@@ -341,6 +381,56 @@ struct Run {
       ++failures;
       std::fprintf(stderr, "rank %d: the pool grew to %zu slots (depth %zu)\n", pg.rank(), report.pool_slots, depth);
     }
+  }
+
+  // Offload: nothing full-size on the device (its allocator), the state in the host pool.
+  Task<void> offload_memory() {
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    co_await step(*engine, 1);
+    co_await engine->synchronize();
+    auto report = engine->memory_report();
+    auto stats = rt.allocator().stats();
+    const std::size_t bound = report.sharded_state_bytes + static_cast<std::size_t>(cfg.in_flight + 1) *
+                              report.max_unit_unsharded_bytes + 2 * report.shard_copy_bytes + 64 * 1024;
+    if (pg.rank() == 0) {
+      std::printf("device peak %zu bytes, bound %zu; device sharded state %zu, host state %zu\n",
+                  stats.peak_allocated_bytes, bound, report.sharded_state_bytes, report.host_state_bytes);
+    }
+    if (report.sharded_state_bytes != 0 || report.host_state_bytes == 0) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: sharded state left on the device: %zu bytes\n", pg.rank(), report.sharded_state_bytes);
+    }
+    if (stats.peak_allocated_bytes > bound) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: device peak %zu above %zu\n", pg.rank(), stats.peak_allocated_bytes, bound);
+    }
+  }
+
+  // Bad offload options fail at creation with the reason.
+  Task<void> offload_errors() {
+    auto expect = [&](const std::string& what, fsdp::Options o, const std::string& needle) -> Task<void> {
+      state.layers = cfg.layers;
+      MlpUnit unit(state, 0);
+      std::vector<fsdp::Unit*> ptrs{&unit};
+      try {
+        auto e = co_await fsdp::Engine::create(rt, pg, ptrs, o);
+        ++failures;
+        std::fprintf(stderr, "rank %d: %s was accepted\n", pg.rank(), what.c_str());
+      } catch (const Error& e) {
+        if (e.message().find(needle) == std::string::npos) {
+          ++failures;
+          std::fprintf(stderr, "rank %d: %s: unexpected error: %s\n", pg.rank(), what.c_str(), e.what());
+        }
+      }
+    };
+    fsdp::Options a = options();
+    a.offload.optimizer = a.offload.grads = true;
+    co_await expect("optimizer offload without parameters", a, "needs offload.params too");
+    fsdp::Options b = options();
+    b.offload.params = b.offload.grads = b.offload.optimizer = true;
+    b.offload.host_memory_cap_bytes = 1024;
+    co_await expect("a host cap below the shards", b, "but the host memory cap is 1024 bytes");
   }
 
   // Reductions in reduce_dtype, all-gathers in param_dtype (seen by the communicator hook).
@@ -463,6 +553,10 @@ Task<int> main_task(Runtime& rt, Config cfg) {
       co_await run.wrong_order();
     } else if (cfg.mode == "clip") {
       co_await run.clip();
+    } else if (cfg.mode == "offload-memory") {
+      co_await run.offload_memory();
+    } else if (cfg.mode == "offload-errors") {
+      co_await run.offload_errors();
     } else if (cfg.mode == "state-dict") {
       co_await run.state_dict();
     } else {

@@ -115,12 +115,22 @@ struct UnitState {
   int forward_calls = 0;   // forward phases run this iteration
   int backward_calls = 0;  // backward phases run this iteration
   bool open = false;       // between two of its phases: stays unsharded, outside the in-flight count
+  bool stepped = false;    // the pipelined optimizer already updated it this step
+  std::optional<Event> updated;  // its last optimizer update (an H2D of its master waits for it)
+};
+
+// Host optimizer time split by whether backward compute was still running (offload telemetry).
+struct OptimizerClock {
+  std::atomic<bool> backward_running{false};
+  std::atomic<std::int64_t> overlapped_ns{0}, exposed_ns{0};
 };
 
 struct Engine::Impl {
   Runtime& rt;
   transport::ProcessGroup& group;
   Options opt;
+  // Before `units`: the offloaded tensors go back to it when the units are destroyed.
+  std::unique_ptr<Allocator> host;  // offloaded sharded state
   std::vector<UnitState> units;
   std::unique_ptr<Communicator> ag, rs, ar, control, post_forward_group;
   int shard_rank = 0, shard_size = 1, replicas = 1, world = 1, rank = 0;
@@ -131,6 +141,14 @@ struct Engine::Impl {
   Stream* unshard_stream = nullptr;
   Stream* reduce_stream = nullptr;
   Stream* optimizer_stream = nullptr;
+  Stream* h2d = nullptr;
+  Stream* d2h = nullptr;
+  std::unique_ptr<detail::BufferPool> shard_pool;   // device copies of offloaded master shards
+  bool last_backward = true;
+  std::shared_ptr<OptimizerClock> clock = std::make_shared<OptimizerClock>();
+  Counter *h2d_bytes = nullptr, *d2h_bytes = nullptr, *h2d_seconds = nullptr, *d2h_seconds = nullptr;
+  Counter *optimizer_overlapped = nullptr, *optimizer_exposed = nullptr;
+  std::int64_t reported_overlapped_ns = 0, reported_exposed_ns = 0;
   std::optional<Event> optimizer_done;
   bool sync = true;
   // Execution order: recorded in the first iteration, then the plan.
@@ -215,9 +233,30 @@ struct Engine::Impl {
     if (sharded()) {
       auto lease = param_pool->acquire(rt.allocator());
       u.param_slot = lease.slot;
-      if (lease.previous_use) unshard_stream->wait(*lease.previous_use);
+      // The stream the all-gather is ordered after: h2d when the master shard lives on the host.
+      const bool via_host = opt.offload.params && !from_post_forward_shard;
+      Stream* feeder = via_host ? h2d : unshard_stream;
+      if (lease.previous_use) feeder->wait(*lease.previous_use);
       Tensor buf = lease.buffer;
-      if (from_post_forward_shard) {
+      if (via_host) {
+        auto sl = shard_pool->acquire(rt.allocator());
+        if (sl.previous_use) h2d->wait(*sl.previous_use);
+        if (u.updated) h2d->wait(*u.updated);
+        Tensor dev = sl.buffer.view(0, {l.chunk});
+        Tensor master = u.master;
+        const DType pd = param_dtype;
+        Counter* bytes = h2d_bytes;
+        Counter* seconds = h2d_seconds;
+        h2d->enqueue([master, dev, pd, bytes, seconds] {
+          const auto t0 = std::chrono::steady_clock::now();
+          cast_from_f32(master.data_as<float>(), dev.data(), pd, static_cast<std::size_t>(master.numel()));
+          bytes->add(static_cast<double>(dev.nbytes()));
+          seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }, "h2d " + u.name);
+        Event ev = ag->all_gather(dev, buf.view(0, {l.padded}), *h2d);
+        shard_pool->release(sl.slot, ev);
+        unshard_stream->wait(ev);
+      } else if (from_post_forward_shard) {
         const std::int64_t len = l.padded / reshard_group, at = (shard_rank % reshard_group) * len;
         Tensor src = u.post_forward_shard;
         unshard_stream->enqueue([buf, src, at, len] {
@@ -366,13 +405,28 @@ struct Engine::Impl {
       last = ar->all_reduce(out, rs_op, *reduce_stream);
       log.push_back("backward " + u.name + " all_reduce");
     }
-    reduce_stream->wait(last);
+    // Offloaded gradients are accumulated on the host, behind the d2h stream.
+    Stream* sink = opt.offload.grads ? d2h : reduce_stream;
+    sink->wait(last);
     Tensor shard = u.grad_shard;
     const DType rd = reduce_dtype;
     const bool keep_low = opt.mixed_precision.keep_low_precision_grads;
     const DType pd = param_dtype;
     const auto scale = static_cast<float>(post);
-    reduce_stream->enqueue([out, shard, rd, scale, keep_low, pd] {
+    Counter* moved = opt.offload.grads ? d2h_bytes : nullptr;
+    Counter* moved_s = opt.offload.grads ? d2h_seconds : nullptr;
+    sink->enqueue([out, shard, rd, scale, keep_low, pd, moved, moved_s] {
+      const auto t0 = std::chrono::steady_clock::now();
+      struct Account {
+        Counter* bytes;
+        Counter* seconds;
+        std::size_t n;
+        std::chrono::steady_clock::time_point t0;
+        ~Account() {
+          if (bytes) bytes->add(static_cast<double>(n));
+          if (seconds) seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+      } account{moved, moved_s, out.nbytes(), t0};
       const auto n = static_cast<std::size_t>(shard.numel());
       float* __restrict s = shard.data_as<float>();
       if (rd == DType::f32 && !keep_low) {
@@ -391,9 +445,9 @@ struct Engine::Impl {
           s[at + i] += keep_low ? round_through(pd, g) : g;
         }
       }
-    }, "accumulate grads " + u.name);
+    }, (opt.offload.grads ? "d2h " : "accumulate grads ") + u.name);
     Event done;
-    done.record(*reduce_stream);
+    done.record(*sink);
     input.record_use(done);
     out.record_use(done);
     u.reduced = done;
@@ -403,17 +457,74 @@ struct Engine::Impl {
     } else {
       // The no_sync buffer is zeroed for the next accumulation once the reduction read it.
       Tensor acc = u.accumulated;
-      reduce_stream->enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero " + u.name);
+      sink->enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero " + u.name);
       u.reduced = Event();
-      u.reduced->record(*reduce_stream);
+      u.reduced->record(*sink);
       u.accumulated_pending = false;
     }
     u.grad_buffer = Tensor();
+    // Pipelined host optimizer: this unit's update overlaps the rest of backward.
+    if (opt.offload.optimizer && opt.offload.pipelined_optimizer && last_backward && !opt.clip) {
+      step_unit(ui);
+      u.stepped = true;
+    }
+  }
+
+  // Enqueues unit `ui`'s optimizer update on the optimizer stream, after its gradient shard.
+  void step_unit(std::size_t ui) {
+    UnitState& u = units[ui];
+    if (u.reduced) optimizer_stream->wait(*u.reduced);
+    const std::int64_t begin = sharded() ? shard_rank * u.layout.chunk : 0;
+    auto ranges = u.layout.ranges(begin, u.master.numel());
+    Tensor p = u.master, g = u.grad_shard, a = u.opt_a, b = u.opt_b;
+    std::function<void()> update;
+    if (auto* adam = std::get_if<AdamW>(&opt.optimizer)) {
+      const auto o = adam->options;
+      const std::int64_t step = ++u.opt_step;
+      update = [p, g, a, b, o, step, ranges] {
+        for (const auto& r : ranges) {
+          ops::adamw_update(span_of(p).subspan(r.offset, r.size), span_of(g).subspan(r.offset, r.size),
+                            span_of(a).subspan(r.offset, r.size), span_of(b).subspan(r.offset, r.size), step, o.lr,
+                            o.beta1, o.beta2, o.eps, r.weight_decay ? o.weight_decay : 0.0);
+        }
+      };
+    } else {
+      const auto o = std::get<SGD>(opt.optimizer).options;
+      const bool first = !u.sgd_started;
+      u.sgd_started = true;
+      update = [p, g, a, o, first, ranges] {
+        for (const auto& r : ranges) {
+          std::span<float> buf = a.defined() ? span_of(a).subspan(r.offset, r.size) : std::span<float>{};
+          ops::sgd_update(span_of(p).subspan(r.offset, r.size), span_of(g).subspan(r.offset, r.size), buf, first,
+                          o.lr, o.momentum, o.dampening, r.weight_decay ? o.weight_decay : 0.0, o.nesterov);
+        }
+      };
+    }
+    optimizer_stream->enqueue([update = std::move(update), g, clk = clock] {
+      const auto t0 = std::chrono::steady_clock::now();
+      update();
+      std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
+      const auto ns = (std::chrono::steady_clock::now() - t0).count();
+      (clk->backward_running.load() ? clk->overlapped_ns : clk->exposed_ns).fetch_add(ns);
+    }, "optimizer " + u.name);
+    u.updated = Event();
+    u.updated->record(*optimizer_stream);
   }
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // Work still queued on the streams refers to the engine's state: let it finish first.
+  Impl& m = *impl_;
+  for (Stream* s : {m.compute, m.unshard_stream, m.reduce_stream, m.optimizer_stream, m.h2d, m.d2h}) {
+    if (!s) continue;
+    try {
+      s->synchronize(m.opt.timeout);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "coshard: rank %d: engine shutdown: %s\n", m.rank, e.what());
+    }
+  }
+}
 
 Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::ProcessGroup& group, std::vector<Unit*> units,
                                              Options options) {
@@ -429,6 +540,20 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
     }
   }
   if (units.empty()) throw Error(Errc::bad_config, "the engine needs at least one unit");
+  const Offload& off = m.opt.offload;
+  if ((off.grads || off.optimizer) && !off.params) {
+    throw Error(Errc::bad_config, "offload of the " + std::string(off.optimizer ? "optimizer" : "gradients") +
+                                      " needs offload.params too: the master shards they update must live in host "
+                                      "memory as well (set offload.params = true)");
+  }
+  if (off.optimizer && !off.grads) {
+    throw Error(Errc::bad_config, "offload.optimizer steps on the host and needs the gradients there: set "
+                                  "offload.grads = true");
+  }
+  if (off.any() && m.opt.strategy == Strategy::no_shard) {
+    throw Error(Errc::bad_config, "CPU offload works on sharded strategies; no_shard keeps every parameter on every "
+                                  "rank's device");
+  }
   if (m.opt.in_flight < 1) throw Error(Errc::bad_config, "in_flight must be at least 1, not " + std::to_string(m.opt.in_flight));
   if (m.opt.prefetch.forward < 0) throw Error(Errc::bad_config, "forward prefetch depth must be >= 0");
 
@@ -475,12 +600,25 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
   m.unshard_stream = &runtime.stream("unshard");
   m.reduce_stream = &runtime.stream("reduce");
   m.optimizer_stream = &runtime.stream("optimizer");
+  if (off.any()) {
+    m.h2d = &runtime.stream("h2d");
+    m.d2h = &runtime.stream("d2h");
+    m.host = std::make_unique<Allocator>(cpu_memory(), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
+  }
   auto& t = runtime.telemetry();
   m.prefetch_hits = &t.counter("coshard_prefetch_hits_total", "Units already unsharded when their phase began", {});
   m.prefetch_misses = &t.counter("coshard_prefetch_misses_total", "Units unsharded on demand when their phase began", {});
   m.exposed_total = &t.counter("coshard_exposed_communication_seconds_total",
                                "Time compute and optimizer streams stalled waiting for communication", {});
   m.overlap = &t.gauge("coshard_overlap_ratio", "Share of collective time hidden behind compute, since the start", {});
+  m.h2d_bytes = &t.counter("coshard_h2d_bytes_total", "Bytes copied host to device (offloaded master shards)", {});
+  m.d2h_bytes = &t.counter("coshard_d2h_bytes_total", "Bytes copied device to host (offloaded gradient shards)", {});
+  m.h2d_seconds = &t.counter("coshard_h2d_seconds_total", "Time spent in host-to-device copies", {});
+  m.d2h_seconds = &t.counter("coshard_d2h_seconds_total", "Time spent in device-to-host copies", {});
+  m.optimizer_overlapped = &t.counter("coshard_optimizer_seconds_total", "Optimizer time, by whether backward was "
+                                      "still computing (overlapped) or not (exposed)", {{"mode", "overlapped"}});
+  m.optimizer_exposed = &t.counter("coshard_optimizer_seconds_total", "Optimizer time, by whether backward was "
+                                   "still computing (overlapped) or not (exposed)", {{"mode", "exposed"}});
   m.pool_occupancy = &t.gauge("coshard_buffer_pool_occupancy", "Unsharded parameter buffers held", {});
 
   // Flat parameters: the signature of every unit must agree across ranks.
@@ -517,13 +655,35 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
       }
     }
   }
-  // Sharded state, initialised shard by shard (or from rank 0's values).
+  // Sharded state, initialised shard by shard (or from rank 0's values); offloaded parts in the
+  // host pool, whose cap is checked now rather than in the middle of a step.
+  const bool sgd = std::holds_alternative<SGD>(m.opt.optimizer);
+  const bool momentum = sgd && std::get<SGD>(m.opt.optimizer).options.momentum != 0.0;
+  const int opt_buffers = sgd ? (momentum ? 1 : 0) : 2;
+  if (off.any() && off.host_memory_cap_bytes > 0) {
+    std::size_t need = 0;
+    for (const auto& u : m.units) {
+      const auto n = static_cast<std::size_t>(m.sharded() ? u.layout.chunk : u.layout.padded) * sizeof(float);
+      need += n * ((off.params ? 1 : 0) + (off.grads ? 1 : 0) + (off.optimizer ? opt_buffers : 0));
+    }
+    // The caching allocator rounds blocks up; leave it room.
+    if (need + need / 8 > off.host_memory_cap_bytes) {
+      throw Error(Errc::bad_config, "the offloaded sharded state needs " + std::to_string(need) +
+                                        " bytes of host memory on this rank (plus allocator rounding), but the host "
+                                        "memory cap is " + std::to_string(off.host_memory_cap_bytes) +
+                                        " bytes. Raise the cap, offload less, or shard over more ranks");
+    }
+  }
+  Allocator& device_alloc = runtime.allocator();
+  Allocator& master_alloc = off.params ? *m.host : device_alloc;
+  Allocator& grad_alloc = off.grads ? *m.host : device_alloc;
+  Allocator& opt_alloc = off.optimizer ? *m.host : device_alloc;
   for (auto& u : m.units) {
     const auto& l = u.layout;
     const std::int64_t n = m.sharded() ? l.chunk : l.padded;
     const std::int64_t begin = m.sharded() ? m.shard_rank * l.chunk : 0;
-    u.master = Tensor::empty(runtime.allocator(), DType::f32, {n});
-    u.grad_shard = Tensor::empty(runtime.allocator(), DType::f32, {n});
+    u.master = Tensor::empty(master_alloc, DType::f32, {n});
+    u.grad_shard = Tensor::empty(grad_alloc, DType::f32, {n});
     std::fill_n(u.grad_shard.data_as<float>(), n, 0.0f);
     if (m.opt.sync_module_states && m.world > 1) {
       Tensor full = Tensor::empty(runtime.allocator(), DType::f32, {l.padded});
@@ -533,20 +693,23 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
     } else {
       l.init(span_of(u.master), begin);
     }
-    const bool sgd = std::holds_alternative<SGD>(m.opt.optimizer);
-    const bool momentum = sgd && std::get<SGD>(m.opt.optimizer).options.momentum != 0.0;
-    if (!sgd || momentum) {
-      u.opt_a = Tensor::empty(runtime.allocator(), DType::f32, {n});
+    if (opt_buffers >= 1) {
+      u.opt_a = Tensor::empty(opt_alloc, DType::f32, {n});
       std::fill_n(u.opt_a.data_as<float>(), n, 0.0f);
     }
-    if (!sgd) {
-      u.opt_b = Tensor::empty(runtime.allocator(), DType::f32, {n});
+    if (opt_buffers >= 2) {
+      u.opt_b = Tensor::empty(opt_alloc, DType::f32, {n});
       std::fill_n(u.opt_b.data_as<float>(), n, 0.0f);
     }
   }
   if (m.sharded()) m.param_pool = std::make_unique<detail::BufferPool>(m.param_dtype, max_padded);
   if (m.mixed()) m.f32_pool = std::make_unique<detail::BufferPool>(DType::f32, max_padded);
   m.grad_pool = std::make_unique<detail::BufferPool>(DType::f32, max_padded);
+  if (off.params) {
+    std::int64_t max_chunk = 0;
+    for (const auto& u : m.units) max_chunk = std::max(max_chunk, u.layout.chunk);
+    m.shard_pool = std::make_unique<detail::BufferPool>(m.param_dtype, max_chunk);
+  }
   co_return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -569,6 +732,7 @@ Task<void> Engine::run_forward(std::size_t ui) {
     if (m.optimizer_done) {
       m.unshard_stream->wait(*m.optimizer_done);
       m.compute->wait(*m.optimizer_done);
+      if (m.h2d) m.h2d->wait(*m.optimizer_done);
     }
     m.backward_position = 0;
     for (auto& s : m.units) s.forward_calls = s.backward_calls = 0;
@@ -666,6 +830,7 @@ Task<void> Engine::run_backward(std::size_t ui) {
                                           "would be missing", u.name, "pre-backward");
   }
   const std::size_t pos = m.backward_position++;
+  if (pos == 0) m.compute->enqueue([clk = m.clock] { clk->backward_running.store(true); });
   const int phase = u.phases - 1 - u.backward_calls;
   const bool first_phase = u.backward_calls == 0;
   // Pre-backward: unshard again if resharded after forward.
@@ -740,6 +905,7 @@ Task<void> Engine::run_backward(std::size_t ui) {
 Task<void> Engine::finish_backward() {
   Impl& m = *impl_;
   // Units still unsharded (prefetched but not used) go back to the pool.
+  m.compute->enqueue([clk = m.clock] { clk->backward_running.store(false); });
   Event now;
   now.record(*m.compute);
   for (std::size_t i = 0; i < m.units.size(); ++i) m.reshard(i, now, false);
@@ -756,39 +922,19 @@ Task<void> Engine::optimizer_step() {
   // Run-ahead is bounded to one step: the host waits for the previous step's optimizer before
   // issuing this one, so per-step temporaries cannot pile up.
   if (m.optimizer_done) co_await *m.optimizer_done;
-  for (auto& u : m.units) {
-    if (u.reduced) m.optimizer_stream->wait(*u.reduced);
-    const std::int64_t begin = m.sharded() ? m.shard_rank * u.layout.chunk : 0;
-    auto ranges = u.layout.ranges(begin, u.master.numel());
-    Tensor p = u.master, g = u.grad_shard, a = u.opt_a, b = u.opt_b;
-    if (auto* adam = std::get_if<AdamW>(&m.opt.optimizer)) {
-      const auto o = adam->options;
-      const std::int64_t step = ++u.opt_step;
-      m.optimizer_stream->enqueue([p, g, a, b, o, step, ranges] {
-        for (const auto& r : ranges) {
-          ops::adamw_update(span_of(p).subspan(r.offset, r.size), span_of(g).subspan(r.offset, r.size),
-                            span_of(a).subspan(r.offset, r.size), span_of(b).subspan(r.offset, r.size), step, o.lr,
-                            o.beta1, o.beta2, o.eps, r.weight_decay ? o.weight_decay : 0.0);
-        }
-        std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
-      }, "optimizer " + u.name);
-    } else {
-      const auto o = std::get<SGD>(m.opt.optimizer).options;
-      const bool first = !u.sgd_started;
-      u.sgd_started = true;
-      m.optimizer_stream->enqueue([p, g, a, o, first, ranges] {
-        for (const auto& r : ranges) {
-          std::span<float> buf = a.defined() ? span_of(a).subspan(r.offset, r.size) : std::span<float>{};
-          ops::sgd_update(span_of(p).subspan(r.offset, r.size), span_of(g).subspan(r.offset, r.size), buf, first,
-                          o.lr, o.momentum, o.dampening, r.weight_decay ? o.weight_decay : 0.0, o.nesterov);
-        }
-        std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
-      }, "optimizer " + u.name);
-    }
+  if (m.opt.clip) co_await clip_grad_norm(m.opt.clip->max_norm, m.opt.clip->p);
+  for (std::size_t i = 0; i < m.units.size(); ++i) {
+    if (!m.units[i].stepped) m.step_unit(i);
+    m.units[i].stepped = false;
   }
   Event done;
   done.record(*m.optimizer_stream);
   m.optimizer_done = done;
+  const std::int64_t ov = m.clock->overlapped_ns.load(), ex = m.clock->exposed_ns.load();
+  m.optimizer_overlapped->add(static_cast<double>(ov - m.reported_overlapped_ns) * 1e-9);
+  m.optimizer_exposed->add(static_cast<double>(ex - m.reported_exposed_ns) * 1e-9);
+  m.reported_overlapped_ns = ov;
+  m.reported_exposed_ns = ex;
   const CommStats now = comm_stats();
   m.exposed_total->add(std::max(0.0, now.exposed_seconds - m.reported.exposed_seconds));
   m.overlap->set(now.overlap_ratio());
@@ -805,6 +951,8 @@ CommStats Engine::comm_stats() const {
   s.exposed_seconds = std::chrono::duration<double>(m.compute->stalled()).count();
   return s;
 }
+
+void Engine::set_is_last_backward(bool last) { impl_->last_backward = last; }
 
 void Engine::zero_grad() {
   Impl& m = *impl_;
@@ -823,11 +971,14 @@ Task<double> Engine::clip_grad_norm(double max_norm, double p) {
   if (!(p == 2.0 || p == 1.0 || std::isinf(p))) {
     throw Error(Errc::invalid_argument, "clip_grad_norm supports p = 2, 1 or inf, not " + std::to_string(p));
   }
-  Event ready;
-  ready.record(*m.reduce_stream);
-  co_await ready;
-  std::vector<std::vector<float>> parts;  // padding excluded
-  std::vector<std::span<const float>> spans;
+  for (auto& u : m.units) {
+    if (u.stepped) {
+      throw Error(Errc::invalid_argument, "clip_grad_norm after the pipelined host optimizer already stepped unit '" +
+                                              u.name + "': set Options::clip so the optimizer waits for the norm");
+    }
+    if (u.reduced) co_await *u.reduced;
+  }
+  std::vector<std::span<const float>> spans;  // padding excluded
   for (auto& u : m.units) {
     const std::int64_t begin = m.sharded() ? m.shard_rank * u.layout.chunk : 0;
     for (const auto& r : u.layout.ranges(begin, u.grad_shard.numel())) {
@@ -850,6 +1001,7 @@ Task<double> Engine::clip_grad_norm(double max_norm, double p) {
     for (auto& u : m.units) {
       Tensor g = u.grad_shard;
       const auto c = static_cast<float>(coef);
+      if (u.reduced) m.reduce_stream->wait(*u.reduced);
       m.reduce_stream->enqueue([g, c] { ops::scale_inplace(span_of(g), c); }, "clip " + u.name);
       u.reduced = Event();
       u.reduced->record(*m.reduce_stream);
@@ -959,10 +1111,20 @@ MemoryReport Engine::memory_report() const {
   const Impl& m = *impl_;
   MemoryReport r;
   std::int64_t max_padded = 0;
+  const auto& off = m.opt.offload;
+  std::int64_t max_chunk = 0;
   for (const auto& u : m.units) {
-    for (const Tensor* t : {&u.master, &u.grad_shard, &u.opt_a, &u.opt_b}) r.sharded_state_bytes += t->defined() ? t->nbytes() : 0;
+    auto add = [&](const Tensor& t, bool on_host) {
+      if (t.defined()) (on_host ? r.host_state_bytes : r.sharded_state_bytes) += t.nbytes();
+    };
+    add(u.master, off.params);
+    add(u.grad_shard, off.grads);
+    add(u.opt_a, off.optimizer);
+    add(u.opt_b, off.optimizer);
     max_padded = std::max(max_padded, u.layout.padded);
+    max_chunk = std::max(max_chunk, u.layout.chunk);
   }
+  if (off.params) r.shard_copy_bytes = static_cast<std::size_t>(max_chunk) * size_of(m.param_dtype);
   const auto n = static_cast<std::size_t>(max_padded);
   r.max_unit_unsharded_bytes = n * size_of(m.param_dtype) + (m.mixed() ? n * 4 : 0) + n * 4;
   r.pool_slots = m.param_pool ? m.param_pool->slots() : 0;

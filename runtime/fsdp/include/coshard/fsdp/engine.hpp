@@ -27,7 +27,9 @@
 namespace coshard::fsdp {
 
 struct MemoryReport {
-  std::size_t sharded_state_bytes = 0;    // master shards, gradient shards, optimizer state
+  std::size_t sharded_state_bytes = 0;    // on the device: master shards, gradient shards, optimizer state
+  std::size_t host_state_bytes = 0;       // the same, offloaded to host memory
+  std::size_t shard_copy_bytes = 0;       // offload: one device copy of the largest master shard
   std::size_t max_unit_unsharded_bytes = 0;  // largest unit: parameters (+ f32 copy) and gradients
   std::size_t pool_slots = 0;             // unsharded buffers the pool holds
 };
@@ -67,6 +69,9 @@ class Engine {
   // Gradient accumulation: with sync off, backwards accumulate unsharded gradients locally and
   // reduce nothing; the first backward with sync on reduces them all (FSDP's no_sync()).
   void set_requires_gradient_sync(bool sync);
+  // With several synced backwards per step, say which is the last: the pipelined host optimizer
+  // (offload) steps units only during that one (FSDP2's set_is_last_backward). Default true.
+  void set_is_last_backward(bool last);
 
   // Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
   // with one all-reduce; returns the norm before clipping.

@@ -50,6 +50,26 @@ struct SGD {
 };
 using Optimizer = std::variant<AdamW, SGD>;
 
+// CPU offload: sharded state in host memory (pinned on CUDA; on the CPU backend a separate host
+// pool, still copied through the h2d/d2h streams so the same ordering is exercised).
+struct Offload {
+  bool params = false;     // f32 master shards: copied (cast to param_dtype) host-to-device before each all-gather
+  bool grads = false;      // gradient shards: each reduced shard copied device-to-host and accumulated there
+  bool optimizer = false;  // optimizer state, and the optimizer step on the host
+  // Step each unit's optimizer as soon as its gradient arrived on the host, while backward goes on
+  // with the other units (PyTorch steps every unit after backward). Not during a backward that
+  // is not the step's last (set_is_last_backward), and after the norm when `clip` is set.
+  bool pipelined_optimizer = true;
+  std::size_t host_memory_cap_bytes = 0;  // 0: no cap; too small for the shards: error at creation
+  bool any() const noexcept { return params || grads || optimizer; }
+};
+
+// Gradient clipping applied by optimizer_step() (with offload, before the pipelined optimizer).
+struct Clip {
+  double max_norm = 1.0;
+  double p = 2.0;  // 2, 1 or inf
+};
+
 struct Options {
   Strategy strategy = Strategy::full_shard;
   // Overrides the strategy's choice: true, false, or a group size (an int) to reshard to after
@@ -61,6 +81,8 @@ struct Options {
   MixedPrecision mixed_precision;
   std::optional<double> gradient_divide_factor;  // default: average over data-parallel ranks
   Optimizer optimizer = AdamW{};
+  std::optional<Clip> clip;
+  Offload offload;
   std::chrono::milliseconds timeout{300000};  // per collective
   // How parameters get their first values: from each spec's init (default), or from rank 0's
   // values, broadcast to the others after rank 0 initialised the whole unit.
