@@ -6,6 +6,8 @@
 // compute stream's stalls waiting for other streams), and the allocator's peak beside the pool bound.
 //   --hidden 2048 --layers 4 --batch 128 --steps 10 --strategy full_shard|shard_grad_op|no_shard
 //   --prefetch on|off   --no-compute (the same schedule without kernels: collectives alone)
+//   --offload none|serial|pipelined (sharded state in host memory; the host optimizer after
+//   backward, as PyTorch, or per unit as soon as its gradient arrives)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +26,7 @@ struct Flags {
   int layers = 4, batch = 128, steps = 10;
   std::string strategy = "full_shard";
   bool prefetch = true, compute = true;
+  std::string offload = "none";
 };
 
 Task<int> run(Runtime& rt, Flags f) {
@@ -45,6 +48,10 @@ Task<int> run(Runtime& rt, Flags f) {
     o.prefetch.backward = fsdp::BackwardPrefetch::none;
   }
   o.optimizer = fsdp::AdamW{{.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.0}};
+  if (f.offload != "none") {
+    o.offload.params = o.offload.grads = o.offload.optimizer = true;
+    o.offload.pipelined_optimizer = f.offload == "pipelined";
+  }
   auto engine = co_await fsdp::Engine::create(rt, *pg, ptrs, o);
   const auto batch = testing::make_batch(state.layers, f.batch, static_cast<std::int64_t>(pg->rank()) * f.batch, 0);
   auto step = [&]() -> Task<void> {
@@ -68,9 +75,10 @@ Task<int> run(Runtime& rt, Flags f) {
   const std::size_t depth = keep ? state.layers.size() : static_cast<std::size_t>(o.in_flight);
   const std::size_t bound = report.sharded_state_bytes + (depth + 1) * report.max_unit_unsharded_bytes;
   if (pg->rank() == 0) {
-    std::printf("coshard mlp strategy=%s prefetch=%s compute=%s world=%d batch=%d step_ms=%.1f steps_per_s=%.3f "
-                "comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
-                f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", pg->size(), f.batch, ms,
+    std::printf("coshard mlp strategy=%s prefetch=%s compute=%s offload=%s world=%d batch=%d step_ms=%.1f "
+                "steps_per_s=%.3f comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
+                f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", f.offload.c_str(), pg->size(),
+                f.batch, ms,
                 1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
                 (after.exposed_seconds - before.exposed_seconds) * 1e3 / f.steps, peak, bound);
     std::fflush(stdout);
@@ -99,6 +107,7 @@ int main(int argc, char** argv) {
     else if (k == "--strategy") f.strategy = next();
     else if (k == "--prefetch") f.prefetch = next() == "on";
     else if (k == "--no-compute") f.compute = false;
+    else if (k == "--offload") f.offload = next();
     else {
       std::fprintf(stderr, "bench_fsdp_step: unknown flag %s\n", k.c_str());
       return 2;

@@ -1,0 +1,76 @@
+#pragma once
+// GPT-2 as FSDP units for coshard::fsdp::Engine.
+//
+// Untied head (Config::tie_head = false): a plain sequence, usable with engine.forward() and
+// engine.backward() directly:
+//   "embedding" {wte.weight, wpe.weight}, "h.0" .. "h.{L-1}" (12 parameters each),
+//   "head" {ln_f.weight, ln_f.bias, lm_head.weight}.
+//
+// Tied head (GPT-2 proper, the default): wte is used at both ends of the model (token embedding
+// first, logits last) and a parameter belongs to exactly one unit. As with PyTorch FSDP, the
+// shared weight lives in a root unit that wraps the blocks, here a two-phase unit (Unit::phases):
+//   "embedding_and_head" {wte.weight, wpe.weight, ln_f.weight, ln_f.bias}, "h.0" .. "h.{L-1}".
+// Forward runs the root's phase 0 (embedding), the blocks, then its phase 1 (ln_f, logits =
+// x wte^T, loss); backward runs phase 1 (head), the blocks in reverse, phase 0 (embedding). The
+// engine keeps the root unsharded from its first forward phase to its last backward phase and
+// reduces its gradient once, so wte's gradient (head part + embedding part) is reduced as one sum.
+// engine.forward()/backward() handle both layouts; Gpt2Units::forward()/backward() call them.
+//
+// The batch goes in with set_batch() before forward(); the loss is valid once the compute stream
+// has finished the forward (co_await engine.compute_event()).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coshard/fsdp/engine.hpp"
+#include "coshard/fsdp/unit.hpp"
+#include "coshard/gpt2/model.hpp"
+
+namespace coshard::gpt2 {
+
+class Gpt2Units {
+ public:
+  Gpt2Units(Config config, std::uint64_t seed);
+  ~Gpt2Units();
+  Gpt2Units(const Gpt2Units&) = delete;
+  Gpt2Units& operator=(const Gpt2Units&) = delete;
+
+  const Config& config() const noexcept { return c_; }
+  // In engine order (pass to Engine::create).
+  std::vector<fsdp::Unit*> units();
+  std::vector<std::string> unit_names() const;
+
+  // The next iteration's batch ([B, T] tokens and targets). Installed on the compute stream when
+  // the embedding runs, so it may be called while the previous iteration's work is in flight.
+  void set_batch(std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, std::size_t B, std::size_t T);
+  // Gradient scale of the mean loss (1/k for k accumulated micro-batches); default 1.
+  void set_loss_scale(float dloss) noexcept { dloss_ = dloss; }
+
+  // engine.forward() / engine.backward() (the units' order is the model's).
+  Task<void> forward(fsdp::Engine& engine);
+  Task<void> backward(fsdp::Engine& engine);
+  // The last forward's mean loss (read after the compute stream finished it).
+  float loss() const noexcept { return acts_.loss(); }
+
+  struct Batch {
+    std::vector<std::int32_t> tokens, targets;
+    std::size_t B = 0, T = 0;
+  };
+
+ private:
+  friend class EmbeddingUnit;
+  friend class BlockUnit;
+  friend class HeadUnit;
+  Config c_;
+  std::uint64_t seed_;
+  Activations acts_;
+  std::shared_ptr<const Batch> pending_;
+  float dloss_ = 1.0f;
+  std::vector<std::unique_ptr<fsdp::Unit>> units_;
+};
+
+// The ParamSpecs of a list of parameters (init from (seed, name, index), weight-decay flags).
+std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, std::uint64_t seed);
+
+}  // namespace coshard::gpt2

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""GPT-2 in plain PyTorch ops (no transformers library), the reference for coshard's `ref` tests.
+
+Reads the weights from a safetensors file (parsed here with json + struct + torch.frombuffer:
+F32, BF16 and F16; a "transformer." prefix is accepted) and the batch from an llm.c token file
+holding B*T inputs followed by B*T targets. Computes the mean cross-entropy loss and the gradient
+of every parameter, and writes them to a safetensors file (F32): "loss" [1], "param.<name>" (the
+values as read, converted to F32) and "grad.<name>".
+
+usage: gpt2_ref.py --config layers=2,heads=4,width=96,vocab=256,context=64[,tie_head=false]
+                   --weights w.safetensors --tokens t.bin --batch B --seq T --out out.safetensors
+"""
+import argparse
+import json
+import math
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        raw = bytearray(data[base + b:base + end])
+        t = torch.frombuffer(raw, dtype=DTYPES[e["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[e["dtype"]])
+        if name.startswith("transformer."):
+            name = name[len("transformer."):]
+        out[name] = t.reshape(e["shape"]).float()
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, blobs, at = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().contiguous().float().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    magic, version, count = struct.unpack("<3i", data[:12])
+    assert magic == 20240520 and version == 1, "not an llm.c token file"
+    return torch.from_numpy(np.frombuffer(data[1024:1024 + 2 * count], dtype="<u2").astype(np.int64))
+
+
+def parse_config(spec):
+    c = {"tie_head": True}
+    for item in spec.split(","):
+        k, v = item.split("=")
+        c[k] = v not in ("false", "0") if k == "tie_head" else int(v)
+    return c
+
+
+def loss_of(p, c, idx, tgt):
+    B, T = idx.shape
+    C, NH = c["width"], c["heads"]
+    hs = C // NH
+    x = p["wte.weight"][idx] + p["wpe.weight"][:T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for l in range(c["layers"]):
+        h = f"h.{l}."
+        a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+        qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+        a = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        m = F.gelu(a @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
+        x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+    x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    head = p["wte.weight"] if c["tie_head"] else p["lm_head.weight"]
+    logits = x @ head.t()
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    c = parse_config(a.config)
+    params = read_safetensors(a.weights)
+    toks = read_tokens(a.tokens)
+    n = a.batch * a.seq
+    idx, tgt = toks[:n].view(a.batch, a.seq), toks[n:2 * n].view(a.batch, a.seq)
+    p = {k: v.clone().requires_grad_(True) for k, v in params.items()}
+    loss = loss_of(p, c, idx, tgt)
+    loss.backward()
+    out = {"loss": loss.detach().reshape(1)}
+    for k, v in params.items():
+        out["param." + k] = v
+        out["grad." + k] = p[k].grad if p[k].grad is not None else torch.zeros_like(v)
+    write_safetensors(a.out, out)
+    print(f"torch {torch.__version__}: loss {loss.item():.7f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+#include "coshard/gpt2/config.hpp"
+
+#include <charconv>
+#include <set>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::gpt2 {
+namespace {
+
+Error bad(std::string msg) { return Error(Errc::bad_config, "GPT-2 config: " + std::move(msg)); }
+
+void check_range(const char* key, std::int64_t v, std::int64_t hi) {
+  if (v < 1 || v > hi) {
+    throw bad(std::string(key) + "=" + std::to_string(v) + " is out of range: it must be in [1, " + std::to_string(hi) + "]");
+  }
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace
+
+std::int64_t Config::num_params() const noexcept {
+  const std::int64_t C = width;
+  const std::int64_t block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C + (C * 4 * C + 4 * C) + (4 * C * C + C);
+  return vocab * C + context * C + layers * block + 2 * C + (tie_head ? 0 : vocab * C);
+}
+
+void Config::validate() const {
+  check_range("vocab", vocab, std::int64_t{1} << 24);
+  check_range("context", context, std::int64_t{1} << 20);
+  check_range("layers", layers, 1024);
+  check_range("width", width, 65536);
+  check_range("heads", heads, width);
+  if (width % heads != 0) {
+    throw bad("width=" + std::to_string(width) + " is not divisible by heads=" + std::to_string(heads) +
+              ": each head gets width/heads channels; pick a width that is a multiple of heads");
+  }
+}
+
+std::string Config::to_string() const {
+  std::string s = "layers=" + std::to_string(layers) + ",heads=" + std::to_string(heads) + ",width=" + std::to_string(width) +
+                  ",vocab=" + std::to_string(vocab) + ",context=" + std::to_string(context);
+  if (!tie_head) s += ",tie_head=false";
+  return s;
+}
+
+std::vector<std::string> config_names() { return {"tiny", "small", "124M"}; }
+
+Config named_config(std::string_view name) {
+  Config c;
+  if (name == "tiny") {
+    c = {.vocab = 256, .context = 64, .layers = 2, .heads = 4, .width = 96};
+  } else if (name == "small") {
+    c = {.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384};
+  } else if (name == "124M") {
+    c = {.vocab = 50257, .context = 1024, .layers = 12, .heads = 12, .width = 768};
+  } else {
+    throw bad("unknown config name '" + std::string(name) + "': use tiny, small, 124M or key=value pairs "
+              "(layers=2,heads=3,width=48,vocab=97,context=32)");
+  }
+  return c;
+}
+
+Config parse_config(std::string_view spec) {
+  Config c;
+  std::set<std::string> seen;
+  bool named = false;
+  std::size_t index = 0;
+  std::string_view rest = spec;
+  if (trim(spec).empty()) throw bad("empty config: use tiny, small, 124M or key=value pairs");
+  while (true) {
+    const auto comma = rest.find(',');
+    const std::string_view item = trim(rest.substr(0, comma));
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      if (index != 0) {
+        throw bad("'" + std::string(item) + "' in '" + std::string(spec) + "' is not key=value (a config name may only come first)");
+      }
+      c = named_config(item);
+      named = true;
+    } else {
+      const std::string key(trim(item.substr(0, eq)));
+      const std::string_view value = trim(item.substr(eq + 1));
+      if (!seen.insert(key).second) throw bad("key '" + key + "' given twice in '" + std::string(spec) + "'");
+      if (key == "tie_head") {
+        if (value == "true" || value == "1") c.tie_head = true;
+        else if (value == "false" || value == "0") c.tie_head = false;
+        else throw bad("tie_head='" + std::string(value) + "' is not a boolean (true, false, 1, 0)");
+      } else {
+        std::int64_t* field = key == "vocab" ? &c.vocab : key == "context" ? &c.context : key == "layers" ? &c.layers
+                            : key == "heads" ? &c.heads : key == "width" ? &c.width : nullptr;
+        if (!field) {
+          throw bad("unknown key '" + key + "' in '" + std::string(spec) + "': keys are layers, heads, width, vocab, context, tie_head");
+        }
+        std::int64_t v = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+        if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
+          throw bad(key + "='" + std::string(value) + "' is not an integer");
+        }
+        *field = v;
+      }
+    }
+    ++index;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  if (!named) {
+    for (const char* k : {"layers", "heads", "width", "vocab", "context"}) {
+      if (!seen.count(k)) {
+        throw bad("'" + std::string(spec) + "' lacks " + k + ": give all of layers, heads, width, vocab, context, or start "
+                  "from a named config (e.g. tiny,width=128)");
+      }
+    }
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace coshard::gpt2

@@ -1,0 +1,152 @@
+#include "coshard/gpt2/data.hpp"
+
+#include <array>
+#include <bit>
+#include <cstring>
+#include <numeric>
+
+#include "coshard/gpt2/params.hpp"
+#include "coshard/runtime/error.hpp"
+#include "file_io.hpp"
+
+static_assert(std::endian::native == std::endian::little, "token files are little-endian");
+
+namespace coshard::gpt2 {
+namespace {
+
+Error corrupt(const std::filesystem::path& path, const std::string& msg) {
+  return Error(Errc::corrupt_file, "token file '" + path.string() + "': " + msg);
+}
+
+void check_vocab(const std::filesystem::path& path, std::span<const std::uint16_t> tokens, std::int64_t vocab,
+                 std::uint64_t first_byte, std::uint64_t bytes_per_token) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= vocab) {
+      throw corrupt(path, "token " + std::to_string(i) + " (byte " + std::to_string(first_byte + i * bytes_per_token) +
+                              ") is " + std::to_string(tokens[i]) + ", outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")");
+    }
+  }
+}
+
+constexpr std::size_t kHeaderInts = 256;
+constexpr std::uint64_t kHeaderBytes = kHeaderInts * 4;
+
+}  // namespace
+
+std::vector<std::uint16_t> read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+  const std::uint64_t size = detail::file_size(path);
+  if (size < kHeaderBytes) {
+    throw corrupt(path, "the file has " + std::to_string(size) + " bytes, less than llm.c's 1024-byte header (truncated?)");
+  }
+  std::array<std::int32_t, kHeaderInts> header{};
+  detail::read_at(path, 0, std::as_writable_bytes(std::span<std::int32_t>(header)));
+  if (header[0] != kLlmcMagic) {
+    throw corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcMagic) +
+                            " (not an llm.c token file)");
+  }
+  if (header[1] != kLlmcVersion) {
+    throw corrupt(path, "version " + std::to_string(header[1]) + " at byte 4, expected " + std::to_string(kLlmcVersion));
+  }
+  if (header[2] < 0) throw corrupt(path, "negative token count " + std::to_string(header[2]) + " at byte 8");
+  const auto count = static_cast<std::uint64_t>(header[2]);
+  if (size != kHeaderBytes + 2 * count) {
+    throw corrupt(path, "the header announces " + std::to_string(count) + " tokens (" + std::to_string(kHeaderBytes + 2 * count) +
+                            " bytes) but the file has " + std::to_string(size) + " bytes" +
+                            (size < kHeaderBytes + 2 * count ? " (truncated)" : ""));
+  }
+  std::vector<std::uint16_t> tokens(count);
+  detail::read_at(path, kHeaderBytes, std::as_writable_bytes(std::span<std::uint16_t>(tokens)));
+  check_vocab(path, tokens, vocab, kHeaderBytes, 2);
+  return tokens;
+}
+
+void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+  if (tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
+    throw Error(Errc::invalid_argument, "write_llmc_tokens: " + std::to_string(tokens.size()) +
+                                            " tokens do not fit llm.c's int32 count");
+  }
+  std::array<std::int32_t, kHeaderInts> header{};
+  header[0] = kLlmcMagic;
+  header[1] = kLlmcVersion;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+  const std::array<std::span<const std::byte>, 2> parts{std::as_bytes(std::span<const std::int32_t>(header)),
+                                                        std::as_bytes(tokens)};
+  detail::write_atomic(path, parts);
+}
+
+std::vector<std::uint16_t> read_text_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+  const std::uint64_t size = detail::file_size(path);
+  std::vector<unsigned char> bytes(size);
+  detail::read_at(path, 0, std::as_writable_bytes(std::span<unsigned char>(bytes)));
+  std::vector<std::uint16_t> tokens(bytes.begin(), bytes.end());
+  check_vocab(path, tokens, vocab, 0, 1);
+  return tokens;
+}
+
+std::vector<std::uint16_t> read_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+  return path.extension() == ".bin" ? read_llmc_tokens(path, vocab) : read_text_tokens(path, vocab);
+}
+
+// ---- DataLoader ----
+
+DataLoader::DataLoader(std::shared_ptr<const std::vector<std::uint16_t>> tokens, LoaderOptions options)
+    : tokens_(std::move(tokens)), o_(options) {
+  if (!tokens_) throw Error(Errc::invalid_argument, "DataLoader: no tokens");
+  if (o_.batch == 0 || o_.seq_len == 0) throw Error(Errc::invalid_argument, "DataLoader: batch and seq_len must be >= 1");
+  if (o_.world < 1 || o_.rank < 0 || o_.rank >= o_.world) {
+    throw Error(Errc::invalid_argument, "DataLoader: rank " + std::to_string(o_.rank) + " is not in a world of " +
+                                            std::to_string(o_.world));
+  }
+  if (tokens_->size() < o_.seq_len + 1) {
+    throw Error(Errc::invalid_argument, "DataLoader: " + std::to_string(tokens_->size()) + " tokens are fewer than one sequence of T + 1 = " +
+                                            std::to_string(o_.seq_len + 1));
+  }
+  sequences_ = static_cast<std::int64_t>((tokens_->size() - 1) / o_.seq_len);
+}
+
+std::int64_t DataLoader::sequence_start(std::int64_t g) const {
+  const std::int64_t epoch = g / sequences_, pos = g % sequences_;
+  std::int64_t seq = pos;
+  if (o_.shuffle) {
+    if (perm_epoch_ != epoch) {
+      // Fisher-Yates with a counter-based generator of (seed, epoch, i).
+      perm_.resize(static_cast<std::size_t>(sequences_));
+      std::iota(perm_.begin(), perm_.end(), std::int64_t{0});
+      const std::uint64_t key = splitmix64(o_.seed ^ splitmix64(0x5eed0000ull + static_cast<std::uint64_t>(epoch)));
+      for (std::int64_t i = sequences_ - 1; i > 0; --i) {
+        const std::uint64_t r = splitmix64(key ^ splitmix64(static_cast<std::uint64_t>(i)));
+        const auto j = static_cast<std::int64_t>(r % static_cast<std::uint64_t>(i + 1));
+        std::swap(perm_[static_cast<std::size_t>(i)], perm_[static_cast<std::size_t>(j)]);
+      }
+      perm_epoch_ = epoch;
+    }
+    seq = perm_[static_cast<std::size_t>(pos)];
+  }
+  return seq * static_cast<std::int64_t>(o_.seq_len);
+}
+
+Batch DataLoader::batch(std::int64_t step) const {
+  Batch b;
+  b.B = o_.batch;
+  b.T = o_.seq_len;
+  b.step = step;
+  b.inputs.resize(b.B * b.T);
+  b.targets.resize(b.B * b.T);
+  const auto global = static_cast<std::int64_t>(o_.batch) * o_.world;
+  const auto& tok = *tokens_;
+  for (std::size_t i = 0; i < b.B; ++i) {
+    const std::int64_t g = step * global + static_cast<std::int64_t>(o_.rank) * static_cast<std::int64_t>(o_.batch) +
+                           static_cast<std::int64_t>(i);
+    const auto start = static_cast<std::size_t>(sequence_start(g));
+    for (std::size_t t = 0; t < b.T; ++t) {
+      b.inputs[i * b.T + t] = tok[start + t];
+      b.targets[i * b.T + t] = tok[start + t + 1];
+    }
+  }
+  return b;
+}
+
+Batch DataLoader::next() { return batch(step_++); }
+
+}  // namespace coshard::gpt2

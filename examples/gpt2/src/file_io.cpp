@@ -1,0 +1,101 @@
+#include "file_io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::gpt2::detail {
+namespace {
+
+Error io_error(const std::string& what, const std::filesystem::path& path, int err) {
+  return Error(Errc::io, what + " '" + path.string() + "': " + std::strerror(err));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const noexcept { return fd_; }
+  int release() noexcept {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+void write_atomic(const std::filesystem::path& path, std::span<const std::span<const std::byte>> parts) {
+  const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw io_error("cannot create", tmp, errno);
+  auto fail = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd.release());
+    ::unlink(tmp.c_str());
+    return io_error(what, tmp, err);
+  };
+  for (auto part : parts) {
+    while (!part.empty()) {
+      const ssize_t n = ::write(fd.get(), part.data(), part.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw fail("cannot write");
+      }
+      part = part.subspan(static_cast<std::size_t>(n));
+    }
+  }
+  if (::fsync(fd.get()) != 0) throw fail("cannot fsync");
+  if (::close(fd.release()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw io_error("cannot close", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw io_error("cannot rename the temporary file to", path, err);
+  }
+  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd.get() >= 0) ::fsync(dfd.get());  // best effort: the rename is durable once the directory is
+}
+
+std::uint64_t file_size(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto n = std::filesystem::file_size(path, ec);
+  if (ec) throw Error(Errc::io, "cannot read '" + path.string() + "': " + ec.message());
+  return n;
+}
+
+void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error("cannot open", path, errno);
+  std::size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("cannot read", path, errno);
+    }
+    if (n == 0) {
+      throw Error(Errc::corrupt_file, "'" + path.string() + "' ends at byte " + std::to_string(offset + done) +
+                                          " but " + std::to_string(out.size()) + " bytes were expected from byte " +
+                                          std::to_string(offset) + " (truncated file?)");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace coshard::gpt2::detail

@@ -1,0 +1,188 @@
+#include "coshard/gpt2/model.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "coshard/ops/attention.hpp"
+#include "coshard/ops/cross_entropy.hpp"
+#include "coshard/ops/embedding.hpp"
+#include "coshard/ops/gelu.hpp"
+#include "coshard/ops/layernorm.hpp"
+#include "coshard/ops/linear.hpp"
+#include "coshard/ops/residual.hpp"
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::gpt2 {
+namespace {
+
+void size(std::vector<float>& v, std::size_t n) {
+  if (v.size() != n) v.assign(n, 0.0f);
+}
+
+void check_grad(std::span<float> g, std::size_t n, const char* what) {
+  if (g.size() != n) {
+    throw Error(Errc::invalid_argument, std::string("GPT-2 backward: gradient of ") + what + " has " +
+                                            std::to_string(g.size()) + " elements, expected " + std::to_string(n));
+  }
+}
+
+}  // namespace
+
+Activations::Activations(Config config) : c_(config) {
+  c_.validate();
+  const auto L = static_cast<std::size_t>(c_.layers);
+  resid_.resize(L + 1);
+  blocks_.resize(L);
+}
+
+void Activations::set_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::size_t B,
+                            std::size_t T) {
+  if (B == 0 || T == 0 || T > static_cast<std::size_t>(c_.context)) {
+    throw Error(Errc::invalid_argument, "GPT-2: batch [" + std::to_string(B) + ", " + std::to_string(T) +
+                                            "] needs B >= 1 and 1 <= T <= context (" + std::to_string(c_.context) + ")");
+  }
+  if (tokens.size() != B * T || (!targets.empty() && targets.size() != B * T)) {
+    throw Error(Errc::invalid_argument, "GPT-2: batch [" + std::to_string(B) + ", " + std::to_string(T) + "] needs " +
+                                            std::to_string(B * T) + " tokens and targets, got " +
+                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  }
+  const auto V = static_cast<std::int64_t>(c_.vocab);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= V || (!targets.empty() && (targets[i] < 0 || targets[i] >= V))) {
+      throw Error(Errc::invalid_argument, "GPT-2: token or target at position " + std::to_string(i) +
+                                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    }
+  }
+  tokens_.assign(tokens.begin(), tokens.end());
+  targets_.assign(targets.begin(), targets.end());
+  B_ = B;
+  T_ = T;
+  const std::size_t C = static_cast<std::size_t>(c_.width), BT = B * T, NH = static_cast<std::size_t>(c_.heads);
+  for (auto& r : resid_) size(r, BT * C);
+  for (auto& b : blocks_) {
+    size(b.ln1, BT * C), size(b.ln1_mean, BT), size(b.ln1_rstd, BT), size(b.qkv, BT * 3 * C);
+    size(b.att, B * NH * T * T), size(b.atty, BT * C), size(b.res2, BT * C), size(b.ln2, BT * C);
+    size(b.ln2_mean, BT), size(b.ln2_rstd, BT), size(b.fch, BT * 4 * C), size(b.fch_gelu, BT * 4 * C);
+  }
+  const auto V_ = static_cast<std::size_t>(c_.vocab);
+  size(lnf_, BT * C), size(lnf_mean_, BT), size(lnf_rstd_, BT), size(logits_, BT * V_), size(lse_, BT);
+  size(dresid_, BT * C), size(dres2_, BT * C), size(dtmp_, BT * C), size(dln_, BT * C), size(datty_, BT * C);
+  size(dqkv_, BT * 3 * C), size(dfch_, BT * 4 * C), size(dfch_gelu_, BT * 4 * C), size(tmp_, BT * C);
+  loss_ = std::numeric_limits<float>::quiet_NaN();
+}
+
+void Activations::embedding_forward(std::span<const float> wte, std::span<const float> wpe) {
+  ops::embedding_forward(tokens_, wte, wpe, resid_[0], B_, T_, static_cast<std::size_t>(c_.width),
+                         static_cast<std::size_t>(c_.vocab));
+}
+
+void Activations::block_forward(std::size_t l, const BlockWeights& w) {
+  const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, NH = static_cast<std::size_t>(c_.heads);
+  Block& a = blocks_.at(l);
+  const auto& x = resid_[l];
+  ops::layernorm_forward(x, w[ln_1_weight], w[ln_1_bias], a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
+  ops::linear_forward(a.ln1, w[c_attn_weight], w[c_attn_bias], a.qkv, BT, C, 3 * C);
+  ops::attention_forward(a.qkv, a.atty, a.att, B_, T_, C, NH);
+  ops::linear_forward(a.atty, w[attn_c_proj_weight], w[attn_c_proj_bias], tmp_, BT, C, C);
+  ops::residual_forward(x, tmp_, a.res2);
+  ops::layernorm_forward(a.res2, w[ln_2_weight], w[ln_2_bias], a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
+  ops::linear_forward(a.ln2, w[c_fc_weight], w[c_fc_bias], a.fch, BT, C, 4 * C);
+  ops::gelu_forward(a.fch, a.fch_gelu);
+  ops::linear_forward(a.fch_gelu, w[mlp_c_proj_weight], w[mlp_c_proj_bias], tmp_, BT, 4 * C, C);
+  ops::residual_forward(a.res2, tmp_, resid_[l + 1]);
+}
+
+float Activations::head_forward(std::span<const float> ln_f_weight, std::span<const float> ln_f_bias,
+                                std::span<const float> head) {
+  const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, V = static_cast<std::size_t>(c_.vocab);
+  ops::layernorm_forward(resid_.back(), ln_f_weight, ln_f_bias, lnf_, lnf_mean_, lnf_rstd_, BT, C);
+  ops::linear_forward(lnf_, head, {}, logits_, BT, C, V, ops::WeightLayout::out_in);
+  loss_ = targets_.empty() ? std::numeric_limits<float>::quiet_NaN()
+                           : ops::cross_entropy_forward(logits_, targets_, lse_, BT, V);
+  return loss_;
+}
+
+void Activations::head_backward(std::span<const float> ln_f_weight, std::span<const float> head,
+                                std::span<float> d_ln_f_weight, std::span<float> d_ln_f_bias, std::span<float> d_head,
+                                float dloss) {
+  if (targets_.empty()) throw Error(Errc::invalid_argument, "GPT-2 backward: the batch has no targets");
+  const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, V = static_cast<std::size_t>(c_.vocab);
+  check_grad(d_head, V * C, "the head weight");
+  size(dlogits_, BT * V);
+  ops::cross_entropy_backward(logits_, targets_, lse_, dlogits_, BT, V, dloss);
+  ops::linear_backward(dlogits_, lnf_, head, dln_, d_head, {}, BT, C, V, ops::WeightLayout::out_in);
+  ops::layernorm_backward(dln_, resid_.back(), ln_f_weight, lnf_mean_, lnf_rstd_, dresid_, d_ln_f_weight, d_ln_f_bias,
+                          BT, C);
+}
+
+void Activations::block_backward(std::size_t l, const BlockWeights& w, const BlockGrads& g) {
+  const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, NH = static_cast<std::size_t>(c_.heads);
+  Block& a = blocks_.at(l);
+  // dresid_ holds the gradient of the block's output; it leaves holding that of its input.
+  std::copy(dresid_.begin(), dresid_.end(), dres2_.begin());
+  // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
+  ops::linear_backward(dresid_, a.fch_gelu, w[mlp_c_proj_weight], dfch_gelu_, g[mlp_c_proj_weight], g[mlp_c_proj_bias],
+                       BT, 4 * C, C);
+  ops::gelu_backward(dfch_gelu_, a.fch, dfch_);
+  ops::linear_backward(dfch_, a.ln2, w[c_fc_weight], dln_, g[c_fc_weight], g[c_fc_bias], BT, C, 4 * C);
+  ops::layernorm_backward(dln_, a.res2, w[ln_2_weight], a.ln2_mean, a.ln2_rstd, dtmp_, g[ln_2_weight], g[ln_2_bias],
+                          BT, C);
+  ops::accumulate(dres2_, dtmp_);
+  // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
+  ops::linear_backward(dres2_, a.atty, w[attn_c_proj_weight], datty_, g[attn_c_proj_weight], g[attn_c_proj_bias], BT, C,
+                       C);
+  ops::attention_backward(datty_, a.qkv, a.att, dqkv_, B_, T_, C, NH);
+  ops::linear_backward(dqkv_, a.ln1, w[c_attn_weight], dln_, g[c_attn_weight], g[c_attn_bias], BT, C, 3 * C);
+  ops::layernorm_backward(dln_, resid_[l], w[ln_1_weight], a.ln1_mean, a.ln1_rstd, dresid_, g[ln_1_weight],
+                          g[ln_1_bias], BT, C);
+  ops::accumulate(dresid_, dres2_);
+}
+
+void Activations::embedding_backward(std::span<float> d_wte, std::span<float> d_wpe) {
+  ops::embedding_backward(dresid_, tokens_, d_wte, d_wpe, B_, T_, static_cast<std::size_t>(c_.width),
+                          static_cast<std::size_t>(c_.vocab));
+}
+
+// ---- Gpt2 ----
+
+Gpt2::Gpt2(Config config, std::uint64_t seed)
+    : c_(config), params_(all_params(config)), grads_(params_.infos()), acts_(config) {
+  params_.initialize(seed);
+}
+
+BlockWeights Gpt2::block_weights(std::size_t layer) const {
+  BlockWeights w;
+  for (std::size_t k = 0; k < block_param_count; ++k) w[k] = params_.at(block_offset(layer) + k);
+  return w;
+}
+
+float Gpt2::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::size_t B,
+                    std::size_t T) {
+  acts_.set_batch(tokens, targets, B, T);
+  acts_.embedding_forward(params_.at(0), params_.at(1));
+  for (std::size_t l = 0; l < static_cast<std::size_t>(c_.layers); ++l) acts_.block_forward(l, block_weights(l));
+  const std::size_t h = head_offset();
+  return acts_.head_forward(params_.at(h), params_.at(h + 1), c_.tie_head ? params_.at(0) : params_.at(h + 2));
+}
+
+void Gpt2::backward(float dloss) {
+  const std::size_t h = head_offset();
+  acts_.head_backward(params_.at(h), c_.tie_head ? params_.at(0) : params_.at(h + 2), grads_.at(h), grads_.at(h + 1),
+                      c_.tie_head ? grads_.at(0) : grads_.at(h + 2), dloss);
+  for (std::size_t l = static_cast<std::size_t>(c_.layers); l-- > 0;) {
+    BlockGrads g;
+    for (std::size_t k = 0; k < block_param_count; ++k) g[k] = grads_.at(block_offset(l) + k);
+    acts_.block_backward(l, block_weights(l), g);
+  }
+  acts_.embedding_backward(grads_.at(0), grads_.at(1));
+}
+
+float Gpt2::forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::size_t B,
+                             std::size_t T) {
+  const float loss = forward(tokens, targets, B, T);
+  backward(1.0f);
+  return loss;
+}
+
+}  // namespace coshard::gpt2

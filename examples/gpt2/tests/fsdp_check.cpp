@@ -1,0 +1,147 @@
+// A rank program (start it with coshard-run): trains GPT-2 with the FSDP engine on its slice of
+// each global batch and, in the same process, the unsharded Gpt2 on the whole global batch, and
+// compares the losses of every step and the parameters at the end.
+//   --config tiny|<spec>   --strategy full_shard|shard_grad_op|no_shard   --steps 4
+//   --batch 2 (sequences per rank)   --seq 16   --lr 1e-3
+// Prints "rank R: gpt2 parity ok" on success and the issue log of the last step.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "coshard/fsdp/engine.hpp"
+#include "coshard/gpt2/data.hpp"
+#include "coshard/gpt2/model.hpp"
+#include "coshard/gpt2/units.hpp"
+#include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/process_group.hpp"
+
+using namespace coshard;
+
+namespace {
+
+struct Args {
+  std::string config = "tiny";
+  fsdp::Strategy strategy = fsdp::Strategy::full_shard;
+  int steps = 4;
+  std::size_t batch = 2, seq = 16;
+  double lr = 1e-3;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") a.config = v;
+    else if (k == "--strategy") a.strategy = v == "no_shard" ? fsdp::Strategy::no_shard : v == "shard_grad_op" ? fsdp::Strategy::shard_grad_op : fsdp::Strategy::full_shard;
+    else if (k == "--steps") a.steps = std::atoi(v.c_str());
+    else if (k == "--batch") a.batch = static_cast<std::size_t>(std::atoi(v.c_str()));
+    else if (k == "--seq") a.seq = static_cast<std::size_t>(std::atoi(v.c_str()));
+    else if (k == "--lr") a.lr = std::atof(v.c_str());
+    else {
+      std::fprintf(stderr, "gpt2_fsdp_check: unknown flag %s\n", k.c_str());
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+Task<int> run(Runtime& rt, Args a) {
+  auto pg = co_await transport::ProcessGroup::from_env(rt);
+  const int rank = pg->rank(), world = pg->size();
+  const gpt2::Config cfg = gpt2::parse_config(a.config);
+  const std::uint64_t seed = 1234;
+  int failures = 0;
+  try {
+    gpt2::Gpt2Units units(cfg, seed);
+    fsdp::Options o;
+    o.strategy = a.strategy;
+    const ops::AdamWOptions adam{.lr = a.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    o.optimizer = fsdp::AdamW{adam};
+    o.timeout = std::chrono::milliseconds(60000);
+    auto engine = co_await fsdp::Engine::create(rt, *pg, units.units(), o);
+
+    gpt2::Gpt2 ref(cfg, seed);
+    ops::AdamWState state(ref.params().flat().size());
+    const auto ranges = ref.params().ranges();
+
+    auto tokens = std::make_shared<std::vector<std::uint16_t>>();
+    for (std::size_t i = 0; i < 4096; ++i) {
+      tokens->push_back(static_cast<std::uint16_t>(gpt2::splitmix64(i) % static_cast<std::uint64_t>(cfg.vocab)));
+    }
+    gpt2::DataLoader mine(tokens, {.batch = a.batch, .seq_len = a.seq, .rank = rank, .world = world});
+    gpt2::DataLoader global(tokens, {.batch = a.batch * static_cast<std::size_t>(world), .seq_len = a.seq});
+    for (int step = 0; step < a.steps; ++step) {
+      if (step + 1 == a.steps) engine->clear_issue_log();
+      auto b = mine.next();
+      units.set_batch(b.inputs, b.targets, b.B, b.T);
+      co_await units.forward(*engine);
+      co_await units.backward(*engine);
+      co_await engine->optimizer_step();
+      co_await engine->compute_event();
+      Tensor t = Tensor::empty(rt.allocator(), DType::f32, {1});
+      t.data_as<float>()[0] = units.loss();
+      co_await pg->world().all_reduce(t, transport::Reduction::avg(), rt.stream("compute"));
+      const float loss = t.data_as<float>()[0];
+
+      auto g = global.next();
+      ref.zero_grad();
+      const float want = ref.forward_backward(g.inputs, g.targets, g.B, g.T);
+      ops::adamw_step(ref.params().flat(), ref.grads().flat(), state, adam, ranges);
+      if (!(std::fabs(loss - want) <= 2e-5 * std::max(1.0f, std::fabs(want)))) {
+        ++failures;
+        std::fprintf(stderr, "rank %d: loss at step %d: %.9g, reference %.9g\n", rank, step, loss, want);
+      }
+      if (rank == 0) std::printf("step %d: loss %.6f (reference %.6f)\n", step, loss, want);
+    }
+    co_await engine->synchronize();
+    if (rank == 0) {
+      std::string log;
+      for (const auto& e : engine->issue_log()) log += e + "; ";
+      std::printf("issue log of the last step: %s\n", log.c_str());
+    }
+    auto sd = co_await engine->full_state_dict();
+    for (std::size_t i = 0; i < ref.params().size(); ++i) {
+      const auto& name = ref.params().infos()[i].name;
+      const auto want = ref.params().at(i);
+      const auto& got = sd.at(name);
+      double worst = 0;
+      for (std::size_t j = 0; j < want.size(); ++j) {
+        worst = std::max(worst, std::fabs(got[j] - want[j]) / std::max(1.0, static_cast<double>(std::fabs(want[j]))));
+      }
+      if (worst > 1e-4) {
+        ++failures;
+        std::fprintf(stderr, "rank %d: parameter %s differs from the reference by %.3g\n", rank, name.c_str(), worst);
+      }
+    }
+  } catch (const Error& e) {
+    std::printf("rank %d: error: %s\n", rank, e.what());
+    std::fflush(stdout);
+    co_return 3;
+  }
+  co_await pg->finish();
+  if (failures) {
+    std::printf("rank %d: gpt2 parity FAILED (%d differences)\n", rank, failures);
+    co_return 1;
+  }
+  std::printf("rank %d: gpt2 parity ok\n", rank);
+  co_return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  auto env = transport::resolve_launch_env(transport::process_env());
+  if (!env) {
+    std::fprintf(stderr, "%s\n", env.error().what());
+    return 2;
+  }
+  try {
+    Runtime rt({.name = "gpt2", .rank = env.value().rank});
+    return rt.scheduler().sync_wait(run(rt, a));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt2_fsdp_check: %s\n", e.what());
+    return 1;
+  }
+}
