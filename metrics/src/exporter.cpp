@@ -1,11 +1,41 @@
 #include "coshard/metrics/exporter.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <prometheus/exposer.h>
 #include <prometheus/registry.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::metrics {
+namespace {
+
+// civetweb only says "null context when constructing CivetServer": find the reason by binding
+// the same address ourselves (IPv4 literals; anything else gets the generic reason).
+std::string why_not_bindable(const std::string& address, std::uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
+    return "the address is not an IPv4 literal this host has, or the port is in use";
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "cannot open a socket";
+  const int err = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  ::close(fd);
+  if (err == EADDRINUSE) return "port " + std::to_string(port) + " is already in use";
+  if (err == EADDRNOTAVAIL) return "address " + address + " is not an address of this host";
+  if (err == EACCES) return "binding port " + std::to_string(port) + " needs privileges";
+  if (err != 0) return std::strerror(err);
+  return "the server could not start (the port was busy a moment ago)";
+}
+
+}  // namespace
 
 Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::string& bind_address,
                    std::uint16_t port)
@@ -14,9 +44,9 @@ Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::st
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(where, 2);
   } catch (const std::exception& e) {
-    throw Error(Errc::io, "cannot serve metrics on " + where + " (" + e.what() +
-                              "): the port is in use or the address is not local. Choose another port with "
-                              "--metrics-port (0 picks a free one) or another --metrics-bind address");
+    throw Error(Errc::io, "cannot serve metrics on " + where + ": " + why_not_bindable(bind_address, port) +
+                              ". Choose another port with --metrics-port (0 picks a free one) or another "
+                              "--metrics-bind address");
   }
   exposer_->RegisterCollectable(registry);
   auto ports = exposer_->GetListeningPorts();

@@ -1,11 +1,14 @@
 #include "coshard/metrics/timeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "coshard/runtime/error.hpp"
+#include "trace_common.hpp"
 
 namespace coshard::metrics {
 namespace {
@@ -65,49 +68,91 @@ std::size_t Timeline::dropped() const {
   return dropped_;
 }
 
-std::string Timeline::chrome_trace_json() const {
-  std::lock_guard lock(m_);
-  std::map<std::pair<int, std::string>, int> tids;  // (rank, stream) -> track id
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out += ",";
-    first = false;
-  };
-  for (const auto& s : spans_) {
-    auto key = std::make_pair(s.rank, s.stream);
-    auto [it, inserted] = tids.emplace(key, static_cast<int>(tids.size()) + 1);
-    if (inserted) {
-      sep();
-      out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(s.rank) +
-             ",\"tid\":" + std::to_string(it->second) + ",\"args\":{\"name\":\"" + json_escape(s.stream) + "\"}}";
-      sep();
-      out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(s.rank) +
-             ",\"args\":{\"name\":\"rank " + std::to_string(s.rank) + "\"}}";
-    }
-    char ts[64];
-    std::snprintf(ts, sizeof ts, "%.3f,\"dur\":%.3f", micros(s.begin), micros(s.end) - micros(s.begin));
-    sep();
-    out += "{\"ph\":\"X\",\"name\":\"" + json_escape(s.name) + "\",\"cat\":\"" + json_escape(s.category) +
-           "\",\"pid\":" + std::to_string(s.rank) + ",\"tid\":" + std::to_string(it->second) + ",\"ts\":" + ts + "}";
-  }
-  out += "]}";
-  return out;
+std::span<const std::string_view> stream_order() noexcept {
+  static constexpr std::string_view kOrder[] = {"compute", "all_gather", "reduce_scatter", "all_reduce", "unshard",
+                                                 "reduce",  "h2d",        "d2h",            "optimizer",  "scheduler"};
+  return kOrder;
 }
 
-void Timeline::write(const std::string& path) const {
+namespace detail {
+
+std::map<std::string, int, std::less<>> track_ids(const std::set<std::string, std::less<>>& streams) {
+  std::map<std::string, int, std::less<>> ids;
+  const auto order = stream_order();
+  int next = static_cast<int>(order.size()) + 1;
+  for (const auto& s : streams) {  // sorted by name: the unknown ones get ids in name order
+    auto it = std::find(order.begin(), order.end(), s);
+    ids.emplace(s, it != order.end() ? static_cast<int>(it - order.begin()) + 1 : next++);
+  }
+  return ids;
+}
+
+void write_atomically(const std::string& path, const std::string& text, const std::string& what) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(Errc::io, "cannot write the timeline to '" + tmp + "': check the directory exists and is writable");
-    f << chrome_trace_json();
+    if (!f) {
+      throw Error(Errc::io, "cannot write the " + what + " to '" + tmp + "': check the directory exists and is writable");
+    }
+    f << text;
     f.flush();
-    if (!f) throw Error(Errc::io, "writing the timeline to '" + tmp + "' failed (disk full?)");
+    if (!f) throw Error(Errc::io, "writing the " + what + " to '" + tmp + "' failed (disk full?)");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw Error(Errc::io, "cannot rename '" + tmp + "' to '" + path + "'");
   }
 }
+
+}  // namespace detail
+
+std::string Timeline::chrome_trace_json() const {
+  std::lock_guard lock(m_);
+  std::set<std::string, std::less<>> streams;
+  std::set<std::pair<int, std::string>> tracks;  // (rank, stream)
+  for (const auto& s : spans_) {
+    streams.insert(s.stream);
+    tracks.emplace(s.rank, s.stream);
+  }
+  const auto tids = detail::track_ids(streams);
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out += ",";
+    first = false;
+  };
+  int last_rank = -1;
+  bool any_rank = false;
+  for (const auto& [rank, stream] : tracks) {
+    const std::string pid = std::to_string(rank);
+    if (!any_rank || rank != last_rank) {
+      any_rank = true;
+      last_rank = rank;
+      sep();
+      out += "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid + ",\"args\":{\"name\":\"rank " + pid + "\"}}";
+      sep();
+      out += "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":" + pid + ",\"args\":{\"sort_index\":" + pid + "}}";
+    }
+    const std::string tid = std::to_string(tids.find(stream)->second);
+    sep();
+    out += "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" + tid +
+           ",\"args\":{\"name\":\"" + json_escape(stream) + "\"}}";
+    sep();
+    out += "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + pid + ",\"tid\":" + tid +
+           ",\"args\":{\"sort_index\":" + tid + "}}";
+  }
+  for (const auto& s : spans_) {
+    char ts[64];
+    std::snprintf(ts, sizeof ts, "%.3f,\"dur\":%.3f", micros(s.begin), micros(s.end) - micros(s.begin));
+    sep();
+    out += "{\"ph\":\"X\",\"name\":\"" + json_escape(s.name) + "\",\"cat\":\"" + json_escape(s.category) +
+           "\",\"pid\":" + std::to_string(s.rank) + ",\"tid\":" + std::to_string(tids.find(s.stream)->second) +
+           ",\"ts\":" + ts + "}";
+  }
+  out += "]}";
+  return out;
+}
+
+void Timeline::write(const std::string& path) const { detail::write_atomically(path, chrome_trace_json(), "timeline"); }
 
 }  // namespace coshard::metrics
