@@ -224,7 +224,7 @@ struct Run {
     auto engine = co_await make_engine();
     if (cfg.stress) {
       // Work of random length on the streams the offload pipeline orders: results must not change.
-      state.perturb = [this, seed = std::uint64_t{17 + static_cast<unsigned>(pg.rank())}](Runtime& r) mutable {
+      state.perturb = [seed = std::uint64_t{17 + static_cast<unsigned>(pg.rank())}](Runtime& r) mutable {
         for (const char* s : {"compute", "h2d", "d2h", "unshard", "reduce"}) {
           const auto us = static_cast<int>(mix(++seed) % 3000);
           r.stream(s).enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });

@@ -954,6 +954,10 @@ CommStats Engine::comm_stats() const {
 
 void Engine::set_is_last_backward(bool last) { impl_->last_backward = last; }
 
+void Engine::set_learning_rate(double lr) {
+  std::visit([lr](auto& o) { o.options.lr = lr; }, impl_->opt.optimizer);
+}
+
 void Engine::zero_grad() {
   Impl& m = *impl_;
   for (auto& u : m.units) {

@@ -63,7 +63,8 @@ class Engine {
   // these in order.
   Task<void> run_forward(std::size_t unit);
   Task<void> run_backward(std::size_t unit);
-  // Ends a backward made of run_backward calls (backward() calls it).
+  // Ends a backward made of run_backward calls (backward() calls it). After a forward without
+  // backward (evaluation) it releases the units that forward left unsharded.
   Task<void> finish_backward();
 
   // Gradient accumulation: with sync off, backwards accumulate unsharded gradients locally and
@@ -79,6 +80,8 @@ class Engine {
   // Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
   // (without blocking the scheduler) for the previous step's update to finish.
   Task<void> optimizer_step();
+  // The learning rate of the updates issued from now on (schedules).
+  void set_learning_rate(double lr);
   // Zeroes the gradient shards (optimizer_step does it after updating).
   void zero_grad();
 

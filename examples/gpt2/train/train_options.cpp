@@ -1,0 +1,110 @@
+#include "train_options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <map>
+
+namespace coshard::train {
+
+ParseResult parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app{"gpt2-train: trains GPT-2 with coshard's FSDP engine. Run under coshard-run for several ranks "
+               "(coshard-run --nproc-per-node 2 -- gpt2-train); alone it is one rank.",
+               "gpt2-train"};
+  app.get_formatter()->column_width(34);
+  std::string model = o.model, schedule = o.lr_schedule, strategy = "full_shard", bwd = "pre", precision = "none";
+  app.add_option("--model", model,
+                 "tiny | small | 124M, or a shape: layers=2,heads=3,width=48,vocab=97,context=32 "
+                 "(a name may be followed by overrides: small,vocab=512)")
+      ->capture_default_str();
+  app.add_option("--data", o.data, "token file: llm.c .bin (uint16 tokens), or any other file read as bytes "
+                                   "(vocab 256); default: an embedded corpus of integer additions")
+      ->check(CLI::ExistingFile);
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(1, 100000000));
+  app.add_option("--batch", o.batch, "sequences per rank per micro-batch")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--seq", o.seq, "tokens per sequence (at most the model's context)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (no_sync on all but the last)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--lr", o.lr, "peak learning rate (AdamW, betas 0.9/0.95, eps 1e-8)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr-schedule", schedule, "constant | cosine (to 10% of --lr at the last step)")
+      ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW decay, on 2-D weights only (as nanoGPT)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "gradient norm clip (L2); 0 disables")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
+  app.add_flag("--shuffle", o.shuffle, "visit the sequences in a seeded permutation per epoch (default: llm.c-style "
+                                       "sequential batches, wrapping at the end)");
+  app.add_option("--strategy", strategy, "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}));
+  app.add_option("--shard-group", o.shard_group, "hybrid strategies: ranks per shard group (default: ranks per node)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--forward-prefetch", o.forward_prefetch, "units all-gathered ahead in forward")
+      ->capture_default_str()->check(CLI::Range(0, 64));
+  app.add_option("--backward-prefetch", bwd, "pre | post | none")->capture_default_str()->check(CLI::IsMember({"pre", "post", "none"}));
+  app.add_option("--mixed-precision", precision, "none | bf16 | fp16 (unsharded parameters and reductions)")
+      ->capture_default_str()->check(CLI::IsMember({"none", "bf16", "fp16"}));
+  app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
+  app.add_option("--init", o.init, "start from this .safetensors (Hugging Face GPT-2 names)")->check(CLI::ExistingFile);
+  app.add_option("--save", o.save, "write the trained model to this .safetensors (atomically)");
+  app.add_option("--eval-every", o.eval_every, "validation loss every N steps (0: never)")->check(CLI::NonNegativeNumber);
+  app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on PORT + local rank; 0 picks free ports")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-bind", o.metrics_bind, "address the metrics endpoint binds")->capture_default_str();
+  app.add_option("--metrics-linger", o.metrics_linger,
+                 "keep serving metrics this many seconds after training, so a scraper sees the final values")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--trace", o.trace, "write the overlap timeline of every rank, merged, to this Chrome trace JSON");
+  app.add_option("--trace-steps", o.trace_steps, "how many of the last steps the timeline keeps")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--log-json", o.log_json, "one JSON object per step from rank 0, to FILE or - (stdout)");
+  app.add_option("--samples", o.samples, "completions sampled at the end (embedded corpus)")
+      ->capture_default_str()->check(CLI::Range(0, 10000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, 0, app.help()};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, 2, std::string("gpt2-train: ") + e.what() + "\nRun gpt2-train --help for the flags."};
+  }
+  try {
+    o.model = model;
+    o.config = gpt2::parse_config(model);
+  } catch (const Error& e) {
+    return {std::nullopt, 2, "gpt2-train: --model: " + e.message()};
+  }
+  if (o.seq > o.config.context) {
+    return {std::nullopt, 2, "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
+                                 std::to_string(o.config.context) + "); lower --seq or pick a larger --model context"};
+  }
+  o.lr_schedule = schedule;
+  static const std::map<std::string, fsdp::Strategy> strategies{
+      {"full_shard", fsdp::Strategy::full_shard}, {"shard_grad_op", fsdp::Strategy::shard_grad_op},
+      {"no_shard", fsdp::Strategy::no_shard}, {"hybrid_shard", fsdp::Strategy::hybrid_shard},
+      {"hybrid_shard_zero2", fsdp::Strategy::hybrid_shard_zero2}};
+  o.strategy = strategies.at(strategy);
+  o.backward_prefetch = bwd == "pre" ? fsdp::BackwardPrefetch::pre : bwd == "post" ? fsdp::BackwardPrefetch::post
+                                                                                   : fsdp::BackwardPrefetch::none;
+  o.param_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
+  if (o.offload && o.strategy == fsdp::Strategy::no_shard) {
+    return {std::nullopt, 2, "gpt2-train: --offload needs a sharded --strategy (no_shard keeps everything on every rank)"};
+  }
+  if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
+    return {std::nullopt, 2, "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2"};
+  }
+  return {o, 0, {}};
+}
+
+double learning_rate(const TrainOptions& o, int step) {
+  if (step < o.warmup_steps) return o.lr * (step + 1) / o.warmup_steps;
+  if (o.lr_schedule == "constant") return o.lr;
+  const double span = std::max(1, o.steps - o.warmup_steps);
+  const double progress = std::min(1.0, (step - o.warmup_steps) / span);
+  const double min_lr = 0.1 * o.lr;
+  return min_lr + 0.5 * (o.lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace coshard::train

@@ -1,0 +1,57 @@
+#pragma once
+// gpt2-train's command line: every flag, its default, and the checks that need no other rank.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coshard/fsdp/options.hpp"
+#include "coshard/gpt2/config.hpp"
+
+namespace coshard::train {
+
+struct TrainOptions {
+  std::string model = "tiny";
+  gpt2::Config config;
+  std::string data;  // empty: the embedded corpus
+  int steps = 800;
+  int batch = 8;     // sequences per rank per micro-batch
+  int seq = 64;
+  int grad_accum = 1;
+  double lr = 3e-3;
+  std::string lr_schedule = "constant";  // constant | cosine
+  int warmup_steps = 0;
+  double weight_decay = 0.0;
+  double clip = 1.0;  // 0: off
+  std::uint64_t seed = 1337;
+  bool shuffle = false;
+  fsdp::Strategy strategy = fsdp::Strategy::full_shard;
+  int shard_group = 0;
+  int forward_prefetch = 1;
+  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::pre;
+  DType param_dtype = DType::f32;
+  bool offload = false;
+  std::string init;
+  std::string save;
+  int eval_every = 0;
+  int metrics_port = 9400;
+  std::string metrics_bind = "127.0.0.1";
+  std::string trace;
+  int trace_steps = 4;  // the timeline holds the last N steps
+  std::string log_json;
+  int samples = 16;
+  double metrics_linger = 0;  // seconds the endpoint stays up after training
+};
+
+struct ParseResult {
+  std::optional<TrainOptions> options;  // empty: exit with `exit_code` (help, or a usage error)
+  int exit_code = 0;
+  std::string message;  // what to print (help text, or the usage error naming the flag)
+};
+
+ParseResult parse_train_options(int argc, char** argv);
+
+// The learning rate of `step` (0-based): linear warmup, then constant or cosine to 10% at the end.
+double learning_rate(const TrainOptions& o, int step);
+
+}  // namespace coshard::train
