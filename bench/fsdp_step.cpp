@@ -1,10 +1,12 @@
 // FSDP step time, one rank per process (start it with coshard-run; scripts/bench does, beside
-// PyTorch's DDP and a gloo ZeRO-3 on the same model). Model: the MLP of tests/fsdp/mlp_model.hpp,
-// `layers` x Linear(hidden, hidden) with ReLU, MSE loss, Adam, `batch` rows per rank. Rank 0 prints
-//   coshard mlp <key=value ...>
+// PyTorch's DDP and a gloo ZeRO-3 on the same model). Models: the MLP of tests/fsdp/mlp_model.hpp,
+// `layers` x Linear(hidden, hidden) with ReLU, MSE loss, Adam, `batch` rows per rank; or GPT-2
+// `small` (--model gpt2-small: `batch` sequences of --seq tokens per rank). Rank 0 prints
+//   coshard <model> <key=value ...>
 // with the step time, the collectives' time (their streams' busy time), exposed communication (the
 // compute stream's stalls waiting for other streams), and the allocator's peak beside the pool bound.
-//   --hidden 2048 --layers 4 --batch 128 --steps 10 --strategy full_shard|shard_grad_op|no_shard
+//   --model mlp|gpt2-small --hidden 2048 --layers 4 --batch 128 (gpt2: 4) --seq 256 --steps 10
+//   --strategy full_shard|shard_grad_op|no_shard
 //   --prefetch on|off   --no-compute (the same schedule without kernels: collectives alone)
 //   --offload none|serial|pipelined (sharded state in host memory; the host optimizer after
 //   backward, as PyTorch, or per unit as soon as its gradient arrives)
@@ -14,7 +16,7 @@
 #include <string>
 
 #include "coshard/fsdp/engine.hpp"
-#include "coshard/ops/blas.hpp"
+#include "coshard/gpt2/units.hpp"
 #include "mlp_model.hpp"
 
 using namespace coshard;
@@ -22,23 +24,53 @@ using namespace coshard;
 namespace {
 
 struct Flags {
+  std::string model = "mlp";
   std::int64_t hidden = 2048;
-  int layers = 4, batch = 128, steps = 10;
+  int layers = 4, batch = 0, seq = 256, steps = 10;
   std::string strategy = "full_shard";
   bool prefetch = true, compute = true;
   std::string offload = "none";
 };
 
+// The same unit without its kernels: the engine's schedule and collectives alone.
+class Hollow final : public fsdp::Unit {
+ public:
+  explicit Hollow(fsdp::Unit* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  std::vector<fsdp::ParamSpec> params() const override { return inner_->params(); }
+  int phases() const override { return inner_->phases(); }
+  Task<void> forward(fsdp::Scope&) override { co_return; }
+  Task<void> backward(fsdp::Scope&) override { co_return; }
+
+ private:
+  fsdp::Unit* inner_;
+};
+
 Task<int> run(Runtime& rt, Flags f) {
   auto pg = co_await transport::ProcessGroup::from_env(rt);
+  const bool gpt = f.model == "gpt2-small";
+  if (f.batch == 0) f.batch = gpt ? 4 : 128;
   testing::MlpState state;
   for (int i = 0; i < f.layers; ++i) state.layers.push_back({f.hidden, f.hidden});
   state.skip_compute = !f.compute;
   std::vector<std::unique_ptr<testing::MlpUnit>> units;
+  std::unique_ptr<gpt2::Gpt2Units> gpt2_model;
   std::vector<fsdp::Unit*> ptrs;
-  for (std::size_t i = 0; i < state.layers.size(); ++i) {
-    units.push_back(std::make_unique<testing::MlpUnit>(state, i));
-    ptrs.push_back(units.back().get());
+  std::vector<std::unique_ptr<Hollow>> hollow;
+  if (gpt) {
+    gpt2_model = std::make_unique<gpt2::Gpt2Units>(gpt2::named_config("small"), 1337);
+    ptrs = gpt2_model->units();
+    if (!f.compute) {
+      for (auto*& u : ptrs) {
+        hollow.push_back(std::make_unique<Hollow>(u));
+        u = hollow.back().get();
+      }
+    }
+  } else {
+    for (std::size_t i = 0; i < state.layers.size(); ++i) {
+      units.push_back(std::make_unique<testing::MlpUnit>(state, i));
+      ptrs.push_back(units.back().get());
+    }
   }
   fsdp::Options o;
   o.strategy = f.strategy == "no_shard" ? fsdp::Strategy::no_shard
@@ -53,9 +85,19 @@ Task<int> run(Runtime& rt, Flags f) {
     o.offload.pipelined_optimizer = f.offload == "pipelined";
   }
   auto engine = co_await fsdp::Engine::create(rt, *pg, ptrs, o);
-  const auto batch = testing::make_batch(state.layers, f.batch, static_cast<std::int64_t>(pg->rank()) * f.batch, 0);
+  const auto batch = gpt ? testing::Batch{} : testing::make_batch(state.layers, f.batch,
+                                                                   static_cast<std::int64_t>(pg->rank()) * f.batch, 0);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(f.batch * f.seq)), targets(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>(testing::mix(i + 7919 * static_cast<std::size_t>(pg->rank())) % 256);
+    targets[i] = static_cast<std::int32_t>(testing::mix(i + 1) % 256);
+  }
   auto step = [&]() -> Task<void> {
-    state.set_batch(batch);
+    if (gpt && f.compute) {
+      gpt2_model->set_batch(tokens, targets, static_cast<std::size_t>(f.batch), static_cast<std::size_t>(f.seq));
+    } else {
+      state.set_batch(batch);
+    }
     co_await engine->forward();
     co_await engine->backward();
     co_await engine->compute_event();  // as a trainer reading the loss; the activations are reused
@@ -75,9 +117,9 @@ Task<int> run(Runtime& rt, Flags f) {
   const std::size_t depth = keep ? state.layers.size() : static_cast<std::size_t>(o.in_flight);
   const std::size_t bound = report.sharded_state_bytes + (depth + 1) * report.max_unit_unsharded_bytes;
   if (pg->rank() == 0) {
-    std::printf("coshard mlp strategy=%s prefetch=%s compute=%s offload=%s world=%d batch=%d step_ms=%.1f "
+    std::printf("coshard %s strategy=%s prefetch=%s compute=%s offload=%s world=%d batch=%d step_ms=%.1f "
                 "steps_per_s=%.3f comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
-                f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", f.offload.c_str(), pg->size(),
+                f.model.c_str(), f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", f.offload.c_str(), pg->size(),
                 f.batch, ms,
                 1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
                 (after.exposed_seconds - before.exposed_seconds) * 1e3 / f.steps, peak, bound);
@@ -100,7 +142,9 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--hidden") f.hidden = std::atoll(next().c_str());
+    if (k == "--model") f.model = next();
+    else if (k == "--seq") f.seq = std::atoi(next().c_str());
+    else if (k == "--hidden") f.hidden = std::atoll(next().c_str());
     else if (k == "--layers") f.layers = std::atoi(next().c_str());
     else if (k == "--batch") f.batch = std::atoi(next().c_str());
     else if (k == "--steps") f.steps = std::atoi(next().c_str());

@@ -4,29 +4,11 @@
 
 #include <string>
 
-#include "support/run_command.hpp"
+#include "engine_run.hpp"
 
 namespace {
 
-using coshard::testing::run_command;
-
-const std::string kRun = COSHARD_RUN_BIN;
-const std::string kCheck = ENGINE_CHECK_BIN;
-
-coshard::testing::CommandResult check(int ranks, const std::string& args) {
-  return run_command(kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kCheck + " " + args);
-}
-
-void expect_ok(const coshard::testing::CommandResult& r, int ranks, const std::string& mode) {
-  EXPECT_EQ(r.rc, 0) << r.output;
-  for (int i = 0; i < ranks; ++i) {
-    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": " + mode + " ok"), std::string::npos) << r.output;
-  }
-}
-
-}  // namespace
-
-namespace {
+using namespace coshard::testing;
 
 // 1. Parity with one process, for every strategy and rank count, on MLPs of uneven shapes.
 struct ParityCase {
@@ -155,19 +137,6 @@ TEST(EngineOrder, ForwardPrefetchOfOneAndTwoUnits) {
             "backward layers.2 compute; backward layers.2 reduce_scatter; backward layers.1 all_gather; "
             "backward layers.1 compute; backward layers.1 reduce_scatter; backward layers.0 all_gather; "
             "backward layers.0 compute; backward layers.0 reduce_scatter");
-}
-
-// 4. Overlap: prefetch hides the all-gathers behind compute; without prefetch nothing overlaps.
-double step_ratio(const std::string& args) {
-  auto r = check(2, "--mode overlap --steps 2 --delay-ms 40 --layers 8x8,8x8,8x8,8x4 " + args);
-  EXPECT_EQ(r.rc, 0) << r.output;
-  auto at = r.output.find("ratio ");
-  return at == std::string::npos ? 0 : std::atof(r.output.c_str() + at + 6);
-}
-
-TEST(EngineOverlap, PrefetchHidesTheAllGathers) {
-  EXPECT_LT(step_ratio(""), 0.75);
-  EXPECT_GT(step_ratio("--forward-prefetch 0 --backward none"), 0.9);
 }
 
 // 5. Memory: the allocator's peak within sharded state + depth x largest unit.

@@ -161,6 +161,7 @@ struct Engine::Impl {
   Gauge* overlap = nullptr;
   CommStats reported;
   Counter* prefetch_hits = nullptr;
+  Counter* limiter_waits = nullptr;
   Counter* prefetch_misses = nullptr;
   Gauge* pool_occupancy = nullptr;
 
@@ -343,7 +344,10 @@ struct Engine::Impl {
 
   void prefetch(std::size_t target, const char* phase) {
     if (units[target].resident) return;
-    if (resident_count() >= static_cast<std::size_t>(std::max(1, opt.in_flight))) return;
+    if (resident_count() >= static_cast<std::size_t>(std::max(1, opt.in_flight))) {
+      limiter_waits->add();
+      return;
+    }
     const bool from_shard = std::string(phase) == "backward" && reshard_group > 0 &&
                             units[target].post_forward_shard.defined();
     unshard(target, phase, from_shard);
@@ -607,6 +611,8 @@ Task<std::unique_ptr<Engine>> Engine::create(Runtime& runtime, transport::Proces
   }
   auto& t = runtime.telemetry();
   m.prefetch_hits = &t.counter("coshard_prefetch_hits_total", "Units already unsharded when their phase began", {});
+  m.limiter_waits = &t.counter("coshard_limiter_waits_total",
+                               "Prefetches deferred because the in-flight limit of unsharded units was reached", {});
   m.prefetch_misses = &t.counter("coshard_prefetch_misses_total", "Units unsharded on demand when their phase began", {});
   m.exposed_total = &t.counter("coshard_exposed_communication_seconds_total",
                                "Time compute and optimizer streams stalled waiting for communication", {});
