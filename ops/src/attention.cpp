@@ -11,14 +11,6 @@ namespace coshard::ops {
 
 namespace {
 
-void check_dims(const char* op, std::size_t C, std::size_t NH) {
-  detail::check_positive(op, "C", C);
-  detail::check_positive(op, "NH", NH);
-  if (C % NH != 0) {
-    detail::fail(op, "C = " + std::to_string(C) + " is not divisible by the number of heads NH = " + std::to_string(NH));
-  }
-}
-
 float dot(const float* __restrict a, const float* __restrict b, std::size_t n) {
   float s = 0.0f;
   for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -34,7 +26,7 @@ void axpy(float alpha, const float* __restrict x, float* __restrict y, std::size
 void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> att, std::size_t B,
                        std::size_t T, std::size_t C, std::size_t NH) {
   constexpr const char* op = "attention_forward";
-  check_dims(op, C, NH);
+  detail::check_heads(op, C, NH);
   detail::check_size(op, "qkv", qkv, B * T * 3 * C, "[B, T, 3C] = " + detail::dims({B, T, 3 * C}));
   detail::check_size(op, "out", out, B * T * C, "[B, T, C] = " + detail::dims({B, T, C}));
   detail::check_size(op, "att", att, B * NH * T * T, "[B, NH, T, T] = " + detail::dims({B, NH, T, T}));
@@ -77,7 +69,7 @@ void attention_forward(std::span<const float> qkv, std::span<float> out, std::sp
 void attention_backward(std::span<const float> dout, std::span<const float> qkv, std::span<const float> att,
                         std::span<float> dqkv, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   constexpr const char* op = "attention_backward";
-  check_dims(op, C, NH);
+  detail::check_heads(op, C, NH);
   detail::check_size(op, "dout", dout, B * T * C, "[B, T, C] = " + detail::dims({B, T, C}));
   detail::check_size(op, "qkv", qkv, B * T * 3 * C, "[B, T, 3C] = " + detail::dims({B, T, 3 * C}));
   detail::check_size(op, "att", att, B * NH * T * T, "[B, NH, T, T] = " + detail::dims({B, NH, T, T}));

@@ -4,9 +4,11 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "coshard/runtime/error.hpp"
 
@@ -65,6 +67,84 @@ inline std::string dims(std::initializer_list<std::size_t> v) {
     first = false;
   }
   return s + "]";
+}
+
+// Shared by the CPU and CUDA versions of an op, so both give the same messages.
+
+// Attention: C and NH positive, C divisible by NH.
+inline void check_heads(const char* op, std::size_t C, std::size_t NH) {
+  check_positive(op, "C", C);
+  check_positive(op, "NH", NH);
+  if (C % NH != 0) {
+    fail(op, "C = " + std::to_string(C) + " is not divisible by the number of heads NH = " + std::to_string(NH));
+  }
+}
+
+// Embedding sizes (the ids are checked apart: on a device the host cannot read them). `optional`
+// is the backward: the names are dout/dwte/dwpe and dwte/dwpe may be empty.
+inline void check_embedding_shapes(const char* op, std::size_t tokens_size, std::size_t wte_size, std::size_t wpe_size,
+                                   std::size_t out_size, std::size_t B, std::size_t T, std::size_t C, std::size_t V,
+                                   bool optional) {
+  check_positive(op, "C", C);
+  check_positive(op, "V", V);
+  if (tokens_size != B * T) {
+    fail(op, "tokens has " + std::to_string(tokens_size) + " elements, expected " + std::to_string(B * T) +
+                 " ([B, T] = " + dims({B, T}) + ")");
+  }
+  const std::string dout_name = optional ? "dout" : "out";
+  if (out_size != B * T * C) {
+    fail(op, dout_name + " has " + std::to_string(out_size) + " elements, expected " + std::to_string(B * T * C) +
+                 " ([B, T, C] = " + dims({B, T, C}) + ")");
+  }
+  const char* wte_name = optional ? "dwte" : "wte";
+  const char* wpe_name = optional ? "dwpe" : "wpe";
+  if (!(optional && wte_size == 0) && wte_size != V * C) {
+    fail(op, std::string(wte_name) + " has " + std::to_string(wte_size) + " elements, expected " +
+                 std::to_string(V * C) + " ([V, C] = " + dims({V, C}) + ")");
+  }
+  if (!(optional && wpe_size == 0) && (wpe_size % C != 0 || wpe_size / C < T)) {
+    fail(op, std::string(wpe_name) + " has " + std::to_string(wpe_size) + " elements, expected [P, C] with C = " +
+                 std::to_string(C) + " and P >= T = " + std::to_string(T));
+  }
+}
+
+[[noreturn]] inline void fail_token(const char* op, std::int32_t id, std::size_t n, std::size_t T, std::size_t V) {
+  fail(op, "token id " + std::to_string(id) + " at position " + std::to_string(n) + " (b = " + std::to_string(n / T) +
+               ", t = " + std::to_string(n % T) + ") is outside [0, V = " + std::to_string(V) + ")");
+}
+
+[[noreturn]] inline void fail_target(const char* op, std::int32_t id, std::size_t n, std::size_t V) {
+  fail(op, "target " + std::to_string(id) + " at position " + std::to_string(n) + " is outside [0, V = " +
+               std::to_string(V) + ")");
+}
+
+// Optimizer ranges must lie inside the buffer and not overlap: an element updated twice in one
+// step would silently take two optimizer steps. No ranges means the whole buffer, decayed.
+template <class Range>
+std::vector<Range> checked_ranges(const char* op, std::span<const Range> ranges, std::size_t n) {
+  if (ranges.empty()) return {Range{0, n, true}};
+  std::vector<Range> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    const auto& r = sorted[i];
+    if (r.offset > n || r.size > n - r.offset) {
+      fail(op, "range [" + std::to_string(r.offset) + ", " + std::to_string(r.offset + r.size) +
+                   ") lies outside the buffer of " + std::to_string(n) + " elements");
+    }
+    if (i > 0 && sorted[i - 1].offset + sorted[i - 1].size > r.offset) {
+      fail(op, "ranges starting at " + std::to_string(sorted[i - 1].offset) + " and " + std::to_string(r.offset) +
+                   " overlap");
+    }
+  }
+  return sorted;
+}
+
+inline void check_nonneg(const char* op, const char* name, double v) {
+  if (!(v >= 0.0)) fail(op, std::string(name) + " must be >= 0, got " + std::to_string(v));
+}
+
+inline void check_beta(const char* op, const char* name, double v) {
+  if (!(v >= 0.0 && v < 1.0)) fail(op, std::string(name) + " must be in [0, 1), got " + std::to_string(v));
 }
 
 }  // namespace coshard::ops::detail

@@ -12,10 +12,7 @@ namespace {
 void check_targets(const char* op, std::span<const std::int32_t> targets, std::size_t V) {
   for (std::size_t n = 0; n < targets.size(); ++n) {
     const std::int32_t id = targets[n];
-    if (id < 0 || static_cast<std::size_t>(id) >= V) {
-      detail::fail(op, "target " + std::to_string(id) + " at position " + std::to_string(n) + " is outside [0, V = " +
-                           std::to_string(V) + ")");
-    }
+    if (id < 0 || static_cast<std::size_t>(id) >= V) detail::fail_target(op, id, n, V);
   }
 }
 

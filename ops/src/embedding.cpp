@@ -10,32 +10,10 @@ namespace {
 
 void check_common(const char* op, std::span<const std::int32_t> tokens, std::size_t wte_size, std::size_t wpe_size,
                   std::size_t out_size, std::size_t B, std::size_t T, std::size_t C, std::size_t V, bool optional) {
-  detail::check_positive(op, "C", C);
-  detail::check_positive(op, "V", V);
-  detail::check_size(op, "tokens", tokens, B * T, "[B, T] = " + detail::dims({B, T}));
-  const std::string dout_name = optional ? "dout" : "out";
-  if (out_size != B * T * C) {
-    detail::fail(op, dout_name + " has " + std::to_string(out_size) + " elements, expected " +
-                         std::to_string(B * T * C) + " ([B, T, C] = " + detail::dims({B, T, C}) + ")");
-  }
-  const char* wte_name = optional ? "dwte" : "wte";
-  const char* wpe_name = optional ? "dwpe" : "wpe";
-  if (!(optional && wte_size == 0) && wte_size != V * C) {
-    detail::fail(op, std::string(wte_name) + " has " + std::to_string(wte_size) + " elements, expected " +
-                         std::to_string(V * C) + " ([V, C] = " + detail::dims({V, C}) + ")");
-  }
-  if (!(optional && wpe_size == 0) && (wpe_size % C != 0 || wpe_size / C < T)) {
-    detail::fail(op, std::string(wpe_name) + " has " + std::to_string(wpe_size) +
-                         " elements, expected [P, C] with C = " + std::to_string(C) + " and P >= T = " +
-                         std::to_string(T));
-  }
+  detail::check_embedding_shapes(op, tokens.size(), wte_size, wpe_size, out_size, B, T, C, V, optional);
   for (std::size_t n = 0; n < tokens.size(); ++n) {
     const std::int32_t id = tokens[n];
-    if (id < 0 || static_cast<std::size_t>(id) >= V) {
-      detail::fail(op, "token id " + std::to_string(id) + " at position " + std::to_string(n) + " (b = " +
-                           std::to_string(n / T) + ", t = " + std::to_string(n % T) + ") is outside [0, V = " +
-                           std::to_string(V) + ")");
-    }
+    if (id < 0 || static_cast<std::size_t>(id) >= V) detail::fail_token(op, id, n, T, V);
   }
 }
 

@@ -9,38 +9,6 @@
 
 namespace coshard::ops {
 
-namespace {
-
-// Ranges must lie inside the buffer and not overlap: an element updated twice in one step would
-// silently take two optimizer steps.
-std::vector<ParamRange> checked_ranges(const char* op, std::span<const ParamRange> ranges, std::size_t n) {
-  if (ranges.empty()) return {ParamRange{0, n, true}};
-  std::vector<ParamRange> sorted(ranges.begin(), ranges.end());
-  std::sort(sorted.begin(), sorted.end(), [](const ParamRange& a, const ParamRange& b) { return a.offset < b.offset; });
-  for (std::size_t i = 0; i < sorted.size(); ++i) {
-    const auto& r = sorted[i];
-    if (r.offset > n || r.size > n - r.offset) {
-      detail::fail(op, "range [" + std::to_string(r.offset) + ", " + std::to_string(r.offset + r.size) +
-                           ") lies outside the buffer of " + std::to_string(n) + " elements");
-    }
-    if (i > 0 && sorted[i - 1].offset + sorted[i - 1].size > r.offset) {
-      detail::fail(op, "ranges starting at " + std::to_string(sorted[i - 1].offset) + " and " +
-                           std::to_string(r.offset) + " overlap");
-    }
-  }
-  return sorted;
-}
-
-void check_nonneg(const char* op, const char* name, double v) {
-  if (!(v >= 0.0)) detail::fail(op, std::string(name) + " must be >= 0, got " + std::to_string(v));
-}
-
-void check_beta(const char* op, const char* name, double v) {
-  if (!(v >= 0.0 && v < 1.0)) detail::fail(op, std::string(name) + " must be in [0, 1), got " + std::to_string(v));
-}
-
-}  // namespace
-
 void adamw_update(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                   std::span<float> exp_avg_sq, std::int64_t step, double lr, double beta1, double beta2, double eps,
                   double weight_decay) {
@@ -50,11 +18,11 @@ void adamw_update(std::span<float> param, std::span<const float> grad, std::span
   detail::check_size(op, "exp_avg", exp_avg, n, "size of param");
   detail::check_size(op, "exp_avg_sq", exp_avg_sq, n, "size of param");
   if (step < 1) detail::fail(op, "step must be >= 1 (1 for the first update), got " + std::to_string(step));
-  check_nonneg(op, "lr", lr);
-  check_beta(op, "beta1", beta1);
-  check_beta(op, "beta2", beta2);
-  check_nonneg(op, "eps", eps);
-  check_nonneg(op, "weight_decay", weight_decay);
+  detail::check_nonneg(op, "lr", lr);
+  detail::check_beta(op, "beta1", beta1);
+  detail::check_beta(op, "beta2", beta2);
+  detail::check_nonneg(op, "eps", eps);
+  detail::check_nonneg(op, "weight_decay", weight_decay);
   detail::check_disjoint(op, "param", param, "grad", grad);
   detail::check_disjoint(op, "param", param, "exp_avg", exp_avg);
   detail::check_disjoint(op, "param", param, "exp_avg_sq", exp_avg_sq);
@@ -95,7 +63,7 @@ void adamw_step(std::span<float> param, std::span<const float> grad, AdamWState&
   detail::check_size(op, "grad", grad, n, "size of param");
   detail::check_size(op, "state.exp_avg", std::span<const float>(state.exp_avg), n, "size of param");
   detail::check_size(op, "state.exp_avg_sq", std::span<const float>(state.exp_avg_sq), n, "size of param");
-  const auto rs = checked_ranges(op, ranges, n);
+  const auto rs = detail::checked_ranges(op, ranges, n);
   const std::int64_t step = state.step + 1;
   for (const auto& r : rs) {
     adamw_update(param.subspan(r.offset, r.size), grad.subspan(r.offset, r.size),
@@ -111,9 +79,9 @@ void sgd_update(std::span<float> param, std::span<const float> grad, std::span<f
   constexpr const char* op = "sgd_update";
   const std::size_t n = param.size();
   detail::check_size(op, "grad", grad, n, "size of param");
-  check_nonneg(op, "lr", lr);
-  check_nonneg(op, "momentum", momentum);
-  check_nonneg(op, "weight_decay", weight_decay);
+  detail::check_nonneg(op, "lr", lr);
+  detail::check_nonneg(op, "momentum", momentum);
+  detail::check_nonneg(op, "weight_decay", weight_decay);
   if (nesterov && (momentum <= 0.0 || dampening != 0.0)) {
     detail::fail(op, "nesterov needs momentum > 0 and dampening == 0 (got momentum " + std::to_string(momentum) +
                          ", dampening " + std::to_string(dampening) + ")");
@@ -150,7 +118,7 @@ void sgd_step(std::span<float> param, std::span<const float> grad, SGDState& sta
   if (opt.momentum != 0.0) {
     detail::check_size(op, "state.momentum_buffer", std::span<const float>(state.momentum_buffer), n, "size of param");
   }
-  const auto rs = checked_ranges(op, ranges, n);
+  const auto rs = detail::checked_ranges(op, ranges, n);
   for (const auto& r : rs) {
     auto buf = opt.momentum != 0.0 ? std::span<float>(state.momentum_buffer).subspan(r.offset, r.size)
                                    : std::span<float>();

@@ -14,21 +14,11 @@
 
 using namespace coshard;
 using namespace std::chrono_literals;
+using coshard::testing::by_rank;
 using coshard::testing::PrometheusServer;
 using nlohmann::json;
 
 namespace {
-
-// The value of each rank's series in an instant-query result: rank label -> value.
-std::map<std::string, double> by_rank(const json& result) {
-  std::map<std::string, double> out;
-  for (const auto& s : result) {
-    if (s.contains("metric") && s["metric"].contains("rank") && s.contains("value")) {
-      out[s["metric"]["rank"].get<std::string>()] = std::stod(s["value"][1].get<std::string>());
-    }
-  }
-  return out;
-}
 
 // A stand-in for one rank's training loop: tokens and all-gather bytes grow every 50 ms.
 void produce(std::stop_token stop, metrics::RankMetrics& m) {

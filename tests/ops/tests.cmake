@@ -4,3 +4,8 @@
 foreach(suite linear layernorm gelu cross_entropy embedding attention optim grad_norm)
   coshard_test(ops_${suite}_test unit ops/${suite}_test.cpp LIBS coshard::ops)
 endforeach()
+
+# CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
+if(COSHARD_HAVE_CUDA)
+  coshard_test(ops_cuda_test gpu ops/cuda_ops_test.cpp LIBS coshard::ops)
+endif()

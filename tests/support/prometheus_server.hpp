@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -294,5 +295,16 @@ class PrometheusServer {
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;
 };
+
+// The value of each rank's series in an instant-query result: rank label -> value.
+inline std::map<std::string, double> by_rank(const nlohmann::json& result) {
+  std::map<std::string, double> out;
+  for (const auto& s : result) {
+    if (s.contains("metric") && s["metric"].contains("rank") && s.contains("value")) {
+      out[s["metric"]["rank"].get<std::string>()] = std::stod(s["value"][1].get<std::string>());
+    }
+  }
+  return out;
+}
 
 }  // namespace coshard::testing

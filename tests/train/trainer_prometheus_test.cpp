@@ -18,20 +18,11 @@
 #include "support/run_command.hpp"
 
 using namespace std::chrono_literals;
+using coshard::testing::by_rank;
 using coshard::testing::PrometheusServer;
 using nlohmann::json;
 
 namespace {
-
-std::map<std::string, double> by_rank(const json& result) {
-  std::map<std::string, double> out;
-  for (const auto& s : result) {
-    if (s.contains("metric") && s["metric"].contains("rank")) {
-      out[s["metric"]["rank"].get<std::string>()] = std::stod(s["value"][1].get<std::string>());
-    }
-  }
-  return out;
-}
 
 bool port_free(std::uint16_t port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -1,0 +1,39 @@
+#pragma once
+// CUDA runtime and cuBLAS calls at the ops boundary: a failure becomes a coshard::Error naming the
+// call, file and line (Errc::out_of_memory for allocation failures, else Errc::device).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::ops::cuda::detail {
+
+[[noreturn]] inline void fail_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  throw Error(e == cudaErrorMemoryAllocation ? Errc::out_of_memory : Errc::device,
+              std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") at " + file +
+                  ":" + std::to_string(line));
+}
+
+[[noreturn]] inline void fail_cublas(cublasStatus_t st, const char* call, const char* file, int line) {
+  throw Error(st == CUBLAS_STATUS_ALLOC_FAILED ? Errc::out_of_memory : Errc::device,
+              std::string(call) + " failed: " + cublasGetStatusName(st) + " (" + cublasGetStatusString(st) +
+                  ") at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace coshard::ops::cuda::detail
+
+#define COSHARD_OPS_CUDA_CHECK(call)                                                     \
+  do {                                                                                   \
+    cudaError_t coshard_ops_err_ = (call);                                               \
+    if (coshard_ops_err_ != cudaSuccess)                                                 \
+      ::coshard::ops::cuda::detail::fail_cuda(coshard_ops_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define COSHARD_CUBLAS_CHECK(call)                                                         \
+  do {                                                                                     \
+    cublasStatus_t coshard_ops_st_ = (call);                                               \
+    if (coshard_ops_st_ != CUBLAS_STATUS_SUCCESS)                                          \
+      ::coshard::ops::cuda::detail::fail_cublas(coshard_ops_st_, #call, __FILE__, __LINE__); \
+  } while (0)

@@ -1,0 +1,193 @@
+// Element-wise kernels: GELU, residual add / accumulate, scale, casts, the bias fill of linear,
+// AdamW and SGD. Grid-stride loops; one element per thread per iteration.
+#include <cstdint>
+
+#include "device_utils.cuh"
+#include "launch.hpp"
+
+namespace coshard::ops::cuda::detail {
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCoeff = 0.044715f;
+
+__global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
+  }
+}
+
+__global__ void gelu_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                     float* __restrict__ dx, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
+    const float th = tanhf(u);
+    const float sech2 = 1.0f - th * th;
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * sech2 * du);
+  }
+}
+
+// No __restrict__: out may be a or b (element i reads a[i], b[i] before writing out[i]).
+__global__ void add_kernel(const float* a, const float* b, float* out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+}
+
+__global__ void accumulate_kernel(float* __restrict__ acc, const float* __restrict__ x, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) acc[i] += x[i];
+}
+
+__global__ void scale_kernel(float* __restrict__ p, float v, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) p[i] *= v;
+}
+
+// The casts repeat coshard::ops' scalar casts (cast.cpp) bit for bit.
+__device__ std::uint16_t f32_to_bf16(float x) {
+  unsigned int u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+__device__ float bf16_to_f32(std::uint16_t h) { return __uint_as_float(static_cast<unsigned int>(h) << 16); }
+
+__device__ std::uint16_t f32_to_f16(float x) {
+  const unsigned int u = __float_as_uint(x);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  const unsigned int abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
+  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);                          // Inf
+  if (abs >= 0x38800000u) {
+    unsigned int m = abs - 0x38000000u;
+    m += 0xfffu + ((m >> 13) & 1u);
+    return static_cast<std::uint16_t>(sign | (m >> 13));
+  }
+  if (abs < 0x33000000u) return sign;
+  const unsigned int exp = abs >> 23;
+  const unsigned int mant = (abs & 0x7fffffu) | 0x800000u;
+  const unsigned int shift = 126u - exp;
+  unsigned int half = mant >> shift;
+  const unsigned int rem = mant & ((1u << shift) - 1u);
+  const unsigned int mid = 1u << (shift - 1u);
+  if (rem > mid || (rem == mid && (half & 1u))) ++half;
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+__device__ float f16_to_f32(std::uint16_t h) {
+  const unsigned int sign = static_cast<unsigned int>(h & 0x8000u) << 16;
+  const unsigned int exp = (h >> 10) & 0x1fu;
+  unsigned int mant = h & 0x3ffu;
+  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
+  if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return __uint_as_float(sign);
+  unsigned int e = 113;
+  while (!(mant & 0x400u)) {
+    mant <<= 1;
+    --e;
+  }
+  return __uint_as_float(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ in, std::uint16_t* __restrict__ out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f32_to_bf16(in[i]);
+}
+__global__ void bf16_to_f32_kernel(const std::uint16_t* __restrict__ in, float* __restrict__ out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = bf16_to_f32(in[i]);
+}
+__global__ void f32_to_f16_kernel(const float* __restrict__ in, std::uint16_t* __restrict__ out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f32_to_f16(in[i]);
+}
+__global__ void f16_to_f32_kernel(const std::uint16_t* __restrict__ in, float* __restrict__ out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f16_to_f32(in[i]);
+}
+
+__global__ void fill_rows_kernel(const float* __restrict__ b, float* __restrict__ y, std::size_t rows,
+                                 std::size_t cols) {
+  const std::size_t n = rows * cols;
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
+}
+
+// torch's single-tensor AdamW, as adamw_update in optim.cpp.
+__global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                             float* __restrict__ v, std::size_t n, AdamWScalars k) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    const float gi = g[i];
+    float pi = p[i] * k.decay;
+    const float mi = m[i] + k.w1 * (gi - m[i]);
+    const float vi = v[i] * k.b2 + k.w2 * gi * gi;
+    const float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
+    pi += -k.step_size * (mi / denom);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+__global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf,
+                           std::size_t n, SGDScalars k) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    const float d = g[i] + k.wd * p[i];
+    if (buf == nullptr) {
+      p[i] += k.neg_lr * d;
+      continue;
+    }
+    const float b = k.first_step ? d : buf[i] * k.mu + k.damp * d;
+    buf[i] = b;
+    const float upd = k.nesterov ? d + k.mu * b : b;
+    p[i] += k.neg_lr * upd;
+  }
+}
+
+}  // namespace
+
+#define COSHARD_LAUNCH_1D(kernel, n, s, ...)                   \
+  do {                                                         \
+    if ((n) == 0) return cudaSuccess;                          \
+    kernel<<<grid_for(n), kBlock, 0, (s)>>>(__VA_ARGS__);      \
+    return cudaGetLastError();                                 \
+  } while (0)
+
+cudaError_t launch_gelu_forward(const float* x, float* y, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(gelu_forward_kernel, n, s, x, y, n);
+}
+cudaError_t launch_gelu_backward(const float* dy, const float* x, float* dx, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(gelu_backward_kernel, n, s, dy, x, dx, n);
+}
+cudaError_t launch_add(const float* a, const float* b, float* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(add_kernel, n, s, a, b, out, n);
+}
+cudaError_t launch_accumulate(float* acc, const float* x, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(accumulate_kernel, n, s, acc, x, n);
+}
+cudaError_t launch_scale(float* p, float v, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(scale_kernel, n, s, p, v, n);
+}
+cudaError_t launch_f32_to_bf16(const float* in, std::uint16_t* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(f32_to_bf16_kernel, n, s, in, out, n);
+}
+cudaError_t launch_bf16_to_f32(const std::uint16_t* in, float* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(bf16_to_f32_kernel, n, s, in, out, n);
+}
+cudaError_t launch_f32_to_f16(const float* in, std::uint16_t* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(f32_to_f16_kernel, n, s, in, out, n);
+}
+cudaError_t launch_f16_to_f32(const std::uint16_t* in, float* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(f16_to_f32_kernel, n, s, in, out, n);
+}
+cudaError_t launch_fill_rows(const float* b, float* y, std::size_t rows, std::size_t cols, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(fill_rows_kernel, rows * cols, s, b, y, rows, cols);
+}
+cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamWScalars k,
+                         cudaStream_t s) {
+  COSHARD_LAUNCH_1D(adamw_kernel, n, s, p, g, m, v, n, k);
+}
+cudaError_t launch_sgd(float* p, const float* g, float* buf, std::size_t n, SGDScalars k, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(sgd_kernel, n, s, p, g, buf, n, k);
+}
+
+#undef COSHARD_LAUNCH_1D
+
+}  // namespace coshard::ops::cuda::detail
