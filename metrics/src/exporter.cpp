@@ -37,9 +37,14 @@ std::string why_not_bindable(const std::string& address, std::uint16_t port) {
 
 }  // namespace
 
+namespace detail {
+int thread_stack_floor_linked();
+}  // namespace detail
+
 Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::string& bind_address,
                    std::uint16_t port)
     : bind_(bind_address) {
+  (void)detail::thread_stack_floor_linked();  // keeps the civetweb stack fix in static links
   const std::string where = bind_address + ":" + std::to_string(port);
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(where, 2);

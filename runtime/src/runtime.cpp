@@ -1,6 +1,7 @@
 #include "coshard/runtime/runtime.hpp"
 
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/runtime/shared_memory.hpp"
 
 namespace coshard {
 
@@ -19,7 +20,9 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
     poller_->start();
     allocator_ = std::make_unique<Allocator>(cuda::device_memory(options_.device), alloc_options);
   } else {
-    allocator_ = std::make_unique<Allocator>(cpu_memory(options_.device), alloc_options);
+    auto memory = options_.shared_host_memory ? shared_cpu_memory(options_.device, options_.shared_host_min_bytes)
+                                              : cpu_memory(options_.device);
+    allocator_ = std::make_unique<Allocator>(std::move(memory), alloc_options);
   }
   scheduler_ = std::make_unique<Scheduler>(Scheduler::Options{.name = options_.name + "/rank" +
                                                                       std::to_string(options_.rank)});

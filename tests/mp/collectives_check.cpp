@@ -7,8 +7,14 @@
 //   --mode bench      (unused by tests) nothing
 //   --timeout-ms T    per-operation deadline
 //   --big N           elements of the largest buffers
+//   --die-elems N     elements of the all-reduces of --mode die (default 65536)
+//   --shared-min B    Runtime::Options::shared_host_min_bytes (host buffers shared from B bytes)
+//   --direct-min B    UcxOptions::direct_min_bytes (the direct path from B bytes per rank)
+// Unless COSHARD_UCX_DIRECT=0, a world of several ranks must have run some collectives on the
+// direct path (every rank on this host), and never one whose buffers are not all shared.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +37,26 @@ struct Flags {
   int die_rank = 1;
   long timeout_ms = 60000;
   std::int64_t big = 1 << 18;
+  std::int64_t die_elems = 1 << 16;
+  std::size_t shared_min = std::size_t{1} << 20;
+  std::size_t direct_min = 0;  // 0: UcxOptions' default
 };
+
+// How many operations of `c` ran on `algorithm`, from its flight record's counts.
+std::uint64_t algorithm_count(const Communicator& c, const std::string& algorithm) {
+  const std::string json = c.flight_record_json();
+  const auto counts = json.find("\"algorithms\":{");
+  if (counts == std::string::npos) return 0;
+  const auto end = json.find('}', counts);
+  const auto at = json.find("\"" + algorithm + "\":", counts);
+  if (at == std::string::npos || at > end) return 0;
+  return std::strtoull(json.c_str() + at + algorithm.size() + 3, nullptr, 10);
+}
+
+bool direct_expected(int n) {
+  const char* env = std::getenv("COSHARD_UCX_DIRECT");
+  return n > 1 && !(env && std::string(env) == "0");
+}
 
 // The value every rank puts at element i: a multiple of 1/8 below 16 in magnitude, exact in bf16,
 // so sums over up to 8 ranks are exact in f32 and the only rounding is the final cast.
@@ -233,6 +258,35 @@ Task<void> check_groups(Runtime& rt, Communicator& world, Checker& ck) {
   }
 }
 
+// One rank's buffer is private (not a shared segment): every rank must take the ring for that
+// operation, and the direct path again for the next one, whose buffers are all shared.
+Task<void> check_mixed(Runtime& rt, Communicator& c, Checker& ck, std::int64_t big, std::size_t shared_min,
+                       std::size_t direct_min) {
+  Stream& s = rt.stream("compute");
+  const int n = c.size(), r = c.rank();
+  Allocator private_memory(cpu_memory());
+  // Large enough for a shared segment and for the direct path.
+  const auto count = static_cast<std::int64_t>(std::max<std::size_t>(
+      {static_cast<std::size_t>(big), shared_min / sizeof(float) + 1, direct_min / sizeof(float) + 1}));
+  for (bool mixed : {true, false}) {
+    Tensor in = Tensor::empty(mixed && r == 0 ? private_memory : rt.allocator(), DType::f32, {count});
+    Tensor out = Tensor::empty(rt.allocator(), DType::f32, {count * n});
+    for (std::int64_t i = 0; i < count; ++i) put(in, i, value(r, i));
+    const auto before = algorithm_count(c, "direct");
+    co_await c.all_gather(in, out, s);
+    const auto took = algorithm_count(c, "direct") - before;
+    ck.expect(std::string("all_gather with ") + (mixed ? "rank 0's input private" : "every input shared"), out,
+              [&](std::int64_t i) { return round_to(DType::f32, value(static_cast<int>(i / count), i % count)); });
+    const std::uint64_t want = !mixed && direct_expected(n) ? 1 : 0;
+    if (took != want) {
+      ++ck.failures;
+      std::fprintf(stderr, "rank %d: the all_gather with %s ran %llu times on the direct path, expected %llu\n", r,
+                   mixed ? "rank 0's input private" : "every input shared", static_cast<unsigned long long>(took),
+                   static_cast<unsigned long long>(want));
+    }
+  }
+}
+
 // Two communicators with many operations in flight at once, each on its own stream.
 Task<void> check_concurrent(Runtime& rt, ProcessGroup& pg, Checker& ck) {
   CommOptions a, b;
@@ -268,6 +322,7 @@ Task<void> check_concurrent(Runtime& rt, ProcessGroup& pg, Checker& ck) {
 Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   ProcessGroupOptions o;
   o.world.timeout = std::chrono::milliseconds(f.timeout_ms);
+  if (f.direct_min) o.ucx.direct_min_bytes = f.direct_min;
   auto pg = co_await ProcessGroup::create(rt, env, o);
   Communicator& w = pg->world();
   Checker ck{w.rank()};
@@ -286,7 +341,7 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
     }
   }
   if (f.mode == "die") {
-    Tensor buf = Tensor::empty(rt.allocator(), DType::f32, {1 << 16});
+    Tensor buf = Tensor::empty(rt.allocator(), DType::f32, {f.die_elems});
     try {
       for (int k = 0;; ++k) {
         if (k == 20 && w.rank() == f.die_rank) {
@@ -307,13 +362,21 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   co_await check_all_reduce(rt, w, ck, f.big, "");
   co_await check_broadcast_and_p2p(rt, w, ck, f.big);
   co_await check_groups(rt, w, ck);
+  co_await check_mixed(rt, w, ck, f.big, f.shared_min, f.direct_min ? f.direct_min : UcxOptions{}.direct_min_bytes);
   co_await check_concurrent(rt, *pg, ck);
+  const auto direct = algorithm_count(w, "direct");
+  if ((direct > 0) != direct_expected(w.size())) {
+    ++ck.failures;
+    std::fprintf(stderr, "rank %d: %llu collectives ran on the direct path; expected %s\n", ck.rank,
+                 static_cast<unsigned long long>(direct), direct_expected(w.size()) ? "some" : "none");
+  }
   co_await pg->finish();
   if (ck.failures) {
     std::printf("rank %d: %d of %d checks FAILED\n", ck.rank, ck.failures, ck.checks);
     co_return 1;
   }
-  std::printf("rank %d: collectives ok (%d checks, %d ranks)\n", ck.rank, ck.checks, w.size());
+  std::printf("rank %d: collectives ok (%d checks, %d ranks, %llu direct)\n", ck.rank, ck.checks, w.size(),
+              static_cast<unsigned long long>(direct));
   co_return 0;
 }
 
@@ -327,6 +390,9 @@ int main(int argc, char** argv) {
     else if (k == "--die-rank") f.die_rank = std::atoi(v.c_str());
     else if (k == "--timeout-ms") f.timeout_ms = std::atol(v.c_str());
     else if (k == "--big") f.big = std::atoll(v.c_str());
+    else if (k == "--die-elems") f.die_elems = std::atoll(v.c_str());
+    else if (k == "--shared-min") f.shared_min = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--direct-min") f.direct_min = std::strtoull(v.c_str(), nullptr, 10);
     else {
       std::fprintf(stderr, "collectives_check: unknown flag %s\n", k.c_str());
       return 2;
@@ -340,7 +406,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    Runtime rt({.name = "check", .rank = env.value().rank});
+    Runtime::Options ro;
+    ro.name = "check";
+    ro.rank = env.value().rank;
+    ro.shared_host_min_bytes = f.shared_min;
+    Runtime rt(ro);
     int rc = rt.scheduler().sync_wait(run(rt, env.value(), f));
     std::fflush(stdout);
     if (f.mode != "all") std::_Exit(rc);  // peers are gone: skip the orderly shutdown

@@ -20,11 +20,21 @@ std::string launch(int n, const std::string& args, const std::string& launcher_f
 
 class Collectives : public ::testing::TestWithParam<int> {};
 
+// The sizes cross both thresholds of the direct path (docs/transport.md) in both directions: host
+// buffers are shared segments from 1 MiB, and the direct path starts at 256 KiB per rank, so the
+// largest f32 buffers take it while the bf16/f16 ones (half the bytes: not shared) and the small
+// ones take the ring. With 8 ranks (on 2 cores) the buffers are smaller and so are both thresholds.
+// COSHARD_UCX_DIRECT=0 below runs the large buffers through the ring.
+// collectives_check also fails when no collective took the direct path.
 TEST_P(Collectives, EveryCollectiveMatchesTheLocalReference) {
   const int n = GetParam();
-  // Smaller buffers with more ranks: 8 ranks share 2 cores here.
-  const std::string big = n >= 8 ? "20000" : "150000";
-  auto r = run_command(launch(n, "--timeout-ms 120000 --big " + big));
+  // 3 ranks: lower thresholds, so that the bf16 and f16 reductions take the direct path too.
+  const std::string sizes = n >= 8    ? "--big 20000 --shared-min 65536 --direct-min 32768"
+                            : n == 3 ? "--big 300000 --shared-min 131072 --direct-min 65536"
+                                     : "--big 300000";
+  // 3 ranks also stream every copy and reduction output of 64 KiB or more (non-temporal stores).
+  const std::string env = n == 3 ? "COSHARD_UCX_STREAM_MIN_BYTES=65536 " : "";
+  auto r = run_command(env + launch(n, "--timeout-ms 120000 " + sizes));
   EXPECT_EQ(r.rc, 0) << r.output;
   for (int i = 0; i < n; ++i) {
     EXPECT_NE(r.output.find("[rank " + std::to_string(i) + "] rank " + std::to_string(i) + ": collectives ok"),
@@ -34,6 +44,17 @@ TEST_P(Collectives, EveryCollectiveMatchesTheLocalReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4, 8));
+
+// The same checks with the direct path turned off: everything on the ring (and
+// collectives_check fails if anything took the direct path).
+TEST(CollectivesRingOnly, EveryCollectiveMatchesWithCoshardUcxDirectOff) {
+  auto r = run_command("COSHARD_UCX_DIRECT=0 " + launch(3, "--timeout-ms 120000 --big 300000"));
+  EXPECT_EQ(r.rc, 0) << r.output;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": collectives ok ("), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find(", 0 direct)"), std::string::npos) << r.output;
+}
 
 TEST(CollectiveErrors, MismatchedSizesAreNamedOnEveryRank) {
   auto r = run_command(launch(3, "--mode mismatch --timeout-ms 20000", "--grace 30"));
@@ -65,8 +86,21 @@ TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankWithinThirtySeconds) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// The same with all-reduces of 1 MiB per rank, which take the direct path: the survivors wait
+// for the dead rank's "ready" or "done" message and must notice it is gone.
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheDirectPath) {
+  auto r = run_command(launch(4, "--mode die --die-rank 2 --die-elems 1048576 --timeout-ms 600000", "--grace 60"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  for (int i : {0, 1, 3}) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find("is gone (its process exited)"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
 // Two "hosts" in two network namespaces joined by a veth pair; TCP only (namespaces do not
-// isolate shared memory) and UCX's peer-failure mode, as across real hosts.
+// isolate shared memory, hence also COSHARD_UCX_DIRECT=0: the host name is the same) and UCX's
+// peer-failure mode, as across real hosts.
 TEST(CollectivesAcrossHosts, TwoNamespacesOverTcp) {
   if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
   const std::string id = std::to_string(::getpid() % 100000);
@@ -82,7 +116,7 @@ TEST(CollectivesAcrossHosts, TwoNamespacesOverTcp) {
     run_command("ip netns del " + a + "; ip netns del " + b);
     GTEST_SKIP() << "cannot create network namespaces here (ip netns add failed): " << setup.output;
   }
-  const std::string env = "UCX_TLS=tcp COSHARD_UCX_ERROR_MODE=peer ";
+  const std::string env = "UCX_TLS=tcp COSHARD_UCX_ERROR_MODE=peer COSHARD_UCX_DIRECT=0 ";
   const std::string common = " --nnodes 2 --nproc-per-node 2 --master " + subnet + "1:29731 --token t" + id +
                              " -- " + kCheck + " --timeout-ms 120000 --big 40000";
   auto r = run_command("(ip netns exec " + a + " env " + env + "UCX_NET_DEVICES=" + va + " " + kRun +

@@ -78,6 +78,17 @@ void FlightRecorder::finished(std::uint64_t id, const std::string& error) {
   }
 }
 
+void FlightRecorder::set_algorithm(std::uint64_t id, const std::string& algorithm) {
+  std::lock_guard lock(m_);
+  ++algorithm_counts_[algorithm];
+  if (auto* r = find(id)) r->algorithm = algorithm;
+}
+
+std::map<std::string, std::uint64_t> FlightRecorder::algorithm_counts() const {
+  std::lock_guard lock(m_);
+  return algorithm_counts_;
+}
+
 std::vector<OpRecord> FlightRecorder::snapshot() const {
   std::lock_guard lock(m_);
   std::vector<OpRecord> out;
@@ -117,8 +128,15 @@ std::string micros(std::chrono::system_clock::time_point t) {
 
 std::string FlightRecorder::json(const std::string& comm, int rank, int size, std::string_view backend) const {
   std::string out = "{\"comm\":\"" + escape(comm) + "\",\"rank\":" + std::to_string(rank) +
-                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + escape(backend) + "\",\"ops\":[";
+                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + escape(backend) + "\",\"algorithms\":{";
   bool first = true;
+  for (const auto& [name, n] : algorithm_counts()) {
+    if (!first) out += ",";
+    first = false;
+    out += "\"" + escape(name) + "\":" + std::to_string(n);
+  }
+  out += "},\"ops\":[";
+  first = true;
   for (const auto& r : snapshot()) {
     if (!first) out += ",";
     first = false;
@@ -127,7 +145,7 @@ std::string FlightRecorder::json(const std::string& comm, int rank, int size, st
            ",\"bytes\":" + std::to_string(r.info.bytes()) + ",\"peer\":" + std::to_string(r.info.peer) +
            ",\"state\":\"" + std::string(to_string(r.state)) + "\",\"queued_us\":" + micros(r.queued_at) +
            ",\"started_us\":" + micros(r.started_at) + ",\"ended_us\":" + micros(r.ended_at) +
-           ",\"error\":\"" + escape(r.error) + "\"}";
+           ",\"algorithm\":\"" + escape(r.algorithm) + "\",\"error\":\"" + escape(r.error) + "\"}";
   }
   return out + "]}";
 }

@@ -254,7 +254,7 @@ struct Engine::Impl {
           bytes->add(static_cast<double>(dev.nbytes()));
           seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }, "h2d " + u.name);
-        Event ev = ag->all_gather(dev, buf.view(0, {l.padded}), *h2d);
+        Event ev = ag->all_gather(dev, buf.view(0, {l.padded}), *h2d, u.name);
         shard_pool->release(sl.slot, ev);
         unshard_stream->wait(ev);
       } else if (from_post_forward_shard) {
@@ -264,7 +264,7 @@ struct Engine::Impl {
           std::memcpy(static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(buf.dtype())),
                       src.data(), static_cast<std::size_t>(len) * size_of(buf.dtype()));
         }, "copy-in " + u.name);
-        Event ev = post_forward_group->all_gather(buf.view(at, {len}), buf.view(0, {l.padded}), *unshard_stream);
+        Event ev = post_forward_group->all_gather(buf.view(at, {len}), buf.view(0, {l.padded}), *unshard_stream, u.name);
         unshard_stream->wait(ev);
       } else {
         const std::int64_t at = shard_rank * l.chunk;
@@ -275,7 +275,7 @@ struct Engine::Impl {
                         static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(pd)), pd,
                         static_cast<std::size_t>(master.numel()));
         }, "copy-in " + u.name);
-        Event ev = ag->all_gather(buf.view(at, {l.chunk}), buf.view(0, {l.padded}), *unshard_stream);
+        Event ev = ag->all_gather(buf.view(at, {l.chunk}), buf.view(0, {l.padded}), *unshard_stream, u.name);
         unshard_stream->wait(ev);
       }
       log.push_back(std::string(phase) + " " + u.name + " all_gather");
@@ -397,16 +397,16 @@ struct Engine::Impl {
     Event last;
     if (sharded()) {
       out = Tensor::empty(rt.allocator(), reduce_dtype, {l.chunk});
-      last = rs->reduce_scatter(input, out, rs_op, *reduce_stream);
+      last = rs->reduce_scatter(input, out, rs_op, *reduce_stream, u.name);
       log.push_back("backward " + u.name + " reduce_scatter");
       if (ar) {
         reduce_stream->wait(last);
-        last = ar->all_reduce(out, ar_op, *reduce_stream);
+        last = ar->all_reduce(out, ar_op, *reduce_stream, u.name);
         log.push_back("backward " + u.name + " all_reduce");
       }
     } else {
       out = input;
-      last = ar->all_reduce(out, rs_op, *reduce_stream);
+      last = ar->all_reduce(out, rs_op, *reduce_stream, u.name);
       log.push_back("backward " + u.name + " all_reduce");
     }
     // Offloaded gradients are accumulated on the host, behind the d2h stream.

@@ -101,8 +101,9 @@ class NcclCommunicator final : public Communicator {
   std::string_view backend() const noexcept override { return "nccl"; }
   Stream& stream() noexcept override { return stream_; }
 
-  Event all_gather(Tensor input, Tensor output, Stream& after) override {
+  Event all_gather(Tensor input, Tensor output, Stream& after, std::string label) override {
     OpInfo info = make(CollectiveOp::all_gather, input, input.numel());
+    info.label = std::move(label);
     if (output.numel() != input.numel() * size_ || output.dtype() != input.dtype()) {
       bad(info, "output must hold size() x input elements of the input's dtype");
     }
@@ -112,8 +113,9 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after) override {
+  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after, std::string label) override {
     OpInfo info = make(CollectiveOp::reduce_scatter, output, output.numel());
+    info.label = std::move(label);
     info.reduce = reduction.op;
     if (input.numel() != output.numel() * size_ || output.dtype() != input.dtype()) {
       bad(info, "input must hold size() x output elements of the output's dtype");
@@ -126,8 +128,9 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Event all_reduce(Tensor inout, Reduction reduction, Stream& after) override {
+  Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label) override {
     OpInfo info = make(CollectiveOp::all_reduce, inout, inout.numel());
+    info.label = std::move(label);
     info.reduce = reduction.op;
     return issue(info, after, {&inout}, [&](cudaStream_t s) {
       return with_op(reduction, inout.dtype(), [&](ncclRedOp_t op) {
@@ -137,8 +140,9 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  Event broadcast(Tensor inout, int root, Stream& after) override {
+  Event broadcast(Tensor inout, int root, Stream& after, std::string label) override {
     OpInfo info = make(CollectiveOp::broadcast, inout, inout.numel());
+    info.label = std::move(label);
     info.peer = root;
     if (root < 0 || root >= size_) bad(info, "root " + std::to_string(root) + " is not a rank of this communicator");
     return issue(info, after, {&inout}, [&](cudaStream_t s) {

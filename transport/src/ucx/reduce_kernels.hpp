@@ -22,6 +22,21 @@ void finish(void* out, const float* partial, const void* in, DType dtype, std::s
 // out[i] = dtype(acc[i] * post).
 void store(void* out, DType dtype, const float* acc, std::size_t n, float post) noexcept;
 
+// out[i] = dtype((in[0][i] * scale (+ or max) ... in[n-1][i] * scale) * post), accumulated in f32
+// in the order of `in`: the fused reduction of the direct path, so that it reads each input once
+// and writes `out` once. `out` may be one of the inputs (same element positions), not overlap
+// them otherwise. `stream`: write f32 results with streaming stores (not in place).
+void reduce_inputs(void* out, const void* const* in, std::size_t n, DType dtype, std::size_t count, float scale,
+                   ReduceOp op, float post, bool stream) noexcept;
+
+// dst[0, bytes) = src[0, bytes): memcpy, or with streaming (non-temporal) stores when `stream`.
+void copy_large(void* dst, const void* src, std::size_t bytes, bool stream) noexcept;
+
+// Operations whose buffer is at least this large write with streaming stores: their data does
+// not stay in the caches anyway (32 MiB, the L3 of the machine this was measured on; measured:
+// docs/transport.md). COSHARD_UCX_STREAM_MIN_BYTES overrides it; 0 turns streaming off.
+std::size_t stream_min_bytes() noexcept;
+
 bool reducible(DType dtype) noexcept;
 
 }  // namespace coshard::transport::detail

@@ -99,6 +99,10 @@ void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from
   if (from >= 0) wire.recv(from, &theirs, sizeof theirs, make_tag(p2p, mine.seq, from, kHeaderStep, 0));
   wire.wait_all();
   if (from < 0) return;
+  check_header(wire, p2p, mine, ours, theirs, from);
+}
+
+void check_header(const Wire& wire, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from) {
   // A receive pairs with the peer's send to us; a collective with the same operation.
   bool same = theirs.magic == ours.magic && theirs.dtype == ours.dtype && theirs.count == ours.count &&
               theirs.seq == ours.seq;

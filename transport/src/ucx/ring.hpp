@@ -17,6 +17,7 @@ namespace coshard::transport::detail {
 
 inline constexpr int kMaxRanks = 2047;       // two ring phases of steps must fit in 12 bits
 inline constexpr int kHeaderStep = 0xFFF;
+inline constexpr int kDirectStep = 0xFFE;  // the direct path's messages (direct.hpp); rings use < 0xFFD
 inline constexpr std::size_t kMaxPieces = 0xFFFF;
 
 std::uint64_t make_tag(bool p2p, std::uint64_t seq, int src, int step, std::size_t piece) noexcept;
@@ -48,6 +49,8 @@ struct Header {
 Header header_of(const OpInfo& info);
 // Sends ours to `to`, receives `from`'s, and throws naming both when they differ.
 void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from);
+// Throws naming both ranks when `theirs` (from rank `from`) does not match `ours`.
+void check_header(const Wire& wire, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from);
 
 struct Scratch {
   std::vector<float> a, b;

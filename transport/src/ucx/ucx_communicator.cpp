@@ -1,13 +1,21 @@
 #include "coshard/transport/ucx_communicator.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <sstream>
 #include <tuple>
 
+#include "coshard/runtime/shared_memory.hpp"
 #include "coshard/transport/flight_recorder.hpp"
+#include "direct.hpp"
 #include "reduce_kernels.hpp"
 #include "ring.hpp"
 #include "wire.hpp"
@@ -44,6 +52,12 @@ double bus_factor(CollectiveOp op, int n) {
   }
 }
 
+// What the ranks of a communicator agreed on at creation about the direct path.
+struct DirectSetup {
+  bool on = false;
+  std::size_t min_bytes = 0;  // per rank
+};
+
 struct Instruments {
   Histogram* duration = nullptr;
   Counter* bytes = nullptr;
@@ -53,7 +67,7 @@ struct Instruments {
 class UcxCommunicator final : public Communicator {
  public:
   UcxCommunicator(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx, std::unique_ptr<Wire> wire,
-                  std::string key_prefix, CommOptions options, UcxOptions ucx)
+                  std::string key_prefix, CommOptions options, UcxOptions ucx, DirectSetup direct)
       : rt_(rt),
         store_(store),
         ctx_(std::move(ctx)),
@@ -63,6 +77,11 @@ class UcxCommunicator final : public Communicator {
         ucx_(ucx),
         send_seq_(static_cast<std::size_t>(wire_->size()), 0),
         recv_seq_(static_cast<std::size_t>(wire_->size()), 0) {
+    if (direct.on && wire_->size() > 1) {
+      // Segments of every peer that recent operations used: a few buffers per peer in practice.
+      direct_ = std::make_unique<detail::Direct>(*wire_, std::max<std::size_t>(64, 32 * static_cast<std::size_t>(size())));
+      direct_min_bytes_ = std::max<std::size_t>(1, direct.min_bytes);
+    }
     Telemetry& t = options_.telemetry ? *options_.telemetry : rt_.telemetry();
     stream_ = std::make_unique<Stream>(
         Stream::cpu(Device::cpu(), options_.name, Stream::Options{.telemetry = &t, .rank = rt_.rank()}));
@@ -83,6 +102,7 @@ class UcxCommunicator final : public Communicator {
 
   ~UcxCommunicator() override {
     stream_.reset();  // drains the queued operations first: they use the wire
+    direct_.reset();  // unmaps the peers' segments
     wire_.reset();
   }
 
@@ -92,8 +112,9 @@ class UcxCommunicator final : public Communicator {
   std::string_view backend() const noexcept override { return "ucx"; }
   Stream& stream() noexcept override { return *stream_; }
 
-  Event all_gather(Tensor input, Tensor output, Stream& after) override {
-    const OpInfo info = collective(CollectiveOp::all_gather, input, input.numel());
+  Event all_gather(Tensor input, Tensor output, Stream& after, std::string label) override {
+    OpInfo info = collective(CollectiveOp::all_gather, input, input.numel());
+    info.label = std::move(label);
     host_only(info, {&input, &output});
     same_dtype(info, input, output);
     if (output.numel() != input.numel() * size()) {
@@ -102,6 +123,12 @@ class UcxCommunicator final : public Communicator {
     }
     return enqueue(info, after, [this, input, output] {
       auto* base = static_cast<std::byte*>(output.data());
+      if (direct_for(input.nbytes()) &&
+          try_direct([&] {
+            return direct_->all_gather(current_, static_cast<const std::byte*>(input.data()), input.nbytes(), base);
+          })) {
+        return;
+      }
       std::byte* own = base + static_cast<std::size_t>(rank()) * input.nbytes();
       if (input.data() != own && input.nbytes() > 0) std::memcpy(own, input.data(), input.nbytes());
       detail::ring_all_gather(*wire_, current_.seq, 0, base, Blocks::uniform(input.nbytes(), size()),
@@ -109,8 +136,9 @@ class UcxCommunicator final : public Communicator {
     });
   }
 
-  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after) override {
+  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after, std::string label) override {
     OpInfo info = collective(CollectiveOp::reduce_scatter, output, output.numel());
+    info.label = std::move(label);
     info.reduce = reduction.op;
     host_only(info, {&input, &output});
     same_dtype(info, input, output);
@@ -120,14 +148,22 @@ class UcxCommunicator final : public Communicator {
                     std::to_string(size()) + " x " + std::to_string(output.numel()));
     }
     return enqueue(info, after, [this, input, output, reduction] {
+      if (direct_for(output.nbytes()) && try_direct([&] {
+            return direct_->reduce_scatter(current_, static_cast<const std::byte*>(input.data()),
+                                           static_cast<std::size_t>(output.numel()), output.data(),
+                                           spec(output.dtype(), reduction));
+          })) {
+        return;
+      }
       detail::ring_reduce_scatter(*wire_, current_.seq, static_cast<const std::byte*>(input.data()),
                                   Blocks::uniform(static_cast<std::size_t>(output.numel()), size()), output.data(),
                                   spec(output.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
     });
   }
 
-  Event all_reduce(Tensor inout, Reduction reduction, Stream& after) override {
+  Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label) override {
     OpInfo info = collective(CollectiveOp::all_reduce, inout, inout.numel());
+    info.label = std::move(label);
     info.reduce = reduction.op;
     host_only(info, {&inout});
     reducible(info);
@@ -135,6 +171,10 @@ class UcxCommunicator final : public Communicator {
       auto* base = static_cast<std::byte*>(inout.data());
       const std::size_t esize = size_of(inout.dtype());
       auto blocks = Blocks::balanced(static_cast<std::size_t>(inout.numel()), size());
+      if (direct_for(inout.nbytes() / static_cast<std::size_t>(size())) &&
+          try_direct([&] { return direct_->all_reduce(current_, base, blocks, spec(inout.dtype(), reduction)); })) {
+        return;
+      }
       const auto own = static_cast<std::size_t>(rank());
       detail::ring_reduce_scatter(*wire_, current_.seq, base, blocks, base + blocks.offset[own] * esize,
                                   spec(inout.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
@@ -142,8 +182,9 @@ class UcxCommunicator final : public Communicator {
     });
   }
 
-  Event broadcast(Tensor inout, int root, Stream& after) override {
+  Event broadcast(Tensor inout, int root, Stream& after, std::string label) override {
     OpInfo info = collective(CollectiveOp::broadcast, inout, inout.numel());
+    info.label = std::move(label);
     info.peer = root;
     host_only(info, {&inout});
     if (root < 0 || root >= size()) bad(info, "root " + std::to_string(root) + " is not a rank of this communicator");
@@ -260,10 +301,26 @@ class UcxCommunicator final : public Communicator {
                     "; the UCX backend orders host work only");
     }
     stream_->wait(ready);
-    stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, describe(info));
+    // The span names the operation and what it moves: "all_gather#12 (f32 x 4096 per rank) h.3".
+    std::string span = describe(info) + (info.label.empty() ? "" : " " + info.label);
+    stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, std::move(span));
     Event done;
     done.record(*stream_);
     return done;
+  }
+
+  // Whether an operation of `bytes` per rank tries the direct path (the same answer on every rank:
+  // the sizes match, which the header exchange checked, and the setup was agreed at creation).
+  bool direct_for(std::size_t bytes) const noexcept { return direct_ && size() > 1 && bytes >= direct_min_bytes_; }
+
+  // Runs `attempt` (a Direct call): true when the operation ran on the direct path. The flight
+  // record says "direct" also when it failed there (its peers waited on direct-path messages).
+  template <class F>
+  bool try_direct(F attempt) {
+    algorithm_ = "direct";
+    if (attempt()) return true;
+    algorithm_ = "ring";
+    return false;
   }
 
   // On the communicator's stream.
@@ -275,6 +332,7 @@ class UcxCommunicator final : public Communicator {
     if (options_.before_op) options_.before_op(info);
     recorder_.started(record);
     current_ = info;
+    algorithm_ = info.op == CollectiveOp::send || info.op == CollectiveOp::recv ? "p2p" : "ring";
     const auto start = Clock::now();
     wire_->begin({describe(info) + " on '" + options_.name + "'", start + options_.timeout, options_.timeout});
     try {
@@ -293,6 +351,7 @@ class UcxCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       fail(info, record, Error(Errc::internal, e.what()));
     }
+    recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     auto& ins = ops_[static_cast<std::size_t>(info.op)];
@@ -307,6 +366,7 @@ class UcxCommunicator final : public Communicator {
 
   [[noreturn]] void fail(const OpInfo& info, std::uint64_t record, const Error& e) {
     wire_->cancel_all();  // UCX lets go of the buffers before the tensors may be freed
+    recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record, e.message());
     std::size_t kind = e.code() == Errc::timeout ? 0 : e.code() == Errc::peer_lost ? 1
                        : e.code() == Errc::invalid_argument ? 2 : 3;
@@ -333,6 +393,9 @@ class UcxCommunicator final : public Communicator {
   std::atomic<std::uint64_t> seq_{0};
   std::vector<std::uint64_t> send_seq_, recv_seq_;  // per peer; on the caller's thread
   OpInfo current_;                                   // stream thread only
+  std::string algorithm_;                            // stream thread only: how current_ runs
+  std::unique_ptr<detail::Direct> direct_;           // null: ring only; stream thread only
+  std::size_t direct_min_bytes_ = 0;
   detail::Scratch scratch_;                          // stream thread only
   int splits_ = 0;
   std::array<Instruments, kOps> ops_{};
@@ -359,6 +422,98 @@ detail::PeerIdentity unpack(const std::string& s, const std::string& key) {
   auto b = a == std::string::npos ? a : s.find('\n', a + 1);
   if (b == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
   return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), s.substr(b + 1)};
+}
+
+std::optional<bool> env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  std::string v = env;
+  if (v == "1" || v == "on" || v == "true") return true;
+  if (v == "0" || v == "off" || v == "false") return false;
+  throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
+}
+
+// A memfd segment of this process for the probe, freed on every path out.
+class ProbeSegment {
+ public:
+  ProbeSegment() : memory_(shared_cpu_memory(Device::cpu(), 0)) {}
+  ~ProbeSegment() {
+    if (p_) memory_->deallocate(p_, kBytes);
+  }
+  ProbeSegment(const ProbeSegment&) = delete;
+  ProbeSegment& operator=(const ProbeSegment&) = delete;
+  // Writes `nonce` into a new segment and returns where peers find it; false when there is none.
+  bool create(std::uint64_t nonce, SegmentRef* ref) {
+    p_ = memory_->allocate(kBytes);
+    std::memcpy(p_, &nonce, sizeof nonce);
+    return shared_segment_of(p_, sizeof nonce, ref);
+  }
+
+ private:
+  static constexpr std::size_t kBytes = 4096;
+  std::unique_ptr<MemoryResource> memory_;
+  void* p_ = nullptr;
+};
+
+// Decides, with every rank of a communicator whose ranks all run on this host, whether the
+// direct path is on: each rank writes a nonce into a probe segment and publishes it; each maps
+// every peer's probe (as an operation maps their buffers: /proc/<pid>/fd/<fd>) and checks the
+// nonce, which fails across pid namespaces or without ptrace-read access; every rank publishes
+// whether it could, and the path is on only when all could, so that all ranks agree. The
+// threshold is the largest any rank asked for.
+Task<DirectSetup> probe_direct(StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx) {
+  bool want = ucx.direct;
+  if (auto v = env_switch("COSHARD_UCX_DIRECT")) want = *v;
+  std::size_t min_bytes = ucx.direct_min_bytes;
+  if (const char* env = std::getenv("COSHARD_UCX_DIRECT_MIN_BYTES"); env && *env) {
+    min_bytes = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
+  }
+  ProbeSegment probe;
+  SegmentRef mine{};
+  const std::uint64_t nonce =
+      (static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) << 16) ^
+      (static_cast<std::uint64_t>(::getpid()) << 1) ^ static_cast<std::uint64_t>(rank);
+  if (want) {
+    try {
+      want = probe.create(nonce, &mine);
+    } catch (const Error&) {
+      want = false;
+    }
+  }
+  std::ostringstream entry;
+  entry << (want ? 1 : 0) << ' ' << min_bytes << ' ' << mine.pid << ' ' << mine.fd << ' ' << mine.id << ' '
+        << mine.size << ' ' << mine.inode << ' ' << mine.offset << ' ' << nonce;
+  co_await store->set(prefix + "direct/" + std::to_string(rank), entry.str());
+  std::vector<std::string> keys;
+  for (int q = 0; q < size; ++q) keys.push_back(prefix + "direct/" + std::to_string(q));
+  auto values = co_await store->wait(keys, ucx.connect_timeout);
+  bool ok = want;
+  DirectSetup setup;
+  for (int q = 0; q < size; ++q) {
+    std::istringstream in(values[static_cast<std::size_t>(q)]);
+    int w = 0;
+    std::size_t m = 0;
+    SegmentRef ref{};
+    std::uint64_t n = 0;
+    if (!(in >> w >> m >> ref.pid >> ref.fd >> ref.id >> ref.size >> ref.inode >> ref.offset >> n)) w = 0;
+    setup.min_bytes = std::max(setup.min_bytes, m);
+    if (!w) ok = false;
+    if (!ok || q == rank) continue;
+    try {
+      auto mapped = PeerMapping::map(ref);
+      std::uint64_t seen = 0;
+      std::memcpy(&seen, mapped.data(), sizeof seen);
+      ok = seen == n;
+    } catch (const Error&) {
+      ok = false;
+    }
+  }
+  co_await store->set(prefix + "direct-ok/" + std::to_string(rank), ok ? "1" : "0");
+  std::vector<std::string> done;
+  for (int q = 0; q < size; ++q) done.push_back(prefix + "direct-ok/" + std::to_string(q));
+  auto verdicts = co_await store->wait(done, ucx.connect_timeout);
+  setup.on = std::all_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return v == "1"; });
+  co_return setup;
 }
 
 // Publishes this rank's worker address under `prefix`, reads every rank's and connects.
@@ -403,8 +558,12 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
     std::vector<std::string> all{prefix + "all-connected"};
     co_await store->wait(std::move(all), ucx.connect_timeout);
   }
+  DirectSetup direct;
+  const bool one_host =
+      std::all_of(peers.begin(), peers.end(), [&](const detail::PeerIdentity& p) { return p.host == me.host; });
+  if (size > 1 && one_host) direct = co_await probe_direct(store, prefix, rank, size, ucx);
   co_return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(prefix),
-                                              std::move(options), ucx);
+                                              std::move(options), ucx, direct);
 }
 
 Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, CommOptions o) {

@@ -26,6 +26,10 @@ class Runtime {
     Device device = Device::cpu();
     std::size_t memory_cap_bytes = 0;  // 0: no cap
     Telemetry* telemetry = nullptr;     // not owned; nullptr: no-op
+    // CPU device: allocations of at least `shared_host_min_bytes` are memfd segments that other
+    // ranks on this host can map (shared_memory.hpp), so that collectives between them copy once.
+    bool shared_host_memory = true;
+    std::size_t shared_host_min_bytes = std::size_t{1} << 20;
   };
 
   explicit Runtime(Options options);

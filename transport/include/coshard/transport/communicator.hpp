@@ -46,6 +46,7 @@ struct OpInfo {
   std::int64_t count = 0;  // elements per rank: the shard for all_gather/reduce_scatter, the buffer otherwise
   ReduceOp reduce = ReduceOp::sum;
   int peer = -1;  // root of a broadcast, peer of send/recv
+  std::string label;  // what the caller gathers or reduces (an FSDP unit's name): spans, flight records
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
 };
 
@@ -71,12 +72,14 @@ class Communicator {
 
   // Gathers every rank's `input` into `output` (size() * input.numel() elements, rank order).
   // In place when `input` is the view of `output` at offset rank() * input.numel().
-  virtual Event all_gather(Tensor input, Tensor output, Stream& after) = 0;
+  // `label` names what moves (e.g. the FSDP unit) on the timeline and in the flight record.
+  virtual Event all_gather(Tensor input, Tensor output, Stream& after, std::string label = {}) = 0;
   // Reduces `input` (size() * output.numel() elements) over ranks; rank r receives chunk r.
   // f32, bf16 and f16; low-precision sums accumulate in f32 and are rounded once.
-  virtual Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after) = 0;
-  virtual Event all_reduce(Tensor inout, Reduction reduction, Stream& after) = 0;
-  virtual Event broadcast(Tensor inout, int root, Stream& after) = 0;
+  virtual Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after,
+                               std::string label = {}) = 0;
+  virtual Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label = {}) = 0;
+  virtual Event broadcast(Tensor inout, int root, Stream& after, std::string label = {}) = 0;
   virtual Event barrier(Stream& after) = 0;
   virtual Event send(Tensor input, int peer, Stream& after) = 0;
   virtual Event recv(Tensor output, int peer, Stream& after) = 0;

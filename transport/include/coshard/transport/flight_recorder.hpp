@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct OpRecord {
   std::chrono::system_clock::time_point started_at{};
   std::chrono::system_clock::time_point ended_at{};
   std::string error;
+  std::string algorithm;  // how it ran, e.g. "ring" or "direct" (UCX); empty when not said
 };
 
 class FlightRecorder {
@@ -34,9 +36,12 @@ class FlightRecorder {
   std::uint64_t queued(const OpInfo& info);
   void started(std::uint64_t id);
   void finished(std::uint64_t id, const std::string& error = {});
+  // Says how operation `id` ran; also counted over the communicator's life (algorithm_counts()).
+  void set_algorithm(std::uint64_t id, const std::string& algorithm);
+  std::map<std::string, std::uint64_t> algorithm_counts() const;
 
   std::vector<OpRecord> snapshot() const;  // oldest first
-  // {"comm":..., "rank":..., "size":..., "backend":..., "ops":[{...}, ...]}
+  // {"comm":..., "rank":..., "size":..., "backend":..., "algorithms":{"ring":N,...}, "ops":[{...}, ...]}
   std::string json(const std::string& comm, int rank, int size, std::string_view backend) const;
   // Writes json() to `dir`/coshard-flight-<comm>-rank<r>.json (dir: $COSHARD_FLIGHT_DIR, else
   // the temp dir) and returns the path, or an empty string when it could not be written.
@@ -48,6 +53,7 @@ class FlightRecorder {
   std::size_t capacity_;
   std::uint64_t next_id_ = 0;
   std::vector<OpRecord> ring_;  // ring_[id % capacity_]
+  std::map<std::string, std::uint64_t> algorithm_counts_;
 };
 
 }  // namespace coshard::transport

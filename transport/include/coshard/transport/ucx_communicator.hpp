@@ -1,6 +1,9 @@
 #pragma once
 // The UCX backend: host memory over shared memory, CMA or TCP (whatever UCX picks, or UCX_TLS),
 // ring algorithms on tagged messages, one UCX worker and one in-order stream per communicator.
+// When every rank is on this host and the buffers are shared segments (Runtime's host memory),
+// all-gather, reduce-scatter and all-reduce take the direct path instead: each rank reads its
+// peers' buffers itself, one copy (docs/transport.md, "The direct path").
 //
 // Error mode. In UCX 1.13, endpoints that ask for peer-failure reports (PEER mode) can only use
 // TCP (about 1.7 GB/s here), while mode NONE may use shared memory and CMA (7 to 20 GB/s). So when
@@ -27,6 +30,12 @@ struct UcxOptions {
   std::chrono::milliseconds liveness_interval{250};
   // Address exchange and connection set-up.
   std::chrono::milliseconds connect_timeout{120000};
+  // Single-copy collectives through shared memory when every rank is on this host (docs/transport.md):
+  // all-gather, reduce-scatter and all-reduce of at least `direct_min_bytes` per rank whose buffers
+  // are shared segments (Runtime::Options::shared_host_memory). COSHARD_UCX_DIRECT=0|1 overrides
+  // `direct`, COSHARD_UCX_DIRECT_MIN_BYTES the threshold.
+  bool direct = true;
+  std::size_t direct_min_bytes = std::size_t{32} << 10;
 };
 
 // Collective over the `size` ranks that share `store`: every rank calls it with the same
