@@ -501,6 +501,18 @@ struct Run {
       ++failures;
       std::fprintf(stderr, "rank %d: rank0_only state dict has %zu entries\n", pg.rank(), rank0.size());
     }
+    // summon_full_params: the full values, and a write-back that lands in the shards.
+    bool seen = false;
+    co_await engine->summon_full_params([&](fsdp::StateDict& sd) {
+      seen = sd == full;
+      for (auto& x : sd.at("layers.0.bias")) x = 7.0f;
+    }, true);
+    auto after = co_await engine->full_state_dict();
+    if (!seen || after.at("layers.0.bias") != std::vector<float>(full.at("layers.0.bias").size(), 7.0f) ||
+        after.at("layers.1.weight") != full.at("layers.1.weight")) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: summon_full_params did not show or write back the full parameters\n", pg.rank());
+    }
     auto other = co_await make_engine();  // fresh values
     co_await other->load_full_state_dict(full);
     auto back = co_await other->full_state_dict();

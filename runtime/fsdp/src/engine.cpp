@@ -1089,6 +1089,12 @@ Task<void> Engine::load_full_state_dict(const StateDict& state) {
   }
 }
 
+Task<void> Engine::summon_full_params(std::function<void(StateDict&)> fn, bool writeback) {
+  StateDict full = co_await full_state_dict(false);
+  fn(full);
+  if (writeback) co_await load_full_state_dict(full);
+}
+
 // ---- introspection ----
 
 Event Engine::compute_event() {

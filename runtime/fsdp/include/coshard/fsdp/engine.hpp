@@ -15,6 +15,7 @@
 // Everything is issued from the scheduler thread; the host never blocks on device work, except
 // where a result must come back to it (clip_grad_norm, state dicts).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,6 +90,10 @@ class Engine {
   Task<StateDict> full_state_dict(bool rank0_only = false);
   // Loads a full state dict into the shards; every name and shape must match (errors name them).
   Task<void> load_full_state_dict(const StateDict& state);
+  // FSDP's summon_full_params: gathers every parameter in full precision on every rank, runs
+  // `fn` on them (by name), and with `writeback` scatters what `fn` changed back into the shards
+  // (every rank must make the same change). Collective; not during a step.
+  Task<void> summon_full_params(std::function<void(StateDict&)> fn, bool writeback);
 
   // An event on the compute stream after everything enqueued so far (to read a loss).
   Event compute_event();
