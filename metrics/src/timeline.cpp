@@ -8,31 +8,11 @@
 #include <set>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/json_escape.hpp"
 #include "trace_common.hpp"
 
 namespace coshard::metrics {
 namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 // CLOCK_MONOTONIC is shared by every process of a host, so ranks' timelines line up when merged.
 double micros(std::chrono::steady_clock::time_point t) {

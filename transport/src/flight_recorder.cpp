@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "coshard/runtime/json_escape.hpp"
+
 namespace coshard::transport {
 
 std::string_view to_string(OpState s) noexcept {
@@ -99,26 +101,6 @@ std::vector<OpRecord> FlightRecorder::snapshot() const {
 
 namespace {
 
-std::string escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 std::string micros(std::chrono::system_clock::time_point t) {
   if (t == std::chrono::system_clock::time_point{}) return "null";
   return std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
@@ -127,13 +109,13 @@ std::string micros(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 std::string FlightRecorder::json(const std::string& comm, int rank, int size, std::string_view backend) const {
-  std::string out = "{\"comm\":\"" + escape(comm) + "\",\"rank\":" + std::to_string(rank) +
-                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + escape(backend) + "\",\"algorithms\":{";
+  std::string out = "{\"comm\":\"" + json_escape(comm) + "\",\"rank\":" + std::to_string(rank) +
+                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + json_escape(backend) + "\",\"algorithms\":{";
   bool first = true;
   for (const auto& [name, n] : algorithm_counts()) {
     if (!first) out += ",";
     first = false;
-    out += "\"" + escape(name) + "\":" + std::to_string(n);
+    out += "\"" + json_escape(name) + "\":" + std::to_string(n);
   }
   out += "},\"ops\":[";
   first = true;
@@ -145,7 +127,7 @@ std::string FlightRecorder::json(const std::string& comm, int rank, int size, st
            ",\"bytes\":" + std::to_string(r.info.bytes()) + ",\"peer\":" + std::to_string(r.info.peer) +
            ",\"state\":\"" + std::string(to_string(r.state)) + "\",\"queued_us\":" + micros(r.queued_at) +
            ",\"started_us\":" + micros(r.started_at) + ",\"ended_us\":" + micros(r.ended_at) +
-           ",\"algorithm\":\"" + escape(r.algorithm) + "\",\"error\":\"" + escape(r.error) + "\"}";
+           ",\"algorithm\":\"" + json_escape(r.algorithm) + "\",\"error\":\"" + json_escape(r.error) + "\"}";
   }
   return out + "]}";
 }
