@@ -18,6 +18,7 @@
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/process_group.hpp"
+#include "coshard/transport/rank_main.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
@@ -106,16 +107,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto env = resolve_launch_env(process_env());
-  if (!env) {
-    std::fprintf(stderr, "%s\n", env.error().what());
-    return 2;
-  }
-  try {
-    Runtime rt({.name = "bench", .rank = env.value().rank});
-    return rt.scheduler().sync_wait(run(rt, f));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_collectives: %s\n", e.what());
-    return 1;
-  }
+  return transport::run_rank("bench_collectives", {.name = "bench"},
+                             [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });
 }

@@ -17,6 +17,7 @@
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/units.hpp"
+#include "coshard/transport/rank_main.hpp"
 #include "mlp_model.hpp"
 
 using namespace coshard;
@@ -157,16 +158,6 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto env = transport::resolve_launch_env(transport::process_env());
-  if (!env) {
-    std::fprintf(stderr, "%s\n", env.error().what());
-    return 2;
-  }
-  try {
-    Runtime rt({.name = "bench", .rank = env.value().rank});
-    return rt.scheduler().sync_wait(run(rt, f));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_fsdp_step: %s\n", e.what());
-    return 1;
-  }
+  return transport::run_rank("bench_fsdp_step", {.name = "bench"},
+                             [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });
 }

@@ -23,6 +23,7 @@
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/ops/grad_norm.hpp"
+#include "coshard/transport/rank_main.hpp"
 #include "mlp_model.hpp"
 
 using namespace coshard;
@@ -595,16 +596,6 @@ int main(int argc, char** argv) {
   Config cfg = parse(argc, argv);
   // Every rank must report the error itself, not be stopped by the launcher once one has.
   if (cfg.mode == "wrong-order") ::signal(SIGTERM, SIG_IGN);
-  auto env = transport::resolve_launch_env(transport::process_env());
-  if (!env) {
-    std::fprintf(stderr, "%s\n", env.error().what());
-    return 2;
-  }
-  try {
-    Runtime rt({.name = "engine", .rank = env.value().rank});
-    return rt.scheduler().sync_wait(main_task(rt, cfg));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rank %d: %s\n", env.value().rank, e.what());
-    return 1;
-  }
+  return transport::run_rank("engine_check", {.name = "engine"},
+                             [&](Runtime& rt, const transport::LaunchEnv&) { return main_task(rt, cfg); });
 }

@@ -14,6 +14,7 @@
 #include "coshard/gpt2/model.hpp"
 #include "coshard/gpt2/units.hpp"
 #include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/rank_main.hpp"
 #include "coshard/transport/process_group.hpp"
 
 using namespace coshard;
@@ -132,16 +133,6 @@ Task<int> run(Runtime& rt, Args a) {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  auto env = transport::resolve_launch_env(transport::process_env());
-  if (!env) {
-    std::fprintf(stderr, "%s\n", env.error().what());
-    return 2;
-  }
-  try {
-    Runtime rt({.name = "gpt2", .rank = env.value().rank});
-    return rt.scheduler().sync_wait(run(rt, a));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpt2_fsdp_check: %s\n", e.what());
-    return 1;
-  }
+  return transport::run_rank("gpt2_fsdp_check", {.name = "gpt2"},
+                             [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, a); });
 }

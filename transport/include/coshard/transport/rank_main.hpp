@@ -1,0 +1,18 @@
+#pragma once
+// The main() of a program that is one rank of a job (started by coshard-run, torchrun, mpirun or
+// srun, or alone as a single rank): resolves the launch environment, runs `body` on a Runtime for
+// this rank and returns its exit code. A bad environment prints the problems and gives 2; an
+// error escaping `body` prints "<program>: rank R: <error>" and gives 1.
+#include <functional>
+#include <string_view>
+
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/task.hpp"
+#include "coshard/transport/launch_env.hpp"
+
+namespace coshard::transport {
+
+int run_rank(std::string_view program, Runtime::Options options,
+             const std::function<Task<int>(Runtime&, const LaunchEnv&)>& body);
+
+}  // namespace coshard::transport

@@ -1,0 +1,27 @@
+#include "coshard/transport/rank_main.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace coshard::transport {
+
+int run_rank(std::string_view program, Runtime::Options options,
+             const std::function<Task<int>(Runtime&, const LaunchEnv&)>& body) {
+  const std::string name(program);
+  auto env = resolve_launch_env(process_env());
+  if (!env) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), env.error().what());
+    return 2;
+  }
+  const LaunchEnv& e = env.value();
+  try {
+    options.rank = e.rank;
+    Runtime rt(std::move(options));
+    return rt.scheduler().sync_wait(body(rt, e));
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", name.c_str(), e.rank, ex.what());
+    return 1;
+  }
+}
+
+}  // namespace coshard::transport
