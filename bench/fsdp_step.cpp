@@ -120,9 +120,8 @@ Task<int> run(Runtime& rt, Flags f) {
   if (pg->rank() == 0) {
     std::printf("coshard %s strategy=%s prefetch=%s compute=%s offload=%s world=%d batch=%d step_ms=%.1f "
                 "steps_per_s=%.3f comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
-                f.model.c_str(), f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off", f.offload.c_str(), pg->size(),
-                f.batch, ms,
-                1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
+                f.model.c_str(), f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off",
+                f.offload.c_str(), pg->size(), f.batch, ms, 1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
                 (after.exposed_seconds - before.exposed_seconds) * 1e3 / f.steps, peak, bound);
     std::fflush(stdout);
   }

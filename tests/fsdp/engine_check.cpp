@@ -177,9 +177,8 @@ struct Run {
     co_return co_await fsdp::Engine::create(rt, pg, ptrs, options());
   }
 
-  Batch local_batch(int step, int micro = 0, int micros = 1) {
+  Batch local_batch(int step, int micro = 0) {
     const int n = pg.size(), r = pg.rank();
-    (void)micros;
     // Micro-batch m of rank r: rows [(m * n + r) * rows, ... + rows) of the global batch.
     return make_batch(cfg.layers, cfg.rows, (static_cast<std::int64_t>(micro) * n + r) * cfg.rows, step);
   }
@@ -244,7 +243,7 @@ struct Run {
       for (int m = 0; m < micros; ++m) {
         engine->set_requires_gradient_sync(cfg.micro[static_cast<std::size_t>(m)] == "sync");
         engine->set_is_last_backward(m == last_sync);
-        state.set_batch(local_batch(step, m, micros));
+        state.set_batch(local_batch(step, m));
         co_await engine->forward();
         co_await engine->backward();
         co_await engine->compute_event();
@@ -550,32 +549,19 @@ Task<int> main_task(Runtime& rt, Config cfg) {
   Run run(rt, *pg, cfg);
   const int r = pg->rank();
   try {
-    if (cfg.mode == "parity") {
-      co_await run.parity();
-    } else if (cfg.mode == "counts") {
-      co_await run.counts();
-    } else if (cfg.mode == "order") {
-      co_await run.order();
-    } else if (cfg.mode == "overlap") {
-      co_await run.overlap();
-    } else if (cfg.mode == "memory") {
-      co_await run.memory();
-    } else if (cfg.mode == "dtypes") {
-      co_await run.dtypes_check();
-    } else if (cfg.mode == "wrong-order") {
-      co_await run.wrong_order();
-    } else if (cfg.mode == "clip") {
-      co_await run.clip();
-    } else if (cfg.mode == "offload-memory") {
-      co_await run.offload_memory();
-    } else if (cfg.mode == "offload-errors") {
-      co_await run.offload_errors();
-    } else if (cfg.mode == "state-dict") {
-      co_await run.state_dict();
-    } else {
+    static const std::map<std::string, Task<void> (Run::*)()> modes{
+        {"parity", &Run::parity},         {"counts", &Run::counts},
+        {"order", &Run::order},           {"overlap", &Run::overlap},
+        {"memory", &Run::memory},         {"dtypes", &Run::dtypes_check},
+        {"wrong-order", &Run::wrong_order}, {"clip", &Run::clip},
+        {"offload-memory", &Run::offload_memory}, {"offload-errors", &Run::offload_errors},
+        {"state-dict", &Run::state_dict}};
+    auto mode = modes.find(cfg.mode);
+    if (mode == modes.end()) {
       std::fprintf(stderr, "engine_check: unknown mode %s\n", cfg.mode.c_str());
       co_return 2;
     }
+    co_await (run.*(mode->second))();
   } catch (const Error& e) {
     std::printf("rank %d: error: %s\n", r, e.what());
     std::fflush(stdout);

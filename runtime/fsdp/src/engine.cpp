@@ -1117,12 +1117,6 @@ void Engine::clear_issue_log() { impl_->log.clear(); }
 std::size_t Engine::unit_count() const noexcept { return impl_->units.size(); }
 const std::string& Engine::unit_name(std::size_t unit) const { return impl_->units.at(unit).name; }
 
-std::vector<float> Engine::master_shard(std::size_t unit) const {
-  const auto& u = impl_->units.at(unit);
-  u.master.numel();
-  return std::vector<float>(u.master.data_as<float>(), u.master.data_as<float>() + u.master.numel());
-}
-
 MemoryReport Engine::memory_report() const {
   const Impl& m = *impl_;
   MemoryReport r;

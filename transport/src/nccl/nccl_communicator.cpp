@@ -213,14 +213,7 @@ class NcclCommunicator final : public Communicator {
     Clock::time_point started;
   };
 
-  OpInfo make(CollectiveOp op, const Tensor& t, std::int64_t count) {
-    OpInfo info;
-    info.op = op;
-    info.seq = seq_++;
-    info.dtype = t.dtype();
-    info.count = count;
-    return info;
-  }
+  OpInfo make(CollectiveOp op, const Tensor& t, std::int64_t count) { return OpInfo::of(op, seq_++, t.dtype(), count); }
 
   [[noreturn]] void bad(const OpInfo& info, const std::string& why) const {
     throw Error(Errc::invalid_argument,

@@ -232,12 +232,7 @@ class UcxCommunicator final : public Communicator {
 
  private:
   OpInfo collective(CollectiveOp op, const Tensor& t, std::int64_t count) {
-    OpInfo info;
-    info.op = op;
-    info.seq = seq_++;
-    info.dtype = t.dtype();
-    info.count = count;
-    return info;
+    return OpInfo::of(op, seq_++, t.dtype(), count);
   }
 
   OpInfo point_to_point(CollectiveOp op, const Tensor& t, int peer) {

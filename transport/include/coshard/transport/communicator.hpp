@@ -48,6 +48,14 @@ struct OpInfo {
   int peer = -1;  // root of a broadcast, peer of send/recv
   std::string label;  // what the caller gathers or reduces (an FSDP unit's name): spans, flight records
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
+  static OpInfo of(CollectiveOp op, std::uint64_t seq, DType dtype, std::int64_t count) {
+    OpInfo i;
+    i.op = op;
+    i.seq = seq;
+    i.dtype = dtype;
+    i.count = count;
+    return i;
+  }
 };
 
 struct CommOptions {

@@ -109,8 +109,6 @@ class Engine {
   CommStats comm_stats() const;
   std::size_t unit_count() const noexcept;
   const std::string& unit_name(std::size_t unit) const;
-  // Shard of unit `u` (f32 master, padding excluded) and its gradient, for tests.
-  std::vector<float> master_shard(std::size_t unit) const;
 
   struct Impl;
 
