@@ -10,7 +10,7 @@ install(TARGETS ${_coshard_targets}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(dir runtime ops transport runtime/fsdp metrics)
+foreach(dir runtime ops transport fsdp metrics)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT coshard-targets NAMESPACE coshard:: DESTINATION ${COSHARD_CMAKE_DIR})

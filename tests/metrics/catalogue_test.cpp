@@ -36,7 +36,7 @@ std::vector<CatalogueEntry> catalogue() {
 std::vector<std::string> folders_of(const std::string& layer) {
   if (layer == "metrics") return {"metrics/"};
   if (layer == "transport") return {"transport/"};
-  if (layer == "fsdp") return {"runtime/fsdp/"};
+  if (layer == "fsdp") return {"fsdp/"};
   if (layer == "runtime") return {"runtime/"};
   if (layer == "ops") return {"ops/"};
   if (layer == "trainer") return {"examples/", "tools/"};
