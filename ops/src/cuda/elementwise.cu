@@ -2,6 +2,7 @@
 // AdamW and SGD. Grid-stride loops; one element per thread per iteration.
 #include <cstdint>
 
+#include "coshard/kernels/cast.hpp"
 #include "device_utils.cuh"
 #include "launch.hpp"
 
@@ -44,64 +45,18 @@ __global__ void scale_kernel(float* __restrict__ p, float v, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) p[i] *= v;
 }
 
-// The casts repeat coshard::ops' scalar casts (cast.cpp) bit for bit.
-__device__ std::uint16_t f32_to_bf16(float x) {
-  unsigned int u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // ties to even
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
-__device__ float bf16_to_f32(std::uint16_t h) { return __uint_as_float(static_cast<unsigned int>(h) << 16); }
-
-__device__ std::uint16_t f32_to_f16(float x) {
-  const unsigned int u = __float_as_uint(x);
-  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const unsigned int abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN
-  if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);                          // Inf
-  if (abs >= 0x38800000u) {
-    unsigned int m = abs - 0x38000000u;
-    m += 0xfffu + ((m >> 13) & 1u);
-    return static_cast<std::uint16_t>(sign | (m >> 13));
-  }
-  if (abs < 0x33000000u) return sign;
-  const unsigned int exp = abs >> 23;
-  const unsigned int mant = (abs & 0x7fffffu) | 0x800000u;
-  const unsigned int shift = 126u - exp;
-  unsigned int half = mant >> shift;
-  const unsigned int rem = mant & ((1u << shift) - 1u);
-  const unsigned int mid = 1u << (shift - 1u);
-  if (rem > mid || (rem == mid && (half & 1u))) ++half;
-  return static_cast<std::uint16_t>(sign | half);
-}
-
-__device__ float f16_to_f32(std::uint16_t h) {
-  const unsigned int sign = static_cast<unsigned int>(h & 0x8000u) << 16;
-  const unsigned int exp = (h >> 10) & 0x1fu;
-  unsigned int mant = h & 0x3ffu;
-  if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mant << 13));
-  if (exp != 0) return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
-  if (mant == 0) return __uint_as_float(sign);
-  unsigned int e = 113;
-  while (!(mant & 0x400u)) {
-    mant <<= 1;
-    --e;
-  }
-  return __uint_as_float(sign | (e << 23) | ((mant & 0x3ffu) << 13));
-}
-
+// The scalar casts are coshard::kernels', so the CPU and CUDA casts agree bit for bit.
 __global__ void f32_to_bf16_kernel(const float* __restrict__ in, std::uint16_t* __restrict__ out, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f32_to_bf16(in[i]);
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = kernels::f32_to_bf16(in[i]);
 }
 __global__ void bf16_to_f32_kernel(const std::uint16_t* __restrict__ in, float* __restrict__ out, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = bf16_to_f32(in[i]);
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = kernels::bf16_to_f32(in[i]);
 }
 __global__ void f32_to_f16_kernel(const float* __restrict__ in, std::uint16_t* __restrict__ out, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f32_to_f16(in[i]);
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = kernels::f32_to_f16(in[i]);
 }
 __global__ void f16_to_f32_kernel(const std::uint16_t* __restrict__ in, float* __restrict__ out, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = f16_to_f32(in[i]);
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = kernels::f16_to_f32(in[i]);
 }
 
 __global__ void fill_rows_kernel(const float* __restrict__ b, float* __restrict__ y, std::size_t rows,

@@ -15,7 +15,7 @@
 #include <optional>
 #include <thread>
 
-#include "coshard/ops/cast.hpp"
+#include "coshard/kernels/cast.hpp"
 #include "coshard/transport/flight_recorder.hpp"
 #include "coshard/transport/nccl_communicator.hpp"
 
@@ -227,7 +227,7 @@ class NcclCommunicator final : public Communicator {
       ncclRedOp_t op;
       // A host scalar of the reduction's own type.
       float f = static_cast<float>(r.factor);
-      std::uint16_t h = dtype == DType::bf16 ? ops::f32_to_bf16(f) : ops::f32_to_f16(f);
+      std::uint16_t h = dtype == DType::bf16 ? kernels::f32_to_bf16(f) : kernels::f32_to_f16(f);
       void* scalar = dtype == DType::f32 ? static_cast<void*>(&f) : static_cast<void*>(&h);
       if (auto e = ncclRedOpCreatePreMulSum(&op, scalar, nccl_type(dtype), ncclScalarHostImmediate, comm_);
           e != ncclSuccess) {

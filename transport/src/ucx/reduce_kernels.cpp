@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "coshard/ops/cast.hpp"
+#include "coshard/kernels/cast.hpp"
 
 namespace coshard::transport::detail {
 namespace {
@@ -201,12 +201,12 @@ void load_f32(float* __restrict acc, const void* in, DType dtype, std::size_t n,
     }
     case DType::bf16: {
       const auto* __restrict p = static_cast<const std::uint16_t*>(in);
-      for (std::size_t i = 0; i < n; ++i) acc[i] = ops::bf16_to_f32(p[i]) * scale;
+      for (std::size_t i = 0; i < n; ++i) acc[i] = kernels::bf16_to_f32(p[i]) * scale;
       break;
     }
     case DType::f16: {
       const auto* __restrict p = static_cast<const std::uint16_t*>(in);
-      for (std::size_t i = 0; i < n; ++i) acc[i] = ops::f16_to_f32(p[i]) * scale;
+      for (std::size_t i = 0; i < n; ++i) acc[i] = kernels::f16_to_f32(p[i]) * scale;
       break;
     }
     default: break;
@@ -226,12 +226,12 @@ void accumulate(float* acc, const void* in, DType dtype, std::size_t n, float sc
     }
     case DType::bf16: {
       const auto* __restrict p = static_cast<const std::uint16_t*>(in);
-      combine(acc, n, op, [p, scale](std::size_t i) { return ops::bf16_to_f32(p[i]) * scale; });
+      combine(acc, n, op, [p, scale](std::size_t i) { return kernels::bf16_to_f32(p[i]) * scale; });
       break;
     }
     case DType::f16: {
       const auto* __restrict p = static_cast<const std::uint16_t*>(in);
-      combine(acc, n, op, [p, scale](std::size_t i) { return ops::f16_to_f32(p[i]) * scale; });
+      combine(acc, n, op, [p, scale](std::size_t i) { return kernels::f16_to_f32(p[i]) * scale; });
       break;
     }
     default: break;
@@ -281,12 +281,12 @@ void store(void* out, DType dtype, const float* acc, std::size_t n, float post) 
     }
     case DType::bf16: {
       auto* __restrict p = static_cast<std::uint16_t*>(out);
-      for (std::size_t i = 0; i < n; ++i) p[i] = ops::f32_to_bf16(acc[i] * post);
+      for (std::size_t i = 0; i < n; ++i) p[i] = kernels::f32_to_bf16(acc[i] * post);
       break;
     }
     case DType::f16: {
       auto* __restrict p = static_cast<std::uint16_t*>(out);
-      for (std::size_t i = 0; i < n; ++i) p[i] = ops::f32_to_f16(acc[i] * post);
+      for (std::size_t i = 0; i < n; ++i) p[i] = kernels::f32_to_f16(acc[i] * post);
       break;
     }
     default: break;

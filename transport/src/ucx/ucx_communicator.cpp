@@ -1,20 +1,15 @@
 #include "coshard/transport/ucx_communicator.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <optional>
-#include <sstream>
 #include <tuple>
 
-#include "coshard/runtime/shared_memory.hpp"
 #include "coshard/transport/flight_recorder.hpp"
+#include "connect.hpp"
 #include "direct.hpp"
 #include "reduce_kernels.hpp"
 #include "ring.hpp"
@@ -24,6 +19,7 @@ namespace coshard::transport {
 namespace {
 
 using detail::Blocks;
+using detail::DirectSetup;
 using detail::Wire;
 using Clock = std::chrono::steady_clock;
 
@@ -51,12 +47,6 @@ double bus_factor(CollectiveOp op, int n) {
     default: return 1.0;
   }
 }
-
-// What the ranks of a communicator agreed on at creation about the direct path.
-struct DirectSetup {
-  bool on = false;
-  std::size_t min_bytes = 0;  // per rank
-};
 
 struct Instruments {
   Histogram* duration = nullptr;
@@ -397,170 +387,6 @@ class UcxCommunicator final : public Communicator {
   std::vector<Counter*> errors_;
 };
 
-bool peer_mode_for(const std::vector<detail::PeerIdentity>& peers, const std::string& my_host, UcxOptions::ErrorMode m) {
-  if (const char* env = std::getenv("COSHARD_UCX_ERROR_MODE"); env && *env) {
-    std::string v = env;
-    if (v == "peer") return true;
-    if (v == "none") return false;
-    if (v != "auto") {
-      throw Error(Errc::bad_config, "COSHARD_UCX_ERROR_MODE='" + v + "' is not one of peer, none, auto");
-    }
-  }
-  if (m != UcxOptions::ErrorMode::automatic) return m == UcxOptions::ErrorMode::peer;
-  return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
-}
-
-std::string pack(const detail::PeerIdentity& id) { return id.host + "\n" + std::to_string(id.pid) + "\n" + id.address; }
-
-detail::PeerIdentity unpack(const std::string& s, const std::string& key) {
-  auto a = s.find('\n');
-  auto b = a == std::string::npos ? a : s.find('\n', a + 1);
-  if (b == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
-  return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), s.substr(b + 1)};
-}
-
-std::optional<bool> env_switch(const char* name) {
-  const char* env = std::getenv(name);
-  if (!env || !*env) return std::nullopt;
-  std::string v = env;
-  if (v == "1" || v == "on" || v == "true") return true;
-  if (v == "0" || v == "off" || v == "false") return false;
-  throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
-}
-
-// A memfd segment of this process for the probe, freed on every path out.
-class ProbeSegment {
- public:
-  ProbeSegment() : memory_(shared_cpu_memory(Device::cpu(), 0)) {}
-  ~ProbeSegment() {
-    if (p_) memory_->deallocate(p_, kBytes);
-  }
-  ProbeSegment(const ProbeSegment&) = delete;
-  ProbeSegment& operator=(const ProbeSegment&) = delete;
-  // Writes `nonce` into a new segment and returns where peers find it; false when there is none.
-  bool create(std::uint64_t nonce, SegmentRef* ref) {
-    p_ = memory_->allocate(kBytes);
-    std::memcpy(p_, &nonce, sizeof nonce);
-    return shared_segment_of(p_, sizeof nonce, ref);
-  }
-
- private:
-  static constexpr std::size_t kBytes = 4096;
-  std::unique_ptr<MemoryResource> memory_;
-  void* p_ = nullptr;
-};
-
-// Decides, with every rank of a communicator whose ranks all run on this host, whether the
-// direct path is on: each rank writes a nonce into a probe segment and publishes it; each maps
-// every peer's probe (as an operation maps their buffers: /proc/<pid>/fd/<fd>) and checks the
-// nonce, which fails across pid namespaces or without ptrace-read access; every rank publishes
-// whether it could, and the path is on only when all could, so that all ranks agree. The
-// threshold is the largest any rank asked for.
-Task<DirectSetup> probe_direct(StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx) {
-  bool want = ucx.direct;
-  if (auto v = env_switch("COSHARD_UCX_DIRECT")) want = *v;
-  std::size_t min_bytes = ucx.direct_min_bytes;
-  if (const char* env = std::getenv("COSHARD_UCX_DIRECT_MIN_BYTES"); env && *env) {
-    min_bytes = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
-  }
-  ProbeSegment probe;
-  SegmentRef mine{};
-  const std::uint64_t nonce =
-      (static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) << 16) ^
-      (static_cast<std::uint64_t>(::getpid()) << 1) ^ static_cast<std::uint64_t>(rank);
-  if (want) {
-    try {
-      want = probe.create(nonce, &mine);
-    } catch (const Error&) {
-      want = false;
-    }
-  }
-  std::ostringstream entry;
-  entry << (want ? 1 : 0) << ' ' << min_bytes << ' ' << mine.pid << ' ' << mine.fd << ' ' << mine.id << ' '
-        << mine.size << ' ' << mine.inode << ' ' << mine.offset << ' ' << nonce;
-  co_await store->set(prefix + "direct/" + std::to_string(rank), entry.str());
-  std::vector<std::string> keys;
-  for (int q = 0; q < size; ++q) keys.push_back(prefix + "direct/" + std::to_string(q));
-  auto values = co_await store->wait(keys, ucx.connect_timeout);
-  bool ok = want;
-  DirectSetup setup;
-  for (int q = 0; q < size; ++q) {
-    std::istringstream in(values[static_cast<std::size_t>(q)]);
-    int w = 0;
-    std::size_t m = 0;
-    SegmentRef ref{};
-    std::uint64_t n = 0;
-    if (!(in >> w >> m >> ref.pid >> ref.fd >> ref.id >> ref.size >> ref.inode >> ref.offset >> n)) w = 0;
-    setup.min_bytes = std::max(setup.min_bytes, m);
-    if (!w) ok = false;
-    if (!ok || q == rank) continue;
-    try {
-      auto mapped = PeerMapping::map(ref);
-      std::uint64_t seen = 0;
-      std::memcpy(&seen, mapped.data(), sizeof seen);
-      ok = seen == n;
-    } catch (const Error&) {
-      ok = false;
-    }
-  }
-  co_await store->set(prefix + "direct-ok/" + std::to_string(rank), ok ? "1" : "0");
-  std::vector<std::string> done;
-  for (int q = 0; q < size; ++q) done.push_back(prefix + "direct-ok/" + std::to_string(q));
-  auto verdicts = co_await store->wait(done, ucx.connect_timeout);
-  setup.on = std::all_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return v == "1"; });
-  co_return setup;
-}
-
-// Publishes this rank's worker address under `prefix`, reads every rank's and connects.
-Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx,
-                                            int rank, int size, std::string prefix, CommOptions options,
-                                            UcxOptions ucx) {
-  if (size < 1 || size > detail::kMaxRanks || rank < 0 || rank >= size) {
-    throw Error(Errc::bad_config, "communicator '" + options.name + "': rank " + std::to_string(rank) + " of " +
-                                      std::to_string(size) + " is out of range (at most " +
-                                      std::to_string(detail::kMaxRanks) + " ranks)");
-  }
-  if (!store && size > 1) {
-    throw Error(Errc::bad_config, "communicator '" + options.name + "' of " + std::to_string(size) +
-                                      " ranks needs the rendezvous store to exchange addresses");
-  }
-  auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
-  auto me = wire->self();
-  std::vector<detail::PeerIdentity> peers(static_cast<std::size_t>(size));
-  peers[static_cast<std::size_t>(rank)] = me;
-  if (size > 1) {
-    co_await store->set(prefix + std::to_string(rank), pack(me));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
-    std::vector<std::string> values;
-    try {
-      values = co_await store->wait(keys, ucx.connect_timeout);
-    } catch (const Error& e) {
-      if (e.code() != Errc::timeout) throw;
-      throw Error(Errc::timeout, "communicator '" + options.name + "': not every rank published its address: " +
-                                     e.message(),
-                  ErrorContext{.rank = rank, .op = "connect " + options.name, .unit = {}});
-    }
-    for (int r = 0; r < size; ++r) {
-      peers[static_cast<std::size_t>(r)] = unpack(values[static_cast<std::size_t>(r)], keys[static_cast<std::size_t>(r)]);
-    }
-  }
-  wire->connect(peers, peer_mode_for(peers, me.host, ucx.error_mode));
-  if (size > 1) {
-    // Shared-memory endpoints attach to the peer's segments while connecting, so no rank may
-    // destroy its worker before every rank has connected to it.
-    if (co_await store->add(prefix + "connected", 1) == size) co_await store->set(prefix + "all-connected", "1");
-    std::vector<std::string> all{prefix + "all-connected"};
-    co_await store->wait(std::move(all), ucx.connect_timeout);
-  }
-  DirectSetup direct;
-  const bool one_host =
-      std::all_of(peers.begin(), peers.end(), [&](const detail::PeerIdentity& p) { return p.host == me.host; });
-  if (size > 1 && one_host) direct = co_await probe_direct(store, prefix, rank, size, ucx);
-  co_return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(prefix),
-                                              std::move(options), ucx, direct);
-}
-
 Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, CommOptions o) {
   const int k = splits_++;
   const std::string base = key_prefix_ + "split" + std::to_string(k) + "/";
@@ -591,11 +417,19 @@ Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, C
     if (members[i].second == rank()) new_rank = static_cast<int>(i);
   }
   if (o.name.empty()) o.name = options_.name + "/" + std::to_string(color);
-  co_return co_await connect(rt_, store_, ctx_, new_rank, static_cast<int>(members.size()),
-                             base + "c" + std::to_string(color) + "/", std::move(o), ucx_);
+  co_return co_await detail::connect(rt_, store_, ctx_, new_rank, static_cast<int>(members.size()),
+                                     base + "c" + std::to_string(color) + "/", std::move(o), ucx_);
 }
 
 }  // namespace
+
+std::unique_ptr<Communicator> detail::make_ucx_communicator(Runtime& rt, StoreClient* store,
+                                                            std::shared_ptr<UcxContext> ctx, std::unique_ptr<Wire> wire,
+                                                            std::string key_prefix, CommOptions options, UcxOptions ucx,
+                                                            DirectSetup direct) {
+  return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(key_prefix),
+                                           std::move(options), ucx, direct);
+}
 
 Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
                                                             CommOptions options, UcxOptions ucx) {
@@ -606,8 +440,8 @@ Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, St
     auto generation = co_await store->add(prefix + "generation/" + std::to_string(rank), 1);
     prefix += std::to_string(generation) + "/";
   }
-  co_return co_await connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size, std::move(prefix),
-                             std::move(options), ucx);
+  co_return co_await detail::connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size,
+                                     std::move(prefix), std::move(options), ucx);
 }
 
 }  // namespace coshard::transport
