@@ -89,7 +89,8 @@ double compute(const float* params, std::size_t n, double ms) {
   return acc;
 }
 
-Task<double> pass(Runtime& rt, const Config& cfg, const std::vector<float>& shard, bool overlap) {
+// `shard` is the caller's and outlives the pass (the gathers enqueued here read it).
+Task<double> pass(Runtime& rt, Config cfg, std::vector<float>& shard, bool overlap) {
   Stream& ag = rt.stream(overlap ? "all_gather" : "serial");
   Stream& cp = rt.stream(overlap ? "compute" : "serial");
   const std::size_t n = cfg.unit_bytes / sizeof(float);

@@ -176,7 +176,7 @@ Task<void> check_reduce_scatter(Runtime& rt, Communicator& c, Checker& ck, std::
   }
 }
 
-Task<void> check_all_reduce(Runtime& rt, Communicator& c, Checker& ck, std::int64_t big, const std::string& tag) {
+Task<void> check_all_reduce(Runtime& rt, Communicator& c, Checker& ck, std::int64_t big, std::string tag) {
   Stream& s = rt.stream("compute");
   const int n = c.size(), r = c.rank();
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {

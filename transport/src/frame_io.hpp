@@ -47,7 +47,7 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
   co_return out;
 }
 
-inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, const std::vector<char>& frame) {
+inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, std::vector<char> frame) {
   auto r = co_await asio_op([&](auto h) { asio::async_write(s, asio::buffer(frame), std::move(h)); },
                             [&] { s.cancel(); });
   co_return r.ec;

@@ -22,10 +22,10 @@ struct StoreClient::Impl {
 
   std::string where() const { return options.host + ":" + std::to_string(options.port); }
 
-  // Sends one request and returns the reply body (status first). A failure mid-request leaves the
-  // stream in an unknown state, so the connection is closed and later calls fail at once.
-  Task<std::string> exchange(wire::Writer request, std::string what,
-                             std::optional<std::chrono::milliseconds> limit = std::nullopt) {
+  // Sends one request and returns the reply body (status first), within `limit` (nothing:
+  // op_timeout). A failure mid-request leaves the stream in an unknown state, so the connection is
+  // closed and later calls fail at once.
+  Task<std::string> exchange(wire::Writer request, std::string what, std::optional<std::chrono::milliseconds> limit) {
     if (!broken.empty()) {
       throw Error(Errc::peer_lost, "store " + what + ": the connection to " + where() + " was lost earlier (" +
                                        broken + ")");
@@ -42,7 +42,7 @@ struct StoreClient::Impl {
       ~Release() { s.release(); }
     } release{turn};
     try {
-      co_return co_await with_timeout(round_trip(frame, what), limit.value_or(options.op_timeout),
+      co_return co_await with_timeout(round_trip(std::move(frame), what), limit.value_or(options.op_timeout),
                                       "store " + what + " at " + where());
     } catch (const Error& e) {
       broken = e.what();
@@ -52,8 +52,13 @@ struct StoreClient::Impl {
     }
   }
 
-  Task<std::string> round_trip(const std::vector<char>& frame, const std::string& what) {
-    if (auto ec = co_await detail::write_frame(socket, frame)) {
+  // No default argument on the coroutine (GCC 12 destroys such temporaries twice).
+  Task<std::string> exchange(wire::Writer request, std::string what) {
+    return exchange(std::move(request), std::move(what), std::nullopt);
+  }
+
+  Task<std::string> round_trip(std::vector<char> frame, std::string what) {
+    if (auto ec = co_await detail::write_frame(socket, std::move(frame))) {
       throw Error(Errc::peer_lost, "store " + what + ": sending to " + where() + " failed: " + ec.message() +
                                        ". The store's host (rank 0 or coshard-run) may have exited");
     }

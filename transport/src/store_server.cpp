@@ -103,12 +103,12 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
           ++self->rejected;  // a frame past the bound: drop the client
           co_return;
         }
-        auto reply = co_await self->handle(f.body);
+        auto reply = co_await self->handle(std::move(f.body));
         if (!reply) {
           ++self->rejected;  // garbage
           co_return;
         }
-        if (co_await detail::write_frame(*sock, reply->frame())) co_return;
+        if (co_await detail::write_frame(*sock, std::move(reply->frame()))) co_return;
       }
     } catch (const Error&) {
       // cancelled (server stopping) or the handshake deadline: the client is dropped
@@ -131,100 +131,122 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     if (*token != self.options.token) {
       wire::Writer w(static_cast<std::uint8_t>(wire::Status::unauthorized));
       w.str("token rejected");
-      co_await detail::write_frame(sock, w.frame());
+      co_await detail::write_frame(sock, std::move(w.frame()));
       co_return false;
     }
     wire::Writer w(static_cast<std::uint8_t>(wire::Status::ok));
-    co_return !co_await detail::write_frame(sock, w.frame());
+    co_return !co_await detail::write_frame(sock, std::move(w.frame()));
   }
 
   static wire::Writer status(wire::Status s) { return wire::Writer(static_cast<std::uint8_t>(s)); }
 
   // Returns the reply, or nothing when the request is malformed (the client is then dropped).
-  Task<std::optional<wire::Writer>> handle(const std::string& body) {
+  Task<std::optional<wire::Writer>> handle(std::string body) {
     wire::Reader r(body);
     auto op = r.head();
     if (!op) co_return std::nullopt;
     switch (static_cast<wire::Op>(*op)) {
-      case wire::Op::set: {
-        auto key = r.str();
-        auto value = r.str();
-        if (!key || !value || !r.done()) co_return std::nullopt;
-        kv[*key] = std::move(*value);
-        changed();
-        co_return status(wire::Status::ok);
-      }
-      case wire::Op::get: {
-        auto key = r.str();
-        if (!key || !r.done()) co_return std::nullopt;
-        auto it = kv.find(*key);
-        if (it == kv.end()) co_return status(wire::Status::not_found);
-        auto w = status(wire::Status::ok);
-        w.str(it->second);
-        co_return w;
-      }
+      case wire::Op::set: co_return set_key(r);
+      case wire::Op::get: co_return get_key(r);
       case wire::Op::wait: {
-        auto timeout_ms = r.i64();
-        auto count = r.i64();
-        if (!timeout_ms || !count || *count < 0 || *timeout_ms < 0) co_return std::nullopt;
-        std::vector<std::string> keys;
-        for (std::int64_t i = 0; i < *count; ++i) {
-          auto k = r.str();
-          if (!k) co_return std::nullopt;
-          keys.push_back(std::move(*k));
-        }
-        if (!r.done()) co_return std::nullopt;
-        co_return co_await wait_keys(std::move(keys), std::chrono::milliseconds(*timeout_ms));
+        auto request = read_wait(r);
+        if (!request) co_return std::nullopt;
+        co_return co_await wait_keys(std::move(request->keys), request->timeout);
       }
-      case wire::Op::add: {
-        auto key = r.str();
-        auto delta = r.i64();
-        if (!key || !delta || !r.done()) co_return std::nullopt;
-        std::int64_t value = 0;
-        if (auto it = kv.find(*key); it != kv.end()) {
-          try {
-            std::size_t used = 0;
-            value = std::stoll(it->second, &used);
-            if (used != it->second.size()) throw std::invalid_argument("trailing");
-          } catch (const std::exception&) {
-            auto w = status(wire::Status::bad_request);
-            w.str("the value of '" + *key + "' is not an integer");
-            co_return w;
-          }
-        }
-        value += *delta;
-        kv[*key] = std::to_string(value);
-        changed();
-        auto w = status(wire::Status::ok);
-        w.i64(value);
-        co_return w;
-      }
-      case wire::Op::compare_set: {
-        auto key = r.str();
-        auto expected = r.str();
-        auto desired = r.str();
-        if (!key || !expected || !desired || !r.done()) co_return std::nullopt;
-        auto it = kv.find(*key);
-        bool match = it == kv.end() ? expected->empty() : it->second == *expected;
-        if (match) {
-          kv[*key] = std::move(*desired);
-          changed();
-        }
-        auto w = status(wire::Status::ok);
-        w.str(kv.count(*key) ? kv[*key] : std::string());
-        co_return w;
-      }
-      case wire::Op::del: {
-        auto key = r.str();
-        if (!key || !r.done()) co_return std::nullopt;
-        auto w = status(wire::Status::ok);
-        w.i64(kv.erase(*key) ? 1 : 0);
-        co_return w;
-      }
-      case wire::Op::hello:
-        break;
+      case wire::Op::add: co_return add_to_key(r);
+      case wire::Op::compare_set: co_return compare_set_key(r);
+      case wire::Op::del: co_return erase_key(r);
+      case wire::Op::hello: break;
     }
     co_return std::nullopt;
+  }
+
+  // The request handlers below read the rest of a request after its op; nothing means malformed.
+
+  std::optional<wire::Writer> set_key(wire::Reader& r) {
+    auto key = r.str();
+    auto value = r.str();
+    if (!key || !value || !r.done()) return std::nullopt;
+    kv[*key] = std::move(*value);
+    changed();
+    return status(wire::Status::ok);
+  }
+
+  std::optional<wire::Writer> get_key(wire::Reader& r) {
+    auto key = r.str();
+    if (!key || !r.done()) return std::nullopt;
+    auto it = kv.find(*key);
+    if (it == kv.end()) return status(wire::Status::not_found);
+    auto w = status(wire::Status::ok);
+    w.str(it->second);
+    return w;
+  }
+
+  struct WaitRequest {
+    std::vector<std::string> keys;
+    std::chrono::milliseconds timeout;
+  };
+
+  static std::optional<WaitRequest> read_wait(wire::Reader& r) {
+    auto timeout_ms = r.i64();
+    auto count = r.i64();
+    if (!timeout_ms || !count || *count < 0 || *timeout_ms < 0) return std::nullopt;
+    WaitRequest request{{}, std::chrono::milliseconds(*timeout_ms)};
+    for (std::int64_t i = 0; i < *count; ++i) {
+      auto k = r.str();
+      if (!k) return std::nullopt;
+      request.keys.push_back(std::move(*k));
+    }
+    if (!r.done()) return std::nullopt;
+    return request;
+  }
+
+  std::optional<wire::Writer> add_to_key(wire::Reader& r) {
+    auto key = r.str();
+    auto delta = r.i64();
+    if (!key || !delta || !r.done()) return std::nullopt;
+    std::int64_t value = 0;
+    if (auto it = kv.find(*key); it != kv.end()) {
+      try {
+        std::size_t used = 0;
+        value = std::stoll(it->second, &used);
+        if (used != it->second.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        auto w = status(wire::Status::bad_request);
+        w.str("the value of '" + *key + "' is not an integer");
+        return w;
+      }
+    }
+    value += *delta;
+    kv[*key] = std::to_string(value);
+    changed();
+    auto w = status(wire::Status::ok);
+    w.i64(value);
+    return w;
+  }
+
+  std::optional<wire::Writer> compare_set_key(wire::Reader& r) {
+    auto key = r.str();
+    auto expected = r.str();
+    auto desired = r.str();
+    if (!key || !expected || !desired || !r.done()) return std::nullopt;
+    auto it = kv.find(*key);
+    bool match = it == kv.end() ? expected->empty() : it->second == *expected;
+    if (match) {
+      kv[*key] = std::move(*desired);
+      changed();
+    }
+    auto w = status(wire::Status::ok);
+    w.str(kv.count(*key) ? kv[*key] : std::string());
+    return w;
+  }
+
+  std::optional<wire::Writer> erase_key(wire::Reader& r) {
+    auto key = r.str();
+    if (!key || !r.done()) return std::nullopt;
+    auto w = status(wire::Status::ok);
+    w.i64(kv.erase(*key) ? 1 : 0);
+    return w;
   }
 
   Task<wire::Writer> wait_keys(std::vector<std::string> keys, std::chrono::milliseconds timeout) {

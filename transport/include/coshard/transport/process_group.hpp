@@ -40,7 +40,8 @@ class ProcessGroup {
 
   // Every rank waits here for all the others before it leaves, so that rank 0, which may serve
   // the store, outlives everyone's last use of it. Call once, at the end of the job.
-  Task<void> finish(std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  Task<void> finish(std::chrono::milliseconds timeout);
+  Task<void> finish() { return finish(std::chrono::minutes(5)); }
 
  private:
   ProcessGroup(Runtime& runtime, Rendezvous rv, UcxOptions ucx) : rt_(runtime), rv_(std::move(rv)), ucx_(ucx) {}

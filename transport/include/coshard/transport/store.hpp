@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coshard/runtime/scheduler.hpp"
@@ -72,9 +73,10 @@ class StoreClient {
   Task<void> set(std::string key, std::string value);
   Task<std::optional<std::string>> get(std::string key);
   // Waits until every key exists and returns their values in order; Errc::timeout names the
-  // missing keys when `timeout` (default: op_timeout) passes first.
-  Task<std::vector<std::string>> wait(std::vector<std::string> keys,
-                                      std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // missing keys when `timeout` (nothing: op_timeout) passes first.
+  Task<std::vector<std::string>> wait(std::vector<std::string> keys, std::optional<std::chrono::milliseconds> timeout);
+  // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+  Task<std::vector<std::string>> wait(std::vector<std::string> keys) { return wait(std::move(keys), std::nullopt); }
   // Adds `delta` to the integer at `key` (missing: 0) and returns the new value.
   Task<std::int64_t> add(std::string key, std::int64_t delta);
   // Sets `key` to `desired` if its value is `expected` (empty `expected`: if it is missing).
