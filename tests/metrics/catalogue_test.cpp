@@ -55,7 +55,7 @@ std::map<std::string, Emission> scan_sources() {
   // A complete metric name: a literal ending in a letter or digit (not a prefix such as "coshard_tmp_").
   const std::regex literal(R"re("(coshard_[a-z0-9_]*[a-z0-9])")re");
   const std::regex call(R"re(\b(counter|gauge|histogram)\s*\(\s*"(coshard_[a-z0-9_]*[a-z0-9])")re");
-  for (const char* dir : {"runtime", "transport", "ops", "metrics", "examples", "tools"}) {
+  for (const char* dir : {"kernels", "runtime", "transport", "ops", "fsdp", "metrics", "examples", "tools"}) {
     const fs::path root = fs::path(kSource) / dir;
     if (!fs::exists(root)) continue;
     for (const auto& f : fs::recursive_directory_iterator(root)) {

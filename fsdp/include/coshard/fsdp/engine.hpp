@@ -77,7 +77,8 @@ class Engine {
 
   // Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
   // with one all-reduce; returns the norm before clipping.
-  Task<double> clip_grad_norm(double max_norm, double p = 2.0);
+  Task<double> clip_grad_norm(double max_norm, double p);
+  Task<double> clip_grad_norm(double max_norm) { return clip_grad_norm(max_norm, 2.0); }
   // Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
   // (without blocking the scheduler) for the previous step's update to finish.
   Task<void> optimizer_step();
@@ -87,9 +88,11 @@ class Engine {
   void zero_grad();
 
   // Full (unsharded, f32) parameters by name: on every rank, or only rank 0 (others get {}).
-  Task<StateDict> full_state_dict(bool rank0_only = false);
-  // Loads a full state dict into the shards; every name and shape must match (errors name them).
-  Task<void> load_full_state_dict(const StateDict& state);
+  Task<StateDict> full_state_dict(bool rank0_only);
+  Task<StateDict> full_state_dict() { return full_state_dict(false); }
+  // Loads a full state dict into the shards once the streams are done with them; every name and
+  // shape must match (errors name them).
+  Task<void> load_full_state_dict(StateDict state);
   // FSDP's summon_full_params: gathers every parameter in full precision on every rank, runs
   // `fn` on them (by name), and with `writeback` scatters what `fn` changed back into the shards
   // (every rank must make the same change). Collective; not during a step.
@@ -97,8 +100,8 @@ class Engine {
 
   // An event on the compute stream after everything enqueued so far (to read a loss).
   Event compute_event();
-  // Waits until all work the engine issued so far (compute, collectives, reductions, optimizer)
-  // is done.
+  // Waits until all work the engine issued so far (compute, collectives, reductions, optimizer,
+  // offload copies) is done.
   Task<void> synchronize();
   // "<phase> <unit> <collective>" in issue order, for tests of the schedule (cleared by clear).
   const std::vector<std::string>& issue_log() const noexcept;

@@ -1,0 +1,255 @@
+#include "gradient_reducer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+
+#include "convert.hpp"
+#include "coshard/ops/grad_norm.hpp"
+
+namespace coshard::fsdp::detail {
+
+using transport::Reduction;
+
+double predivide_factor(int world) {
+  int f = 1;
+  while (world % f == 0 && world / f > f) f *= 2;
+  return f;
+}
+
+DivideFactors DivideFactors::of(std::optional<double> custom_factor, DType reduce_dtype, int world) {
+  DivideFactors f;
+  if (custom_factor) {
+    f.reduce_scatter = Reduction::premul_sum(1.0 / *custom_factor);
+    f.all_reduce = Reduction::sum();
+  } else if (reduce_dtype == DType::f16) {
+    f.pre = predivide_factor(world);
+    f.post = f.pre / world;
+    f.reduce_scatter = Reduction::sum();
+    f.all_reduce = Reduction::sum();
+  }
+  return f;
+}
+
+GradientReducer::GradientReducer(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
+    : ctx_(ctx), units_(units), comms_(comms), offload_(offload),
+      factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)) {
+  std::int64_t max_padded = 0;
+  for (const auto& u : units_) max_padded = std::max(max_padded, u.layout.padded);
+  pool_ = std::make_unique<BufferPool>(DType::f32, max_padded);
+}
+
+void GradientReducer::open(std::size_t ui, bool sync) {
+  UnitState& u = units_[ui];
+  Gradients& g = u.grads;
+  Stream& compute = *ctx_.streams.compute;
+  if (!sync || g.accumulated_pending) {
+    if (!g.accumulated.defined()) {
+      g.accumulated = Tensor::empty(ctx_.rt.allocator(), DType::f32, {u.layout.padded});
+      Tensor acc = g.accumulated;
+      compute.enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero grads " + u.name);
+    }
+    if (g.reduced) compute.wait(*g.reduced);  // the last reduction read (and zeroed) it
+    g.buffer = g.accumulated;
+    g.accumulated_pending = true;
+  } else {
+    auto lease = pool_->acquire(ctx_.rt.allocator());
+    g.slot = lease.slot;
+    if (lease.previous_use) compute.wait(*lease.previous_use);
+    g.buffer = lease.buffer.view(0, {u.layout.padded});
+    Tensor buf = g.buffer;
+    compute.enqueue([buf] { std::fill_n(buf.data_as<float>(), buf.numel(), 0.0f); }, "zero grads " + u.name);
+  }
+  g.views.clear();
+  for (const auto& p : u.layout.params) g.views.push_back(g.buffer.view(p.offset, p.spec.shape));
+}
+
+void GradientReducer::keep(std::size_t ui) {
+  units_[ui].grads.views.clear();
+  units_[ui].grads.buffer = Tensor();
+}
+
+void GradientReducer::reduce(std::size_t ui, const Event& grads_ready) {
+  UnitState& u = units_[ui];
+  u.grads.views.clear();
+  ctx_.streams.reduce->wait(grads_ready);
+  Tensor input = cast_for_reduction(u, factors_.pre);
+  Tensor out;
+  Event last = collective(u, input, out, factors_);
+  sink().wait(last);
+  accumulate(u, out, factors_.post);
+  Event done;
+  done.record(sink());
+  input.record_use(done);
+  out.record_use(done);
+  u.grads.reduced = done;
+  release_buffer(u, done);
+}
+
+// The reduction's input: the f32 buffer itself, or a copy cast to the reduce dtype and scaled by
+// 1/pre, made in cache-sized blocks (no full-size f32 temporary: fresh pages cost more than the cast).
+Tensor GradientReducer::cast_for_reduction(const UnitState& u, double pre) {
+  Tensor grad = u.grads.buffer;
+  if (ctx_.reduce_dtype == DType::f32 && pre == 1.0) return grad;
+  Tensor input = Tensor::empty(ctx_.rt.allocator(), ctx_.reduce_dtype, {u.layout.padded});
+  const DType rd = ctx_.reduce_dtype;
+  const auto scale = static_cast<float>(1.0 / pre);
+  ctx_.streams.reduce->enqueue([grad, input, rd, scale] {
+    constexpr std::size_t kBlock = 4096;
+    float tmp[kBlock];
+    const float* g = grad.data_as<float>();
+    const auto n = static_cast<std::size_t>(grad.numel());
+    const std::size_t esize = size_of(rd);
+    for (std::size_t at = 0; at < n; at += kBlock) {
+      const std::size_t m = std::min(kBlock, n - at);
+      for (std::size_t i = 0; i < m; ++i) tmp[i] = g[at + i] * scale;
+      cast_from_f32(tmp, static_cast<std::byte*>(input.data()) + at * esize, rd, m);
+    }
+  }, "cast grads " + u.name);
+  return input;
+}
+
+// Reduce-scatter within the shard group, then all-reduce across replicas (hybrid); NO_SHARD
+// all-reduces the whole buffer. Returns the event of the last collective.
+Event GradientReducer::collective(UnitState& u, const Tensor& input, Tensor& out, const DivideFactors& f) {
+  Stream& stream = *ctx_.streams.reduce;
+  if (!ctx_.sharded()) {
+    out = input;
+    ctx_.log.push_back("backward " + u.name + " all_reduce");
+    return comms_.all_reduce->all_reduce(out, f.reduce_scatter, stream, u.name);
+  }
+  out = Tensor::empty(ctx_.rt.allocator(), ctx_.reduce_dtype, {u.layout.chunk});
+  Event last = comms_.reduce_scatter->reduce_scatter(input, out, f.reduce_scatter, stream, u.name);
+  ctx_.log.push_back("backward " + u.name + " reduce_scatter");
+  if (comms_.all_reduce) {
+    stream.wait(last);
+    last = comms_.all_reduce->all_reduce(out, f.all_reduce, stream, u.name);
+    ctx_.log.push_back("backward " + u.name + " all_reduce");
+  }
+  return last;
+}
+
+// Offloaded gradients are accumulated on the host, behind the d2h stream.
+Stream& GradientReducer::sink() noexcept { return offload_ ? offload_->d2h() : *ctx_.streams.reduce; }
+
+namespace {
+// Adds the bytes and seconds of a device-to-host accumulation to the offload counters.
+struct Account {
+  Counter* bytes;
+  Counter* seconds;
+  std::size_t n;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Account() {
+    if (bytes) bytes->add(static_cast<double>(n));
+    if (seconds) seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+};
+}  // namespace
+
+// shard += out * post, in f32; keep_low_precision_grads rounds each added gradient to param_dtype.
+void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
+  Tensor shard = u.shard.grad;
+  const DType rd = ctx_.reduce_dtype, pd = ctx_.param_dtype;
+  const bool keep_low = ctx_.opt.mixed_precision.keep_low_precision_grads;
+  const auto scale = static_cast<float>(post);
+  Counter* moved = offload_ ? ctx_.metrics.d2h_bytes : nullptr;
+  Counter* moved_s = offload_ ? ctx_.metrics.d2h_seconds : nullptr;
+  sink().enqueue([out, shard, rd, scale, keep_low, pd, moved, moved_s] {
+    Account account{moved, moved_s, out.nbytes()};
+    const auto n = static_cast<std::size_t>(shard.numel());
+    float* __restrict s = shard.data_as<float>();
+    if (rd == DType::f32 && !keep_low) {
+      const float* __restrict o = out.data_as<float>();
+      for (std::size_t i = 0; i < n; ++i) s[i] += o[i] * scale;
+      return;
+    }
+    constexpr std::size_t kBlock = 4096;
+    float tmp[kBlock];
+    const std::size_t esize = size_of(rd);
+    for (std::size_t at = 0; at < n; at += kBlock) {
+      const std::size_t m = std::min(kBlock, n - at);
+      cast_to_f32(static_cast<const std::byte*>(out.data()) + at * esize, rd, tmp, m);
+      for (std::size_t i = 0; i < m; ++i) {
+        const float g = tmp[i] * scale;
+        s[at + i] += keep_low ? round_through(pd, g) : g;
+      }
+    }
+  }, (offload_ ? "d2h " : "accumulate grads ") + u.name);
+}
+
+// The pool slot goes back with the reduction's event; the no_sync accumulator is zeroed for the
+// next accumulation once the reduction read it.
+void GradientReducer::release_buffer(UnitState& u, const Event& done) {
+  Gradients& g = u.grads;
+  if (g.slot >= 0) {
+    pool_->release(g.slot, done);
+    g.slot = -1;
+  } else {
+    Tensor acc = g.accumulated;
+    sink().enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero " + u.name);
+    g.reduced = Event();
+    g.reduced->record(sink());
+    g.accumulated_pending = false;
+  }
+  g.buffer = Tensor();
+}
+
+void GradientReducer::zero_grad() {
+  Stream& stream = *ctx_.streams.reduce;
+  for (auto& u : units_) {
+    if (u.grads.reduced) stream.wait(*u.grads.reduced);
+    Tensor g = u.shard.grad;
+    stream.enqueue([g] { std::fill_n(g.data_as<float>(), g.numel(), 0.0f); }, "zero grads");
+    u.grads.reduced = Event();
+    u.grads.reduced->record(stream);
+  }
+}
+
+Task<double> GradientReducer::clip(double max_norm, double p) {
+  if (!(p == 2.0 || p == 1.0 || std::isinf(p))) {
+    throw Error(Errc::invalid_argument, "clip_grad_norm supports p = 2, 1 or inf, not " + std::to_string(p));
+  }
+  const ops::NormType type = p == 2.0 ? ops::NormType::l2 : p == 1.0 ? ops::NormType::l1 : ops::NormType::inf;
+  for (auto& u : units_) {
+    if (u.progress.stepped) {
+      throw Error(Errc::invalid_argument, "clip_grad_norm after the pipelined host optimizer already stepped unit '" +
+                                              u.name + "': set Options::clip so the optimizer waits for the norm");
+    }
+    if (u.grads.reduced) co_await *u.grads.reduced;
+  }
+  std::vector<std::span<const float>> spans;  // padding excluded
+  for (auto& u : units_) {
+    const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
+    for (const auto& r : u.layout.ranges(begin, u.shard.grad.numel())) {
+      spans.push_back(std::span<const float>(u.shard.grad.data_as<float>() + r.offset, r.size));
+    }
+  }
+  double reduced = ops::norm_partial(spans, type);
+  if (ctx_.sharded() && ctx_.world > 1) {
+    Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
+    // Replicas hold the same shards: sum over everyone, then take one replica's share.
+    t.data_as<float>()[0] = static_cast<float>(reduced);
+    co_await comms_.control->all_reduce(t, type == ops::NormType::inf ? Reduction::max() : Reduction::sum(),
+                                        *ctx_.streams.reduce);
+    reduced = t.data_as<float>()[0];
+    if (type != ops::NormType::inf) reduced /= ctx_.replicas;
+  }
+  const double total = ops::norm_finish(reduced, type);
+  const double coef = ops::clip_coefficient(total, max_norm);
+  if (coef < 1.0) {
+    Stream& stream = *ctx_.streams.reduce;
+    for (auto& u : units_) {
+      Tensor g = u.shard.grad;
+      const auto c = static_cast<float>(coef);
+      if (u.grads.reduced) stream.wait(*u.grads.reduced);
+      stream.enqueue([g, c] { ops::scale_inplace({g.data_as<float>(), static_cast<std::size_t>(g.numel())}, c); },
+                     "clip " + u.name);
+      u.grads.reduced = Event();
+      u.grads.reduced->record(stream);
+    }
+  }
+  co_return total;
+}
+
+}  // namespace coshard::fsdp::detail

@@ -1,0 +1,69 @@
+#include "offload.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "convert.hpp"
+
+namespace coshard::fsdp::detail {
+
+int optimizer_buffers(const Optimizer& optimizer) {
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) return sgd->options.momentum != 0.0 ? 1 : 0;
+  return 2;
+}
+
+std::size_t offloaded_bytes(const std::vector<UnitState>& units, const Context& ctx) {
+  const auto& off = ctx.opt.offload;
+  const int per_element = (off.params ? 1 : 0) + (off.grads ? 1 : 0) + (off.optimizer ? optimizer_buffers(ctx.opt.optimizer) : 0);
+  std::size_t need = 0;
+  for (const auto& u : units) {
+    const auto n = static_cast<std::size_t>(ctx.sharded() ? u.layout.chunk : u.layout.padded) * sizeof(float);
+    need += n * static_cast<std::size_t>(per_element);
+  }
+  return need;
+}
+
+Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) {
+  const auto& off = ctx.opt.offload;
+  if (off.host_memory_cap_bytes > 0) {
+    // The caching allocator rounds blocks up; leave it room.
+    const std::size_t need = offloaded_bytes(units, ctx);
+    if (need + need / 8 > off.host_memory_cap_bytes) {
+      throw Error(Errc::bad_config, "the offloaded sharded state needs " + std::to_string(need) +
+                                        " bytes of host memory on this rank (plus allocator rounding), but the host "
+                                        "memory cap is " + std::to_string(off.host_memory_cap_bytes) +
+                                        " bytes. Raise the cap, offload less, or shard over more ranks");
+    }
+  }
+  host_ = std::make_unique<Allocator>(cpu_memory(), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
+  if (off.params) {
+    std::int64_t max_chunk = 0;
+    for (const auto& u : units) max_chunk = std::max(max_chunk, u.layout.chunk);
+    shard_pool_ = std::make_unique<BufferPool>(ctx.param_dtype, max_chunk);
+  }
+}
+
+Offload::Staged Offload::stage_master(const UnitState& u) {
+  auto lease = shard_pool_->acquire(ctx_.rt.allocator());
+  if (lease.previous_use) h2d().wait(*lease.previous_use);
+  if (u.shard.updated) h2d().wait(*u.shard.updated);
+  Tensor dev = lease.buffer.view(0, {u.layout.chunk});
+  Tensor master = u.shard.master;
+  const DType pd = ctx_.param_dtype;
+  Counter* bytes = ctx_.metrics.h2d_bytes;
+  Counter* seconds = ctx_.metrics.h2d_seconds;
+  h2d().enqueue([master, dev, pd, bytes, seconds] {
+    const auto t0 = std::chrono::steady_clock::now();
+    cast_from_f32(master.data_as<float>(), dev.data(), pd, static_cast<std::size_t>(master.numel()));
+    bytes->add(static_cast<double>(dev.nbytes()));
+    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }, "h2d " + u.name);
+  return {dev, lease.slot};
+}
+
+std::size_t Offload::device_copy_bytes() const noexcept {
+  return shard_pool_ ? static_cast<std::size_t>(shard_pool_->numel()) * size_of(ctx_.param_dtype) : 0;
+}
+
+}  // namespace coshard::fsdp::detail

@@ -1,0 +1,80 @@
+#include "shard_optimizer.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace coshard::fsdp::detail {
+namespace {
+std::span<float> span_of(const Tensor& t, std::int64_t offset, std::int64_t size) {
+  return {t.data_as<float>() + offset, static_cast<std::size_t>(size)};
+}
+}  // namespace
+
+// The update of `u`'s shard over its parameter ranges (padding excluded; no weight decay where a
+// parameter asks for none).
+std::function<void()> ShardOptimizer::update_of(UnitState& u) {
+  const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
+  auto ranges = u.layout.ranges(begin, u.shard.master.numel());
+  Tensor p = u.shard.master, g = u.shard.grad, a = u.shard.opt_a, b = u.shard.opt_b;
+  if (auto* adam = std::get_if<AdamW>(&ctx_.opt.optimizer)) {
+    const auto o = adam->options;
+    const std::int64_t step = ++u.shard.opt_step;
+    return [p, g, a, b, o, step, ranges] {
+      for (const auto& r : ranges) {
+        ops::adamw_update(span_of(p, r.offset, r.size), span_of(g, r.offset, r.size), span_of(a, r.offset, r.size),
+                          span_of(b, r.offset, r.size), step, o.lr, o.beta1, o.beta2, o.eps,
+                          r.weight_decay ? o.weight_decay : 0.0);
+      }
+    };
+  }
+  const auto o = std::get<SGD>(ctx_.opt.optimizer).options;
+  const bool first = !u.shard.sgd_started;
+  u.shard.sgd_started = true;
+  return [p, g, a, o, first, ranges] {
+    for (const auto& r : ranges) {
+      std::span<float> buf = a.defined() ? span_of(a, r.offset, r.size) : std::span<float>{};
+      ops::sgd_update(span_of(p, r.offset, r.size), span_of(g, r.offset, r.size), buf, first, o.lr, o.momentum,
+                      o.dampening, r.weight_decay ? o.weight_decay : 0.0, o.nesterov);
+    }
+  };
+}
+
+void ShardOptimizer::step_unit(std::size_t ui) {
+  UnitState& u = units_[ui];
+  Stream& stream = *ctx_.streams.optimizer;
+  if (u.grads.reduced) stream.wait(*u.grads.reduced);
+  Tensor g = u.shard.grad;
+  stream.enqueue([update = update_of(u), g, clk = clock_] {
+    const auto t0 = std::chrono::steady_clock::now();
+    update();
+    std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
+    const auto ns = (std::chrono::steady_clock::now() - t0).count();
+    (clk->backward_running.load() ? clk->overlapped_ns : clk->exposed_ns).fetch_add(ns);
+  }, "optimizer " + u.name);
+  u.shard.updated = Event();
+  u.shard.updated->record(stream);
+}
+
+void ShardOptimizer::finish_step() {
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    if (!units_[i].progress.stepped) step_unit(i);
+    units_[i].progress.stepped = false;
+  }
+  Event done;
+  done.record(*ctx_.streams.optimizer);
+  done_ = done;
+}
+
+void ShardOptimizer::mark_backward(bool running) {
+  ctx_.streams.compute->enqueue([clk = clock_, running] { clk->backward_running.store(running); });
+}
+
+void ShardOptimizer::report() {
+  const std::int64_t ov = clock_->overlapped_ns.load(), ex = clock_->exposed_ns.load();
+  ctx_.metrics.optimizer_overlapped->add(static_cast<double>(ov - reported_overlapped_ns_) * 1e-9);
+  ctx_.metrics.optimizer_exposed->add(static_cast<double>(ex - reported_exposed_ns_) * 1e-9);
+  reported_overlapped_ns_ = ov;
+  reported_exposed_ns_ = ex;
+}
+
+}  // namespace coshard::fsdp::detail

@@ -1,0 +1,99 @@
+#include "sharded_state.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace coshard::fsdp::detail {
+namespace {
+
+std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+Tensor zeros(Allocator& alloc, std::int64_t n) {
+  Tensor t = Tensor::empty(alloc, DType::f32, {n});
+  std::fill_n(t.data_as<float>(), n, 0.0f);
+  return t;
+}
+
+// The master shard's first values: its part of each parameter's init, or rank 0's whole unit.
+Task<void> initialise(UnitState& u, Context& ctx, transport::Communicator& control, std::int64_t begin) {
+  const std::int64_t n = u.shard.master.numel();
+  if (ctx.opt.sync_module_states && ctx.world > 1) {
+    Tensor full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
+    if (ctx.rank == 0) u.layout.init({full.data_as<float>(), static_cast<std::size_t>(full.numel())}, 0);
+    co_await control.broadcast(full, 0, *ctx.streams.compute);
+    std::memcpy(u.shard.master.data(), full.data_as<float>() + begin, static_cast<std::size_t>(n) * sizeof(float));
+  } else {
+    u.layout.init({u.shard.master.data_as<float>(), static_cast<std::size_t>(n)}, begin);
+  }
+}
+
+}  // namespace
+
+std::vector<UnitState> layout_units(const std::vector<Unit*>& units, const Context& ctx) {
+  const std::int64_t align = 16 / static_cast<std::int64_t>(size_of(ctx.param_dtype));
+  const int shards = ctx.sharded() ? ctx.shard_size : 1;
+  std::vector<UnitState> out;
+  for (Unit* unit : units) {
+    UnitState u;
+    u.unit = unit;
+    u.name = unit->name();
+    u.layout = FlatLayout::build(u.name, unit->params(), shards, align);
+    u.phases = unit->phases();
+    if (u.phases < 1) throw Error(Errc::bad_config, "unit '" + u.name + "' declares " + std::to_string(u.phases) + " phases");
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+std::uint64_t model_signature(const std::vector<UnitState>& units) {
+  std::uint64_t signature = 1469598103934665603ull;
+  for (const auto& u : units) {
+    signature = fnv(signature, u.name.data(), u.name.size());
+    for (const auto& p : u.layout.params) {
+      signature = fnv(signature, p.spec.name.data(), p.spec.name.size());
+      signature = fnv(signature, p.spec.shape.data(), p.spec.shape.size() * sizeof(std::int64_t));
+    }
+  }
+  return signature;
+}
+
+Task<void> check_same_model(std::vector<UnitState>& units, Context& ctx, transport::Communicator& control) {
+  const auto signature = static_cast<std::int64_t>(model_signature(units));
+  Tensor sig = Tensor::empty(ctx.rt.allocator(), DType::i64, {1});
+  Tensor all = Tensor::empty(ctx.rt.allocator(), DType::i64, {ctx.world});
+  sig.data_as<std::int64_t>()[0] = signature;
+  co_await control.all_gather(sig, all, *ctx.streams.compute);
+  for (int r = 0; r < ctx.world; ++r) {
+    if (all.data_as<std::int64_t>()[r] != signature) {
+      throw Error(Errc::bad_config, "rank " + std::to_string(r) + " built a different model (unit names or parameter "
+                                    "shapes differ from rank " + std::to_string(ctx.rank) + "'s). Every rank must pass "
+                                    "the same units",
+                  ErrorContext{.rank = ctx.rank, .op = "create", .unit = {}});
+    }
+  }
+}
+
+Task<void> allocate_shards(std::vector<UnitState>& units, Context& ctx, transport::Communicator& control, Offload* offload) {
+  const auto& off = ctx.opt.offload;
+  Allocator& device = ctx.rt.allocator();
+  Allocator& master_alloc = off.params ? offload->host() : device;
+  Allocator& grad_alloc = off.grads ? offload->host() : device;
+  Allocator& opt_alloc = off.optimizer ? offload->host() : device;
+  const int opt_buffers = optimizer_buffers(ctx.opt.optimizer);
+  for (auto& u : units) {
+    const std::int64_t n = ctx.sharded() ? u.layout.chunk : u.layout.padded;
+    const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
+    u.shard.master = Tensor::empty(master_alloc, DType::f32, {n});
+    u.shard.grad = zeros(grad_alloc, n);
+    co_await initialise(u, ctx, control, begin);
+    if (opt_buffers >= 1) u.shard.opt_a = zeros(opt_alloc, n);
+    if (opt_buffers >= 2) u.shard.opt_b = zeros(opt_alloc, n);
+  }
+}
+
+}  // namespace coshard::fsdp::detail

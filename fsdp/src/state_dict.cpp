@@ -1,0 +1,90 @@
+#include "state_dict.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace coshard::fsdp::detail {
+namespace {
+
+// An event after all work issued so far on the streams that read or write the shards.
+Task<void> quiesce(Context& ctx) {
+  for (Stream* s : ctx.streams.all()) {
+    Event e;
+    e.record(*s);
+    co_await e;
+  }
+}
+
+void scatter_into_shards(std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
+  for (auto& u : units) {
+    const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
+    float* dst = u.shard.master.data_as<float>();
+    std::fill_n(dst, u.shard.master.numel(), 0.0f);
+    for (const auto& p : u.layout.params) {
+      const auto& v = state.at(p.spec.name);
+      const std::int64_t lo = std::max(begin, p.offset), hi = std::min(begin + u.shard.master.numel(), p.offset + p.numel);
+      for (std::int64_t i = lo; i < hi; ++i) dst[i - begin] = v[static_cast<std::size_t>(i - p.offset)];
+    }
+  }
+}
+
+}  // namespace
+
+Task<StateDict> gather_full_state(std::vector<UnitState>& units, Context& ctx, CommGroups& comms, bool rank0_only) {
+  Event ready;
+  ready.record(*ctx.streams.optimizer);
+  co_await ready;
+  StateDict out;
+  for (auto& u : units) {
+    Tensor full = u.shard.master;
+    if (ctx.sharded() && ctx.shard_size > 1) {
+      full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
+      co_await comms.all_gather->all_gather(u.shard.master, full, *ctx.streams.compute);
+    }
+    if (rank0_only && ctx.rank != 0) continue;
+    for (const auto& p : u.layout.params) {
+      const float* s = full.data_as<float>() + p.offset;
+      out[p.spec.name] = std::vector<float>(s, s + p.numel);
+    }
+  }
+  co_return out;
+}
+
+void check_state_dict(const std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
+  std::size_t expected = 0;
+  for (const auto& u : units) {
+    for (const auto& p : u.layout.params) {
+      ++expected;
+      auto it = state.find(p.spec.name);
+      if (it == state.end()) {
+        throw ctx.error(Errc::invalid_argument, "state dict has no '" + p.spec.name + "' (unit '" + u.name + "')", u.name,
+                        "load_state_dict");
+      }
+      if (static_cast<std::int64_t>(it->second.size()) != p.numel) {
+        throw ctx.error(Errc::invalid_argument, "state dict entry '" + p.spec.name + "' has " +
+                                                    std::to_string(it->second.size()) + " values but the parameter has shape " +
+                                                    coshard::to_string(p.spec.shape) + " (unit '" + u.name + "')",
+                        u.name, "load_state_dict");
+      }
+    }
+  }
+  if (state.size() == expected) return;
+  for (const auto& [name, values] : state) {
+    bool known = false;
+    for (const auto& u : units) {
+      for (const auto& p : u.layout.params) known |= p.spec.name == name;
+    }
+    if (!known) {
+      throw Error(Errc::invalid_argument, "state dict entry '" + name + "' is not a parameter of this model",
+                  op_context("load_state_dict"));
+    }
+  }
+}
+
+Task<void> load_full_state(std::vector<UnitState>& units, Context& ctx, StateDict state) {
+  check_state_dict(units, state, ctx);
+  co_await quiesce(ctx);
+  scatter_into_shards(units, state, ctx);
+}
+
+}  // namespace coshard::fsdp::detail

@@ -1,0 +1,176 @@
+#include "unsharder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "convert.hpp"
+
+namespace coshard::fsdp::detail {
+
+Unsharder::Unsharder(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
+    : ctx_(ctx), units_(units), comms_(comms), offload_(offload) {
+  for (const auto& u : units_) max_padded_ = std::max(max_padded_, u.layout.padded);
+  if (ctx_.sharded()) params_ = std::make_unique<BufferPool>(ctx_.param_dtype, max_padded_);
+  if (ctx_.mixed()) f32_ = std::make_unique<BufferPool>(DType::f32, max_padded_);
+}
+
+std::size_t Unsharder::resident_count() const {
+  std::size_t n = 0;
+  for (const auto& u : units_) n += u.unsharded.resident && !u.progress.open ? 1 : 0;
+  return n;
+}
+
+std::size_t Unsharder::max_unit_bytes() const noexcept {
+  const auto n = static_cast<std::size_t>(max_padded_);
+  return n * size_of(ctx_.param_dtype) + (ctx_.mixed() ? n * 4 : 0) + n * 4;
+}
+
+void Unsharder::unshard(std::size_t ui, const char* phase, bool from_post_forward_shard) {
+  UnitState& u = units_[ui];
+  Stream& stream = *ctx_.streams.unshard;
+  if (!ctx_.sharded()) {
+    // NO_SHARD: the master is the parameter (f32), or is rounded to param_dtype for compute.
+    publish(u, ctx_.mixed() ? rounded_master(u) : u.shard.master);
+    return;
+  }
+  auto lease = params_->acquire(ctx_.rt.allocator());
+  u.unsharded.param_slot = lease.slot;
+  // The stream that writes the buffer first: h2d when the master shard lives on the host.
+  const bool via_host = offload_ && !from_post_forward_shard;
+  if (lease.previous_use) (via_host ? offload_->h2d() : stream).wait(*lease.previous_use);
+  Tensor flat = gather(u, lease.buffer, from_post_forward_shard);
+  ctx_.log.push_back(std::string(phase) + " " + u.name + " all_gather");
+  publish(u, ctx_.mixed() ? f32_copy(u, flat) : flat);
+}
+
+Tensor Unsharder::gather(UnitState& u, const Tensor& buf, bool from_post_forward_shard) {
+  if (offload_ && !from_post_forward_shard) {
+    gather_via_host(u, buf);
+  } else if (from_post_forward_shard) {
+    gather_from_post_forward_shard(u, buf);
+  } else {
+    gather_from_master(u, buf);
+  }
+  return buf.view(0, {u.layout.padded});
+}
+
+void Unsharder::gather_via_host(UnitState& u, const Tensor& buf) {
+  auto staged = offload_->stage_master(u);
+  Event ev = comms_.all_gather->all_gather(staged.device, buf.view(0, {u.layout.padded}), offload_->h2d(), u.name);
+  offload_->release(staged.slot, ev);
+  ctx_.streams.unshard->wait(ev);
+}
+
+void Unsharder::gather_from_post_forward_shard(UnitState& u, const Tensor& buf) {
+  Stream& stream = *ctx_.streams.unshard;
+  const std::int64_t len = u.layout.padded / ctx_.reshard_group;
+  const std::int64_t at = (ctx_.shard_rank % ctx_.reshard_group) * len;
+  Tensor src = u.unsharded.post_forward_shard;
+  stream.enqueue([buf, src, at, len] {
+    std::memcpy(static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(buf.dtype())), src.data(),
+                static_cast<std::size_t>(len) * size_of(buf.dtype()));
+  }, "copy-in " + u.name);
+  Event ev = comms_.post_forward->all_gather(buf.view(at, {len}), buf.view(0, {u.layout.padded}), stream, u.name);
+  stream.wait(ev);
+}
+
+void Unsharder::gather_from_master(UnitState& u, const Tensor& buf) {
+  Stream& stream = *ctx_.streams.unshard;
+  const std::int64_t at = ctx_.shard_rank * u.layout.chunk;
+  Tensor master = u.shard.master;
+  const DType pd = ctx_.param_dtype;
+  stream.enqueue([buf, master, at, pd] {
+    cast_from_f32(master.data_as<float>(), static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(pd)),
+                  pd, static_cast<std::size_t>(master.numel()));
+  }, "copy-in " + u.name);
+  Event ev = comms_.all_gather->all_gather(buf.view(at, {u.layout.chunk}), buf.view(0, {u.layout.padded}), stream, u.name);
+  stream.wait(ev);
+}
+
+// Mixed precision: the unit computes in f32 on the param_dtype-rounded values.
+Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
+  Stream& stream = *ctx_.streams.unshard;
+  auto f = f32_->acquire(ctx_.rt.allocator());
+  u.unsharded.f32_slot = f.slot;
+  if (f.previous_use) stream.wait(*f.previous_use);
+  Tensor out = f.buffer.view(0, {u.layout.padded});
+  const DType pd = ctx_.param_dtype;
+  stream.enqueue([flat, out, pd] {
+    cast_to_f32(flat.data(), pd, out.data_as<float>(), static_cast<std::size_t>(out.numel()));
+  }, "copy-out " + u.name);
+  return out;
+}
+
+// NO_SHARD with mixed precision: parameters rounded to param_dtype, computed in f32.
+Tensor Unsharder::rounded_master(UnitState& u) {
+  Stream& stream = *ctx_.streams.unshard;
+  auto f = f32_->acquire(ctx_.rt.allocator());
+  u.unsharded.f32_slot = f.slot;
+  if (f.previous_use) stream.wait(*f.previous_use);
+  Tensor out = f.buffer.view(0, {u.layout.padded});
+  Tensor master = u.shard.master;
+  const DType pd = ctx_.param_dtype;
+  stream.enqueue([master, out, pd] {
+    const float* s = master.data_as<float>();
+    float* d = out.data_as<float>();
+    for (std::int64_t i = 0; i < master.numel(); ++i) d[i] = round_through(pd, s[i]);
+  }, "cast " + u.name);
+  return out;
+}
+
+void Unsharder::publish(UnitState& u, const Tensor& flat) {
+  u.unsharded.views.clear();
+  for (const auto& p : u.layout.params) u.unsharded.views.push_back(flat.view(p.offset, p.spec.shape));
+  u.unsharded.ready = Event();
+  u.unsharded.ready.record(*ctx_.streams.unshard);
+  u.unsharded.resident = true;
+  report_occupancy();
+}
+
+void Unsharder::reshard(std::size_t ui, const Event& last_use, bool keep_post_forward_shard) {
+  UnitState& u = units_[ui];
+  Unsharded& s = u.unsharded;
+  if (!s.resident) return;
+  if (keep_post_forward_shard && ctx_.reshard_group > 0 && s.param_slot >= 0) {
+    // Keep this rank's part of the group's unsharded buffer for the backward all-gather.
+    Stream& stream = *ctx_.streams.unshard;
+    const std::int64_t len = u.layout.padded / ctx_.reshard_group, at = (ctx_.shard_rank % ctx_.reshard_group) * len;
+    if (!s.post_forward_shard.defined()) s.post_forward_shard = Tensor::empty(ctx_.rt.allocator(), ctx_.param_dtype, {len});
+    Tensor dst = s.post_forward_shard;
+    Tensor src = params_->buffer(s.param_slot);
+    stream.wait(last_use);
+    stream.enqueue([dst, src, at, len] {
+      const auto esize = static_cast<std::int64_t>(size_of(dst.dtype()));
+      std::memcpy(dst.data(), static_cast<const std::byte*>(src.data()) + at * esize, static_cast<std::size_t>(len * esize));
+    }, "keep " + u.name);
+    Event kept;
+    kept.record(stream);
+    params_->release(s.param_slot, kept);
+  } else if (s.param_slot >= 0) {
+    params_->release(s.param_slot, last_use);
+  }
+  if (s.f32_slot >= 0) f32_->release(s.f32_slot, last_use);
+  s.param_slot = s.f32_slot = -1;
+  s.views.clear();
+  s.resident = false;
+  report_occupancy();
+}
+
+void Unsharder::prefetch(std::size_t target, const char* phase) {
+  const UnitState& u = units_[target];
+  if (u.unsharded.resident) return;
+  if (resident_count() >= static_cast<std::size_t>(std::max(1, ctx_.opt.in_flight))) {
+    ctx_.metrics.limiter_waits->add();
+    return;
+  }
+  const bool from_shard = std::string(phase) == "backward" && ctx_.reshard_group > 0 &&
+                          u.unsharded.post_forward_shard.defined();
+  unshard(target, phase, from_shard);
+}
+
+void Unsharder::report_occupancy() {
+  if (ctx_.metrics.pool_occupancy) ctx_.metrics.pool_occupancy->set(static_cast<double>(params_ ? params_->held() : 0));
+}
+
+}  // namespace coshard::fsdp::detail
