@@ -53,6 +53,117 @@ const char* dtype_name(DType d) {
   }
 }
 
+// The 8-byte header length N, checked against the limit and the file's size.
+std::uint64_t header_length(const std::filesystem::path& path, std::uint64_t size) {
+  if (size < 8) throw corrupt(path, "the file has " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
+  std::array<std::byte, 8> len_bytes{};
+  detail::read_at(path, 0, len_bytes);
+  std::uint64_t n = 0;
+  std::memcpy(&n, len_bytes.data(), 8);
+  if (n > kSafetensorsMaxHeader) {
+    throw corrupt(path, "header length " + std::to_string(n) + " exceeds the limit of " +
+                            std::to_string(kSafetensorsMaxHeader) + " bytes (not a safetensors file?)");
+  }
+  if (n > size - 8) {
+    throw corrupt(path, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
+                            " bytes): truncated or not a safetensors file");
+  }
+  return n;
+}
+
+json read_header(const std::filesystem::path& path, std::uint64_t n) {
+  std::string header(static_cast<std::size_t>(n), '\0');
+  detail::read_at(path, 8, std::as_writable_bytes(std::span<char>(header)));
+  json h;
+  try {
+    h = json::parse(header);
+  } catch (const json::exception& e) {
+    throw corrupt(path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!h.is_object()) throw corrupt(path, "the header is not a JSON object");
+  return h;
+}
+
+void read_metadata(const std::filesystem::path& path, const json& v, std::map<std::string, std::string>& metadata) {
+  if (!v.is_object()) throw corrupt(path, "__metadata__ is not an object of strings");
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) throw corrupt(path, "__metadata__ entry '" + m.key() + "' is not a string");
+    metadata[m.key()] = m.value().get<std::string>();
+  }
+}
+
+// Fills e.shape and returns the element count, bounded so that byte sizes cannot overflow.
+std::uint64_t read_shape(const std::filesystem::path& path, const std::string& where, const json& shape,
+                         TensorEntry& e) {
+  if (!shape.is_array()) throw corrupt(path, where + "shape is not an array");
+  std::uint64_t numel = 1;
+  for (const auto& d : shape) {
+    if (!d.is_number_unsigned()) throw corrupt(path, where + "shape " + shape.dump() + " has an entry that is not a non-negative integer");
+    const auto dim = d.get<std::uint64_t>();
+    if (dim > (1ull << 40) || (dim != 0 && numel > (1ull << 40) / dim)) throw corrupt(path, where + "shape " + shape.dump() + " is too large");
+    numel *= dim;
+    e.shape.push_back(static_cast<std::int64_t>(dim));
+  }
+  return numel;
+}
+
+void read_offsets(const std::filesystem::path& path, const std::string& where, const json& off,
+                  std::uint64_t data_size, TensorEntry& e) {
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
+    throw corrupt(path, where + "data_offsets " + off.dump() + " is not a pair of non-negative integers");
+  }
+  e.begin = off[0].get<std::uint64_t>();
+  e.end = off[1].get<std::uint64_t>();
+  if (e.begin > e.end || e.end > data_size) {
+    throw corrupt(path, where + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                            "] are out of range: the data section has " + std::to_string(data_size) + " bytes" +
+                            (e.end > data_size ? " (truncated file?)" : ""));
+  }
+}
+
+TensorEntry read_entry(const std::filesystem::path& path, const std::string& name, const json& v,
+                       std::uint64_t data_size) {
+  const std::string where = "tensor '" + name + "': ";
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
+    throw corrupt(path, where + "needs an object with dtype, shape and data_offsets");
+  }
+  if (!v["dtype"].is_string()) throw corrupt(path, where + "dtype is not a string");
+  const std::string dt = v["dtype"].get<std::string>();
+  const int esize = dtype_size(dt);
+  if (esize == 0) throw corrupt(path, where + "unknown dtype '" + dt + "'");
+  TensorEntry e;
+  e.name = name;
+  const std::uint64_t numel = read_shape(path, where, v["shape"], e);
+  read_offsets(path, where, v["data_offsets"], data_size, e);
+  if (e.end - e.begin != numel * static_cast<std::uint64_t>(esize)) {
+    throw corrupt(path, where + "shape " + shape_str(e.shape) + " of " + dt + " needs " +
+                            std::to_string(numel * static_cast<std::uint64_t>(esize)) + " bytes but data_offsets [" +
+                            std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
+                            std::to_string(e.end - e.begin));
+  }
+  e.dtype_name = dt;
+  if (auto d = coshard_dtype(dt)) e.dtype = *d;
+  return e;
+}
+
+// No two tensors may share bytes.
+void check_disjoint(const std::filesystem::path& path, const std::vector<TensorEntry>& tensors) {
+  std::vector<const TensorEntry*> by_offset;
+  for (const auto& t : tensors) {
+    if (t.end > t.begin) by_offset.push_back(&t);
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const auto* a = by_offset[i - 1];
+    const auto* b = by_offset[i];
+    if (b->begin < a->end) {
+      throw corrupt(path, "tensors '" + a->name + "' [" + std::to_string(a->begin) + ", " + std::to_string(a->end) +
+                              ") and '" + b->name + "' [" + std::to_string(b->begin) + ", " + std::to_string(b->end) +
+                              ") overlap");
+    }
+  }
+}
+
 }  // namespace
 
 std::int64_t TensorEntry::numel() const noexcept {
@@ -67,97 +178,18 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   SafetensorsFile f;
   f.path_ = path;
   const std::uint64_t size = detail::file_size(path);
-  if (size < 8) throw corrupt(path, "the file has " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
-  std::array<std::byte, 8> len_bytes{};
-  detail::read_at(path, 0, len_bytes);
-  std::uint64_t n = 0;
-  std::memcpy(&n, len_bytes.data(), 8);
-  if (n > kSafetensorsMaxHeader) {
-    throw corrupt(path, "header length " + std::to_string(n) + " exceeds the limit of " +
-                            std::to_string(kSafetensorsMaxHeader) + " bytes (not a safetensors file?)");
-  }
-  if (n > size - 8) {
-    throw corrupt(path, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                            " bytes): truncated or not a safetensors file");
-  }
-  std::string header(static_cast<std::size_t>(n), '\0');
-  detail::read_at(path, 8, std::as_writable_bytes(std::span<char>(header)));
-  json h;
-  try {
-    h = json::parse(header);
-  } catch (const json::exception& e) {
-    throw corrupt(path, std::string("the header is not valid JSON: ") + e.what());
-  }
-  if (!h.is_object()) throw corrupt(path, "the header is not a JSON object");
+  const std::uint64_t n = header_length(path, size);
+  const json h = read_header(path, n);
   f.data_start_ = 8 + n;
   const std::uint64_t data_size = size - f.data_start_;
   for (auto it = h.begin(); it != h.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) throw corrupt(path, "__metadata__ is not an object of strings");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) throw corrupt(path, "__metadata__ entry '" + m.key() + "' is not a string");
-        f.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = "tensor '" + name + "': ";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
-      throw corrupt(path, where + "needs an object with dtype, shape and data_offsets");
-    }
-    if (!v["dtype"].is_string()) throw corrupt(path, where + "dtype is not a string");
-    const std::string dt = v["dtype"].get<std::string>();
-    const int esize = dtype_size(dt);
-    if (esize == 0) throw corrupt(path, where + "unknown dtype '" + dt + "'");
-    TensorEntry e;
-    e.name = name;
-    const json& shape = v["shape"];
-    if (!shape.is_array()) throw corrupt(path, where + "shape is not an array");
-    std::uint64_t numel = 1;
-    for (const auto& d : shape) {
-      if (!d.is_number_unsigned()) throw corrupt(path, where + "shape " + shape.dump() + " has an entry that is not a non-negative integer");
-      const auto dim = d.get<std::uint64_t>();
-      if (dim > (1ull << 40) || (dim != 0 && numel > (1ull << 40) / dim)) throw corrupt(path, where + "shape " + shape.dump() + " is too large");
-      numel *= dim;
-      e.shape.push_back(static_cast<std::int64_t>(dim));
-    }
-    const json& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-      throw corrupt(path, where + "data_offsets " + off.dump() + " is not a pair of non-negative integers");
-    }
-    e.begin = off[0].get<std::uint64_t>();
-    e.end = off[1].get<std::uint64_t>();
-    if (e.begin > e.end || e.end > data_size) {
-      throw corrupt(path, where + "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                              "] are out of range: the data section has " + std::to_string(data_size) + " bytes" +
-                              (e.end > data_size ? " (truncated file?)" : ""));
-    }
-    if (e.end - e.begin != numel * static_cast<std::uint64_t>(esize)) {
-      throw corrupt(path, where + "shape " + shape_str(e.shape) + " of " + dt + " needs " +
-                              std::to_string(numel * static_cast<std::uint64_t>(esize)) + " bytes but data_offsets [" +
-                              std::to_string(e.begin) + ", " + std::to_string(e.end) + "] span " +
-                              std::to_string(e.end - e.begin));
-    }
-    e.dtype_name = dt;
-    if (auto d = coshard_dtype(dt)) e.dtype = *d;
-    f.tensors_.push_back(std::move(e));
-  }
-  // No two tensors may share bytes.
-  std::vector<const TensorEntry*> by_offset;
-  for (const auto& t : f.tensors_) {
-    if (t.end > t.begin) by_offset.push_back(&t);
-  }
-  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
-  for (std::size_t i = 1; i < by_offset.size(); ++i) {
-    const auto* a = by_offset[i - 1];
-    const auto* b = by_offset[i];
-    if (b->begin < a->end) {
-      throw corrupt(path, "tensors '" + a->name + "' [" + std::to_string(a->begin) + ", " + std::to_string(a->end) +
-                              ") and '" + b->name + "' [" + std::to_string(b->begin) + ", " + std::to_string(b->end) +
-                              ") overlap");
+    if (it.key() == "__metadata__") {
+      read_metadata(path, it.value(), f.metadata_);
+    } else {
+      f.tensors_.push_back(read_entry(path, it.key(), it.value(), data_size));
     }
   }
+  check_disjoint(path, f.tensors_);
   return f;
 }
 

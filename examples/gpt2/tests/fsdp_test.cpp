@@ -3,17 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "tests/support/rank_cases.hpp"
 #include "tests/support/run_command.hpp"
 
 namespace {
 
 using coshard::testing::run_command;
 
-struct Case {
-  int ranks;
-  std::string args;
-};
+using Case = coshard::testing::RankCase;
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return coshard::testing::rank_case_name(info.param, {"config", "strategy"});
+}
 
 class Gpt2Fsdp : public ::testing::TestWithParam<Case> {};
 
@@ -32,6 +35,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{2, "--config tiny"}, Case{3, "--config tiny --batch 1"},
                       Case{2, "--config tiny,tie_head=false"}, Case{2, "--config tiny --strategy shard_grad_op"},
                       Case{2, "--config tiny --strategy no_shard"},
-                      Case{3, "--config layers=3,heads=3,width=24,vocab=29,context=16 --seq 9"}));
+                      Case{3, "--config layers=3,heads=3,width=24,vocab=29,context=16 --seq 9"}),
+    case_name);
 
 }  // namespace

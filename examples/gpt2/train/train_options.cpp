@@ -6,14 +6,15 @@
 
 namespace coshard::train {
 
-ParseResult parse_train_options(int argc, char** argv) {
-  TrainOptions o;
-  CLI::App app{"gpt2-train: trains GPT-2 with coshard's FSDP engine. Run under coshard-run for several ranks "
-               "(coshard-run --nproc-per-node 2 -- gpt2-train); alone it is one rank.",
-               "gpt2-train"};
-  app.get_formatter()->column_width(34);
-  std::string model = o.model, schedule = o.lr_schedule, strategy = "full_shard", bwd = "pre", precision = "none";
-  app.add_option("--model", model,
+namespace {
+
+// Flags read as words, turned into TrainOptions once the parse succeeded.
+struct Words {
+  std::string model, schedule, strategy = "full_shard", bwd = "pre", precision = "none";
+};
+
+void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
+  app.add_option("--model", w.model,
                  "tiny | small | 124M, or a shape: layers=2,heads=3,width=48,vocab=97,context=32 "
                  "(a name may be followed by overrides: small,vocab=512)")
       ->capture_default_str();
@@ -26,9 +27,12 @@ ParseResult parse_train_options(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (no_sync on all but the last)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+}
+
+void add_optimizer_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--lr", o.lr, "peak learning rate (AdamW, betas 0.9/0.95, eps 1e-8)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr-schedule", schedule, "constant | cosine (to 10% of --lr at the last step)")
+  app.add_option("--lr-schedule", w.schedule, "constant | cosine (to 10% of --lr at the last step)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--weight-decay", o.weight_decay, "AdamW decay, on 2-D weights only (as nanoGPT)")
@@ -37,17 +41,23 @@ ParseResult parse_train_options(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
   app.add_flag("--shuffle", o.shuffle, "visit the sequences in a seeded permutation per epoch (default: llm.c-style "
                                        "sequential batches, wrapping at the end)");
-  app.add_option("--strategy", strategy, "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2")
+}
+
+void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
+  app.add_option("--strategy", w.strategy, "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2")
       ->capture_default_str()
       ->check(CLI::IsMember({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}));
   app.add_option("--shard-group", o.shard_group, "hybrid strategies: ranks per shard group (default: ranks per node)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--forward-prefetch", o.forward_prefetch, "units all-gathered ahead in forward")
       ->capture_default_str()->check(CLI::Range(0, 64));
-  app.add_option("--backward-prefetch", bwd, "pre | post | none")->capture_default_str()->check(CLI::IsMember({"pre", "post", "none"}));
-  app.add_option("--mixed-precision", precision, "none | bf16 | fp16 (unsharded parameters and reductions)")
+  app.add_option("--backward-prefetch", w.bwd, "pre | post | none")->capture_default_str()->check(CLI::IsMember({"pre", "post", "none"}));
+  app.add_option("--mixed-precision", w.precision, "none | bf16 | fp16 (unsharded parameters and reductions)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16", "fp16"}));
   app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
+}
+
+void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--init", o.init, "start from this .safetensors (Hugging Face GPT-2 names)")->check(CLI::ExistingFile);
   app.add_option("--save", o.save, "write the trained model to this .safetensors (atomically)");
   app.add_option("--eval-every", o.eval_every, "validation loss every N steps (0: never)")->check(CLI::NonNegativeNumber);
@@ -63,6 +73,48 @@ ParseResult parse_train_options(int argc, char** argv) {
   app.add_option("--log-json", o.log_json, "one JSON object per step from rank 0, to FILE or - (stdout)");
   app.add_option("--samples", o.samples, "completions sampled at the end (embedded corpus)")
       ->capture_default_str()->check(CLI::Range(0, 10000));
+}
+
+void apply_words(TrainOptions& o, const Words& w) {
+  o.lr_schedule = w.schedule;
+  static const std::map<std::string, fsdp::Strategy> strategies{
+      {"full_shard", fsdp::Strategy::full_shard}, {"shard_grad_op", fsdp::Strategy::shard_grad_op},
+      {"no_shard", fsdp::Strategy::no_shard}, {"hybrid_shard", fsdp::Strategy::hybrid_shard},
+      {"hybrid_shard_zero2", fsdp::Strategy::hybrid_shard_zero2}};
+  o.strategy = strategies.at(w.strategy);
+  o.backward_prefetch = w.bwd == "pre" ? fsdp::BackwardPrefetch::pre : w.bwd == "post" ? fsdp::BackwardPrefetch::post
+                                                                                       : fsdp::BackwardPrefetch::none;
+  o.param_dtype = w.precision == "bf16" ? DType::bf16 : w.precision == "fp16" ? DType::f16 : DType::f32;
+}
+
+// The checks that span several flags; empty when the options go together.
+std::string conflicts(const TrainOptions& o) {
+  if (o.seq > o.config.context) {
+    return "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
+           std::to_string(o.config.context) + "); lower --seq or pick a larger --model context";
+  }
+  if (o.offload && o.strategy == fsdp::Strategy::no_shard) {
+    return "gpt2-train: --offload needs a sharded --strategy (no_shard keeps everything on every rank)";
+  }
+  if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
+    return "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2";
+  }
+  return {};
+}
+
+}  // namespace
+
+ParseResult parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  CLI::App app{"gpt2-train: trains GPT-2 with coshard's FSDP engine. Run under coshard-run for several ranks "
+               "(coshard-run --nproc-per-node 2 -- gpt2-train); alone it is one rank.",
+               "gpt2-train"};
+  app.get_formatter()->column_width(34);
+  Words w{.model = o.model, .schedule = o.lr_schedule};
+  add_job_flags(app, o, w);
+  add_optimizer_flags(app, o, w);
+  add_sharding_flags(app, o, w);
+  add_output_flags(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -71,30 +123,13 @@ ParseResult parse_train_options(int argc, char** argv) {
     return {std::nullopt, 2, std::string("gpt2-train: ") + e.what() + "\nRun gpt2-train --help for the flags."};
   }
   try {
-    o.model = model;
-    o.config = gpt2::parse_config(model);
+    o.model = w.model;
+    o.config = gpt2::parse_config(w.model);
   } catch (const Error& e) {
     return {std::nullopt, 2, "gpt2-train: --model: " + e.message()};
   }
-  if (o.seq > o.config.context) {
-    return {std::nullopt, 2, "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
-                                 std::to_string(o.config.context) + "); lower --seq or pick a larger --model context"};
-  }
-  o.lr_schedule = schedule;
-  static const std::map<std::string, fsdp::Strategy> strategies{
-      {"full_shard", fsdp::Strategy::full_shard}, {"shard_grad_op", fsdp::Strategy::shard_grad_op},
-      {"no_shard", fsdp::Strategy::no_shard}, {"hybrid_shard", fsdp::Strategy::hybrid_shard},
-      {"hybrid_shard_zero2", fsdp::Strategy::hybrid_shard_zero2}};
-  o.strategy = strategies.at(strategy);
-  o.backward_prefetch = bwd == "pre" ? fsdp::BackwardPrefetch::pre : bwd == "post" ? fsdp::BackwardPrefetch::post
-                                                                                   : fsdp::BackwardPrefetch::none;
-  o.param_dtype = precision == "bf16" ? DType::bf16 : precision == "fp16" ? DType::f16 : DType::f32;
-  if (o.offload && o.strategy == fsdp::Strategy::no_shard) {
-    return {std::nullopt, 2, "gpt2-train: --offload needs a sharded --strategy (no_shard keeps everything on every rank)"};
-  }
-  if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
-    return {std::nullopt, 2, "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2"};
-  }
+  apply_words(o, w);
+  if (auto why = conflicts(o); !why.empty()) return {std::nullopt, 2, why};
   return {o, 0, {}};
 }
 

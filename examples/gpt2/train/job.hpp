@@ -1,0 +1,30 @@
+#pragma once
+// One rank's job as main() hands it to the training coroutine: the flags, where the rank sits in
+// the launch, and the inputs checked before the first step.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "corpus.hpp"
+#include "coshard/gpt2/safetensors.hpp"
+#include "coshard/metrics/timeline.hpp"
+#include "coshard/transport/launch_env.hpp"
+#include "train_options.hpp"
+
+namespace coshard::train {
+
+struct Inputs {
+  std::shared_ptr<const std::vector<std::uint16_t>> train, val;
+  std::unique_ptr<AdditionCorpus> corpus;  // the embedded default
+  std::optional<gpt2::StateDict> init;
+};
+
+struct Job {
+  TrainOptions o;
+  transport::LaunchEnv env;
+  Inputs in;
+  metrics::Timeline* timeline = nullptr;  // null without --trace
+};
+
+}  // namespace coshard::train

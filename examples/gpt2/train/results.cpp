@@ -1,0 +1,95 @@
+#include "results.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "coshard/gpt2/model.hpp"
+#include "coshard/gpt2/safetensors.hpp"
+#include "coshard/metrics/trace_merge.hpp"
+
+namespace coshard::train {
+namespace {
+
+// Greedy completion of `prompt` up to a newline, on the whole model in this process.
+std::string complete(gpt2::Gpt2& model, const std::string& prompt, int max_new) {
+  std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
+  std::string out;
+  const auto V = static_cast<std::size_t>(model.config().vocab);
+  for (int i = 0; i < max_new && static_cast<std::int64_t>(tokens.size()) < model.config().context; ++i) {
+    model.forward(tokens, {}, 1, tokens.size());
+    auto logits = model.activations().logits();
+    auto last = logits.subspan((tokens.size() - 1) * V, V);
+    auto next = static_cast<std::int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    if (next == '\n') break;
+    out += static_cast<char>(next);
+    tokens.push_back(next);
+  }
+  return out;
+}
+
+void load_weights(gpt2::Gpt2& model, const fsdp::StateDict& state) {
+  for (std::size_t i = 0; i < model.params().size(); ++i) {
+    const auto& name = model.params().infos()[i].name;
+    auto dst = model.params().at(i);
+    const auto& src = state.at(name);
+    std::copy(src.begin(), src.end(), dst.begin());
+  }
+}
+
+void print_samples(const TrainOptions& o, const AdditionCorpus& corpus, const fsdp::StateDict& state) {
+  gpt2::Gpt2 full(o.config, o.seed);
+  load_weights(full, state);
+  int right = 0;
+  std::string shown;
+  const auto probes = corpus.probes(static_cast<std::size_t>(o.samples));
+  for (std::size_t i = 0; i < probes.size(); ++i) {
+    const auto got = complete(full, probes[i].prompt(), 4);
+    const bool ok = got == probes[i].answer();
+    right += ok ? 1 : 0;
+    if (i < 6) shown += "  " + probes[i].prompt() + got + (ok ? "   right" : "   wrong (" + probes[i].answer() + ")") + "\n";
+  }
+  std::printf("samples: %d of %zu completions right\n%s", right, probes.size(), shown.c_str());
+}
+
+std::string trace_part(const std::string& trace, int rank) { return trace + ".rank" + std::to_string(rank); }
+
+void merge_timeline(const std::string& trace, int world) {
+  std::vector<std::string> parts;
+  for (int q = 0; q < world; ++q) parts.push_back(trace_part(trace, q));
+  const auto spans = metrics::merge_trace_files(parts, trace);
+  for (const auto& p : parts) std::filesystem::remove(p);
+  std::printf("timeline: %zu spans of %d rank(s) in %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
+              spans, world, trace.c_str());
+}
+
+}  // namespace
+
+Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
+  const TrainOptions& o = job.o;
+  const bool want_samples = job.in.corpus && o.samples > 0;
+  if (o.save.empty() && !want_samples) co_return;
+  auto state = co_await engine.full_state_dict(true);
+  if (rank != 0) co_return;
+  if (!o.save.empty()) {
+    gpt2::save_state_dict(o.save, o.config, state);
+    std::printf("saved the model to %s\n", o.save.c_str());
+  }
+  if (want_samples) print_samples(o, *job.in.corpus, state);
+}
+
+void print_summary(const TrainOptions& o, const TrainSummary& s, int world) {
+  std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s\n", o.steps, s.seconds, s.first_loss,
+              s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str());
+  std::fflush(stdout);
+}
+
+Task<void> finish_job(Job& job, transport::ProcessGroup& pg) {
+  if (job.timeline) job.timeline->write(trace_part(job.o.trace, pg.rank()));
+  co_await pg.finish();
+  if (job.timeline && pg.rank() == 0) merge_timeline(job.o.trace, pg.size());
+}
+
+}  // namespace coshard::train

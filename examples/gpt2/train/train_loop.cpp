@@ -1,0 +1,164 @@
+#include "train_loop.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+gpt2::LoaderOptions loader_options(const TrainOptions& o, int rank, int world, bool shuffle) {
+  gpt2::LoaderOptions lo;
+  lo.batch = static_cast<std::size_t>(o.batch);
+  lo.seq_len = static_cast<std::size_t>(o.seq);
+  lo.rank = rank;
+  lo.world = world;
+  lo.shuffle = shuffle;
+  lo.seed = o.seed;
+  return lo;
+}
+
+StepMetrics step_metrics(Telemetry& tel) {
+  static constexpr double kStepBuckets[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return {tel.histogram("coshard_step_duration_seconds", "Wall time of one optimizer step", {}, kStepBuckets),
+          tel.counter("coshard_tokens_total", "Training tokens processed by this rank", {}),
+          tel.gauge("coshard_loss", "Training loss of the last step (mean over ranks)", {})};
+}
+
+}  // namespace
+
+StepLog::StepLog(const TrainOptions& o, int rank) {
+  if (rank != 0 || o.log_json.empty()) return;
+  f_ = o.log_json == "-" ? stdout : std::fopen(o.log_json.c_str(), "w");
+  if (!f_) throw Error(Errc::io, "cannot open --log-json " + o.log_json + " for writing");
+}
+
+StepLog::~StepLog() { close(); }
+
+void StepLog::write(const StepRecord& r) {
+  if (!f_) return;
+  std::fprintf(f_,
+               "{\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s,"
+               "\"exposed_comm_s\":%s,\"overlap_ratio\":%s,\"peak_mem_bytes\":%zu}\n",
+               r.step, json_number(r.loss).c_str(), json_number(r.val).c_str(), json_number(r.lr).c_str(),
+               json_number(r.tokens_per_s).c_str(), json_number(r.step_s).c_str(), json_number(r.exposed).c_str(),
+               json_number(r.overlap).c_str(), r.peak);
+  std::fflush(f_);
+}
+
+void StepLog::close() {
+  if (f_ && f_ != stdout) std::fclose(f_);
+  f_ = nullptr;
+}
+
+TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine)
+    : rt_(rt),
+      o_(job.o),
+      timeline_(job.timeline),
+      pg_(pg),
+      model_(model),
+      engine_(engine),
+      loader_(job.in.train, loader_options(job.o, pg.rank(), pg.size(), job.o.shuffle)),
+      val_loader_(job.in.val, loader_options(job.o, pg.rank(), pg.size(), false)),
+      log_(job.o, pg.rank()),
+      metrics_(step_metrics(rt.telemetry())),
+      compute_(rt.stream("compute")),
+      scalar_(Tensor::empty(rt.allocator(), DType::f32, {1})),
+      progress_(job.o.steps, pg.rank() == 0),
+      tokens_per_step_(static_cast<double>(pg.size()) * job.o.grad_accum * job.o.batch * job.o.seq),
+      before_(engine.comm_stats()) {}
+
+Task<TrainSummary> TrainLoop::run() {
+  TrainSummary s;
+  const auto start = Clock::now();
+  for (int step = 0; step < o_.steps; ++step) {
+    // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
+    if (timeline_ && step == std::max(0, o_.steps - o_.trace_steps)) timeline_->clear();
+    s.loss = co_await train_step(step);
+    if (step == 0) s.first_loss = s.loss;
+  }
+  progress_.done();
+  s.seconds = seconds_since(start);
+  log_.close();
+  co_return s;
+}
+
+Task<float> TrainLoop::train_step(int step) {
+  const auto t0 = Clock::now();
+  StepRecord r;
+  r.step = step + 1;
+  r.lr = learning_rate(o_, step);
+  engine_.set_learning_rate(r.lr);
+  const float local = co_await micro_batches();
+  co_await engine_.optimizer_step();
+  r.loss = co_await mean_over_ranks(local);
+  r.step_s = seconds_since(t0);
+  r.tokens_per_s = tokens_per_step_ / r.step_s;
+  const auto stats = engine_.comm_stats();
+  r.exposed = stats.exposed_seconds - before_.exposed_seconds;
+  r.overlap = stats.overlap_ratio();
+  before_ = stats;
+  metrics_.step_seconds.observe(r.step_s);
+  metrics_.tokens.add(tokens_per_step_ / pg_.size());
+  metrics_.loss.set(r.loss);
+  if (validation_due(step)) r.val = co_await validation_loss();
+  r.peak = rt_.allocator().stats().peak_allocated_bytes;
+  progress_.step(r.step, r.loss, r.tokens_per_s, r.exposed / r.step_s, r.val);
+  log_.write(r);
+  co_return r.loss;
+}
+
+// The local loss of the step's micro-batches; only the last one reduces gradients (no_sync).
+Task<float> TrainLoop::micro_batches() {
+  float local = 0;
+  for (int m = 0; m < o_.grad_accum; ++m) {
+    const bool last = m + 1 == o_.grad_accum;
+    local += co_await forward_backward(loader_.next(), last, last) / static_cast<float>(o_.grad_accum);
+  }
+  co_return local;
+}
+
+Task<float> TrainLoop::forward_backward(gpt2::Batch b, bool sync, bool last) {
+  engine_.set_requires_gradient_sync(sync);
+  engine_.set_is_last_backward(last);
+  model_.set_batch(std::move(b.inputs), std::move(b.targets), b.B, b.T);
+  co_await model_.forward(engine_);
+  co_await model_.backward(engine_);
+  co_await engine_.compute_event();
+  co_return model_.loss();
+}
+
+bool TrainLoop::validation_due(int step) const {
+  return o_.eval_every > 0 && ((step + 1) % o_.eval_every == 0 || step + 1 == o_.steps);
+}
+
+Task<float> TrainLoop::validation_loss() {
+  model_.set_batch(val_loader_.batch(0).inputs, val_loader_.batch(0).targets, static_cast<std::size_t>(o_.batch),
+                   static_cast<std::size_t>(o_.seq));
+  co_await model_.forward(engine_);
+  co_await engine_.finish_backward();  // releases what forward left unsharded
+  co_await engine_.compute_event();
+  co_return co_await mean_over_ranks(model_.loss());
+}
+
+Task<float> TrainLoop::mean_over_ranks(float v) {
+  scalar_.data_as<float>()[0] = v;
+  co_await pg_.world().all_reduce(scalar_, transport::Reduction::avg(), compute_);
+  co_return scalar_.data_as<float>()[0];
+}
+
+}  // namespace coshard::train

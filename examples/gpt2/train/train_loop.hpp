@@ -1,0 +1,91 @@
+#pragma once
+// The optimizer steps: micro-batches with gradient accumulation, validation, the step's metrics,
+// rank 0's progress line and its --log-json records.
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+
+#include "coshard/fsdp/engine.hpp"
+#include "coshard/gpt2/data.hpp"
+#include "coshard/gpt2/units.hpp"
+#include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/process_group.hpp"
+#include "job.hpp"
+#include "progress.hpp"
+
+namespace coshard::train {
+
+// What one step reports (the progress line, the JSON log).
+struct StepRecord {
+  int step = 0;  // 1-based
+  float loss = NAN;
+  double val = NAN;  // NAN: no validation this step
+  double lr = 0;
+  double step_s = 0;
+  double tokens_per_s = 0;
+  double exposed = 0;  // seconds the compute stream waited on communication
+  double overlap = 0;
+  std::size_t peak = 0;
+};
+
+// Rank 0's --log-json: one JSON object per step, to a file or stdout. Closed by close() or at
+// destruction; stdout stays open.
+class StepLog {
+ public:
+  StepLog(const TrainOptions& o, int rank);
+  ~StepLog();
+  StepLog(const StepLog&) = delete;
+  StepLog& operator=(const StepLog&) = delete;
+
+  void write(const StepRecord& r);
+  void close();
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// The step's Prometheus series.
+struct StepMetrics {
+  Histogram& step_seconds;
+  Counter& tokens;
+  Gauge& loss;
+};
+
+struct TrainSummary {
+  float first_loss = NAN, loss = NAN;
+  double seconds = 0;
+};
+
+class TrainLoop {
+ public:
+  TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine);
+
+  // The whole run; the JSON log is complete when it returns.
+  Task<TrainSummary> run();
+
+ private:
+  // One optimizer step; returns its loss (the mean over ranks).
+  Task<float> train_step(int step);
+  Task<float> micro_batches();
+  Task<float> forward_backward(gpt2::Batch b, bool sync, bool last);
+  Task<float> validation_loss();
+  Task<float> mean_over_ranks(float v);
+  bool validation_due(int step) const;
+
+  Runtime& rt_;
+  const TrainOptions& o_;
+  metrics::Timeline* timeline_;
+  transport::ProcessGroup& pg_;
+  gpt2::Gpt2Units& model_;
+  fsdp::Engine& engine_;
+  gpt2::DataLoader loader_, val_loader_;
+  StepLog log_;
+  StepMetrics metrics_;
+  Stream& compute_;
+  Tensor scalar_;  // the all-reduced loss
+  Progress progress_;
+  const double tokens_per_step_;
+  fsdp::CommStats before_;  // at the end of the previous step
+};
+
+}  // namespace coshard::train

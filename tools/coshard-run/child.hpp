@@ -1,0 +1,48 @@
+#pragma once
+// A local rank as the launcher sees it: its process and the pipes of its stdout and stderr.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+namespace coshard::run {
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    reset();
+    fd_ = std::exchange(o.fd_, -1);
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const noexcept { return fd_; }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// One stream of a child: buffered so each line is written whole, with its rank in front.
+struct Output {
+  Fd fd;
+  std::FILE* to = stdout;
+  std::string pending;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Output out, err;
+};
+
+}  // namespace coshard::run

@@ -1,0 +1,162 @@
+#include "supervisor.hpp"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace coshard::run {
+namespace {
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+void emit_lines(Output& o, int rank, bool flush_partial) {
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = o.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::fprintf(o.to, "[rank %d] %.*s\n", rank, static_cast<int>(nl - start), o.pending.data() + start);
+  }
+  o.pending.erase(0, start);
+  if (flush_partial && !o.pending.empty()) {
+    std::fprintf(o.to, "[rank %d] %s\n", rank, o.pending.c_str());
+    o.pending.clear();
+  }
+  std::fflush(o.to);
+}
+
+}  // namespace
+
+void Supervisor::watch(int sigfd) {
+  for (;;) {
+    std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
+    std::vector<Output*> outs = open_outputs(fds);
+    if (!any_running() && outs.empty()) break;
+
+    int timeout_ms = 200;
+    ::poll(fds.data(), fds.size(), timeout_ms);
+
+    if (fds[0].revents & POLLIN) take_signals(sigfd);
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
+    }
+    reap();
+    kill_late_ranks();
+  }
+}
+
+int Supervisor::result() const {
+  if (interrupted_by_) return 128 + interrupted_by_;
+  if (exit_code_) {
+    for (const auto& c : children_) {
+      if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
+        std::fprintf(stderr, "coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
+      }
+    }
+  }
+  return exit_code_;
+}
+
+// The streams still open, each after its pollfd in `fds`.
+std::vector<Output*> Supervisor::open_outputs(std::vector<pollfd>& fds) {
+  std::vector<Output*> outs;
+  for (auto& c : children_) {
+    for (Output* out : {&c.out, &c.err}) {
+      if (out->fd.get() >= 0) {
+        fds.push_back({out->fd.get(), POLLIN, 0});
+        outs.push_back(out);
+      }
+    }
+  }
+  return outs;
+}
+
+bool Supervisor::any_running() const {
+  bool any = false;
+  for (const auto& c : children_) any |= c.running;
+  return any;
+}
+
+void Supervisor::stop_all(int sig) {
+  for (auto& c : children_) {
+    if (c.running) ::kill(-c.pid, sig);
+  }
+  if (!kill_at_) {
+    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
+  }
+}
+
+void Supervisor::take_signals(int sigfd) {
+  signalfd_siginfo si;
+  while (::read(sigfd, &si, sizeof si) == sizeof si) {
+    int sig = static_cast<int>(si.ssi_signo);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
+      if (!interrupted_by_) interrupted_by_ = sig;
+      stop_all(sig);
+    }
+  }
+}
+
+void Supervisor::relay(Output& out) {
+  char buf[65536];
+  ssize_t n = ::read(out.fd.get(), buf, sizeof buf);
+  int rank = 0;
+  for (const auto& c : children_) {
+    if (&c.out == &out || &c.err == &out) rank = c.rank;
+  }
+  if (n > 0) {
+    out.pending.append(buf, static_cast<std::size_t>(n));
+    emit_lines(out, rank, false);
+  } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+    emit_lines(out, rank, true);
+    out.fd.reset();
+  }
+}
+
+// Reaps whoever ended; the first failure that no interrupt caused stops the others.
+void Supervisor::reap() {
+  for (auto& c : children_) {
+    if (!c.running) continue;
+    int status = 0;
+    pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    if (r != c.pid) continue;
+    c.running = false;
+    c.status = status;
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok && !exit_code_ && !interrupted_by_) {
+      exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
+      std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
+                   static_cast<int>(c.pid), describe(status).c_str());
+      stop_all(SIGTERM);
+    }
+  }
+}
+
+void Supervisor::kill_late_ranks() {
+  if (!kill_at_ || killed_ || Clock::now() < *kill_at_) return;
+  for (const auto& c : children_) {
+    if (c.running) {
+      std::fprintf(stderr, "coshard-run: rank %d (pid %d) did not stop within %.0f s; killing it\n", c.rank,
+                   static_cast<int>(c.pid), o_.grace_seconds);
+      ::kill(-c.pid, SIGKILL);
+    }
+  }
+  killed_ = true;
+}
+
+}  // namespace coshard::run

@@ -1,0 +1,45 @@
+#pragma once
+// Watches the local ranks until every one has ended and its output is drained: relays their output
+// and the launcher's SIGINT/SIGTERM, and when a rank fails stops the others (SIGTERM, then SIGKILL
+// after the grace period).
+#include <poll.h>
+
+#include <chrono>
+#include <optional>
+#include <vector>
+
+#include "child.hpp"
+#include "options.hpp"
+
+namespace coshard::run {
+
+class Supervisor {
+ public:
+  Supervisor(const Options& o, std::vector<Child>& children) : o_(o), children_(children) {}
+
+  // Returns once every rank has ended and its pipes are closed. `sigfd`: a signalfd for SIGINT,
+  // SIGTERM and SIGCHLD.
+  void watch(int sigfd);
+  // The launcher's exit code; names the ranks that failed when one did.
+  int result() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  std::vector<Output*> open_outputs(std::vector<pollfd>& fds);
+  bool any_running() const;
+  void stop_all(int sig);
+  void take_signals(int sigfd);
+  void relay(Output& out);
+  void reap();
+  void kill_late_ranks();
+
+  const Options& o_;
+  std::vector<Child>& children_;
+  std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
+  bool killed_ = false;
+  int exit_code_ = 0;
+  int interrupted_by_ = 0;
+};
+
+}  // namespace coshard::run
