@@ -3,18 +3,21 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "engine_run.hpp"
+#include "support/rank_cases.hpp"
 
 namespace {
 
 using namespace coshard::testing;
 
 // 1. Parity with one process, for every strategy and rank count, on MLPs of uneven shapes.
-struct ParityCase {
-  int ranks;
-  std::string args;
-};
+using ParityCase = coshard::testing::RankCase;
+
+std::string parity_name(const ::testing::TestParamInfo<ParityCase>& info) {
+  return coshard::testing::rank_case_name(info.param, {"strategy", "param-dtype"});
+}
 
 class Parity : public ::testing::TestWithParam<ParityCase> {};
 
@@ -50,7 +53,7 @@ std::vector<ParityCase> parity_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Engine, Parity, ::testing::ValuesIn(parity_cases()));
+INSTANTIATE_TEST_SUITE_P(Engine, Parity, ::testing::ValuesIn(parity_cases()), parity_name);
 
 // CPU offload (issue 6): parity with one process (and so with non-offloaded training) for every
 // sharded strategy, with and without mixed precision, pipelined and serial optimizer, on 1, 2 and
@@ -75,7 +78,7 @@ std::vector<ParityCase> offload_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Offload, Parity, ::testing::ValuesIn(offload_cases()));
+INSTANTIATE_TEST_SUITE_P(Offload, Parity, ::testing::ValuesIn(offload_cases()), parity_name);
 
 TEST(EngineOffload, NoFullSizeStateOnTheDevice) {
   expect_ok(check(2, "--mode offload-memory --offload all --layers 64x64,64x64,64x64,64x32"), 2, "offload-memory");

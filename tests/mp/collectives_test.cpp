@@ -43,7 +43,9 @@ TEST_P(Collectives, EveryCollectiveMatchesTheLocalReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4, 8));
+// Named by the rank count: Ranks/Collectives.EveryCollectiveMatchesTheLocalReference/ranks8.
+INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& p) { return "ranks" + std::to_string(p.param); });
 
 // The same checks with the direct path turned off: everything on the ring (and
 // collectives_check fails if anything took the direct path).

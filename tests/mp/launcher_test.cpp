@@ -35,7 +35,9 @@ TEST_P(Ranks, EveryRankRendezvousesAndExchanges) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Launcher, Ranks, ::testing::Values(1, 2, 3, 4, 8));
+// Named by the rank count: Launcher/Ranks.EveryRankRendezvousesAndExchanges/ranks8.
+INSTANTIATE_TEST_SUITE_P(Launcher, Ranks, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& p) { return "ranks" + std::to_string(p.param); });
 
 TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
   auto r = run(kRun + " --nproc-per-node 4 --grace 3 -- " + kCheck + " --fail-rank 2 --timeout-ms 120000");

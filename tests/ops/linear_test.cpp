@@ -3,10 +3,28 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "coshard/ops/blas.hpp"
 #include "ops/gradcheck.hpp"
+
+namespace {
+
+// The layout's name: the cases' names, and what a failing case prints for its parameter.
+std::string layout_name(coshard::ops::WeightLayout layout) {
+  return layout == coshard::ops::WeightLayout::in_out ? "in_out" : "out_in";
+}
+
+}  // namespace
+
+namespace coshard::ops {
+
+// In WeightLayout's namespace, where gtest looks (else it prints "4-byte object <...>").
+static void PrintTo(WeightLayout layout, std::ostream* os) { *os << layout_name(layout); }
+
+}  // namespace coshard::ops
 
 using namespace coshard::ops;
 using namespace coshard::testing;
@@ -120,7 +138,7 @@ TEST_P(OpsLinear, EmptyGradientSpansAreSkipped) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, OpsLinear, ::testing::Values(WeightLayout::in_out, WeightLayout::out_in),
-                         [](const auto& p) { return p.param == WeightLayout::in_out ? "in_out" : "out_in"; });
+                         [](const ::testing::TestParamInfo<WeightLayout>& p) { return layout_name(p.param); });
 
 TEST(OpsLinearBadInput, WrongSizesNameTheArgument) {
   std::vector<float> x(kRows * kIn), w(kIn * kOut), b(kOut), y(kRows * kOut);

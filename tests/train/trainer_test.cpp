@@ -109,8 +109,10 @@ TEST_P(WorldSize, OneRankOfSixEqualsThreeRanksOfTwo) {
   }
 }
 
+// Named by the strategy: Trainer/WorldSize.OneRankOfSixEqualsThreeRanksOfTwo/hybrid_shard.
 INSTANTIATE_TEST_SUITE_P(Trainer, WorldSize,
-                         ::testing::Values("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"));
+                         ::testing::Values("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(Trainer, TimelineShowsEveryRankAndStreamAndTheOverlap) {
   auto d = temp_dir("trace");
