@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Checks that layers point down only (docs/architecture.md):
+
+    kernels < core < device < {transport, ops} < fsdp < metrics < apps (examples, tools)
+
+A file of a layer may include coshard headers of its own layer and of the layers below it, never
+of a layer above or beside it (transport and ops are side by side: neither includes the other).
+The runtime folder holds two layers: core (tasks, scheduler, errors, telemetry) and device
+(devices, streams, memory, tensors, the Runtime that owns them); core never includes device.
+A library's CMake target links only targets of lower layers, and no library file reaches into
+another folder with a relative include.
+
+Usage: scripts/checks/layers.py [ROOT]   (exit code 1 on a violation)
+"""
+import os
+import re
+import sys
+
+ORDER = ["kernels", "core", "device", "transport", "ops", "fsdp", "metrics", "apps"]
+SIDE_BY_SIDE = {frozenset({"transport", "ops"})}
+FOLDERS = {"kernels": "kernels", "runtime": None, "transport": "transport", "ops": "ops", "fsdp": "fsdp",
+           "metrics": "metrics", "examples": "apps", "tools": "apps"}
+# runtime headers (and sources of the same name) in the core layer; every other runtime file is device.
+CORE = {"asio_await", "channel", "error", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
+        "waiter", "when_all"}
+TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
+                "metrics": "metrics", "coshard": "apps"}
+EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
+
+
+def runtime_layer(name):
+    return "core" if os.path.splitext(name)[0] in CORE else "device"
+
+
+def header_layer(path):
+    m = re.match(r"coshard/(\w+)/(\w+)", path)
+    if not m:
+        return None
+    folder, name = m.groups()
+    if folder == "runtime":
+        return runtime_layer(name)
+    return {"kernels": "kernels", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics"}.get(folder)
+
+
+def allowed(own, other):
+    if own == other:
+        return True
+    if frozenset({own, other}) in SIDE_BY_SIDE:
+        return False
+    return ORDER.index(other) < ORDER.index(own)
+
+
+def check_includes(root):
+    found = []
+    for folder, layer in FOLDERS.items():
+        base = os.path.join(root, folder)
+        for dirpath, dirs, names in os.walk(base):
+            dirs[:] = [d for d in dirs if d != "tests"]
+            for nm in sorted(names):
+                if not nm.endswith(EXTS):
+                    continue
+                path = os.path.join(dirpath, nm)
+                rel = os.path.relpath(path, root)
+                own = layer or runtime_layer(nm)
+                text = open(path, encoding="utf-8", errors="replace").read()
+                for m in INCLUDE.finditer(text):
+                    inc = m.group(1)
+                    line = text.count("\n", 0, m.start()) + 1
+                    target = os.path.normpath(os.path.join(dirpath, inc))
+                    if (inc.startswith("../") or "/../" in inc) and not target.startswith(base + os.sep):
+                        found.append(f"{rel}:{line}: includes '{inc}' by a relative path out of its folder; include "
+                                     "the public header <coshard/...> of a lower layer instead")
+                        continue
+                    other = header_layer(inc)
+                    if other and not allowed(own, other):
+                        found.append(f"{rel}:{line}: the {own} layer includes '{inc}' of the {other} layer, which is "
+                                     f"{'beside' if frozenset({own, other}) in SIDE_BY_SIDE else 'above'} it; move "
+                                     "what both need to a lower layer (kernels, core or device)")
+    return found
+
+
+def check_links(root):
+    found = []
+    for folder, layer in FOLDERS.items():
+        cm = os.path.join(root, folder, "CMakeLists.txt")
+        if layer in (None, "apps") and folder != "runtime" or not os.path.exists(cm):
+            continue
+        own = layer or "device"
+        text = re.sub(r"#.*", "", open(cm).read())
+        for m in re.finditer(r"target_link_libraries\(\s*coshard_\w+([^)]*)\)", text):
+            for dep in re.findall(r"coshard::(\w+)", m.group(1)):
+                other = TARGET_LAYER.get(dep)
+                if other and not allowed(own, other):
+                    found.append(f"{os.path.relpath(cm, root)}: coshard_{folder} links coshard::{dep} of the {other} "
+                                 f"layer, which is not below the {own} layer")
+    return found
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+    found = check_includes(root) + check_links(root)
+    for f in found:
+        print(f, file=sys.stderr)
+    if found:
+        print(f"layers: {len(found)} dependency(ies) point up or sideways; the order is " + " < ".join(ORDER),
+              file=sys.stderr)
+        return 1
+    print("layers: every include and link points down (" + " < ".join(ORDER) + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
