@@ -8,6 +8,7 @@
 #include <set>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/file_io.hpp"
 #include "coshard/runtime/json_escape.hpp"
 #include "trace_common.hpp"
 
@@ -68,19 +69,11 @@ std::map<std::string, int, std::less<>> track_ids(const std::set<std::string, st
 }
 
 void write_atomically(const std::string& path, const std::string& text, const std::string& what) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) {
-      throw Error(Errc::io, "cannot write the " + what + " to '" + tmp + "': check the directory exists and is writable");
-    }
-    f << text;
-    f.flush();
-    if (!f) throw Error(Errc::io, "writing the " + what + " to '" + tmp + "' failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(Errc::io, "cannot rename '" + tmp + "' to '" + path + "'");
+  try {
+    write_atomic(path, text);
+  } catch (const Error& e) {
+    throw Error(Errc::io, "cannot write the " + what + ": " + e.message() + " (check the directory exists, is writable "
+                          "and has room)");
   }
 }
 

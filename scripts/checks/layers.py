@@ -21,7 +21,7 @@ SIDE_BY_SIDE = {frozenset({"transport", "ops"})}
 FOLDERS = {"kernels": "kernels", "runtime": None, "transport": "transport", "ops": "ops", "fsdp": "fsdp",
            "metrics": "metrics", "examples": "apps", "tools": "apps"}
 # runtime headers (and sources of the same name) in the core layer; every other runtime file is device.
-CORE = {"asio_await", "channel", "error", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
+CORE = {"asio_await", "channel", "error", "file_io", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
         "waiter", "when_all"}
 TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
                 "metrics": "metrics", "coshard": "apps"}

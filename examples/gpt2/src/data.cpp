@@ -7,7 +7,7 @@
 
 #include "coshard/gpt2/params.hpp"
 #include "coshard/runtime/error.hpp"
-#include "file_io.hpp"
+#include "coshard/runtime/file_io.hpp"
 
 static_assert(std::endian::native == std::endian::little, "token files are little-endian");
 
@@ -35,12 +35,12 @@ constexpr std::uint64_t kHeaderBytes = kHeaderInts * 4;
 }  // namespace
 
 std::vector<std::uint16_t> read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab) {
-  const std::uint64_t size = detail::file_size(path);
+  const std::uint64_t size = coshard::file_size(path);
   if (size < kHeaderBytes) {
     throw corrupt(path, "the file has " + std::to_string(size) + " bytes, less than llm.c's 1024-byte header (truncated?)");
   }
   std::array<std::int32_t, kHeaderInts> header{};
-  detail::read_at(path, 0, std::as_writable_bytes(std::span<std::int32_t>(header)));
+  read_at(path, 0, std::as_writable_bytes(std::span<std::int32_t>(header)));
   if (header[0] != kLlmcMagic) {
     throw corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcMagic) +
                             " (not an llm.c token file)");
@@ -56,7 +56,7 @@ std::vector<std::uint16_t> read_llmc_tokens(const std::filesystem::path& path, s
                             (size < kHeaderBytes + 2 * count ? " (truncated)" : ""));
   }
   std::vector<std::uint16_t> tokens(count);
-  detail::read_at(path, kHeaderBytes, std::as_writable_bytes(std::span<std::uint16_t>(tokens)));
+  read_at(path, kHeaderBytes, std::as_writable_bytes(std::span<std::uint16_t>(tokens)));
   check_vocab(path, tokens, vocab, kHeaderBytes, 2);
   return tokens;
 }
@@ -72,13 +72,13 @@ void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::u
   header[2] = static_cast<std::int32_t>(tokens.size());
   const std::array<std::span<const std::byte>, 2> parts{std::as_bytes(std::span<const std::int32_t>(header)),
                                                         std::as_bytes(tokens)};
-  detail::write_atomic(path, parts);
+  write_atomic(path, parts);
 }
 
 std::vector<std::uint16_t> read_text_tokens(const std::filesystem::path& path, std::int64_t vocab) {
-  const std::uint64_t size = detail::file_size(path);
+  const std::uint64_t size = coshard::file_size(path);
   std::vector<unsigned char> bytes(size);
-  detail::read_at(path, 0, std::as_writable_bytes(std::span<unsigned char>(bytes)));
+  read_at(path, 0, std::as_writable_bytes(std::span<unsigned char>(bytes)));
   std::vector<std::uint16_t> tokens(bytes.begin(), bytes.end());
   check_vocab(path, tokens, vocab, 0, 1);
   return tokens;

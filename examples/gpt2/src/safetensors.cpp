@@ -9,7 +9,7 @@
 
 #include "coshard/ops/cast.hpp"
 #include "coshard/runtime/error.hpp"
-#include "file_io.hpp"
+#include "coshard/runtime/file_io.hpp"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
@@ -57,7 +57,7 @@ const char* dtype_name(DType d) {
 std::uint64_t header_length(const std::filesystem::path& path, std::uint64_t size) {
   if (size < 8) throw corrupt(path, "the file has " + std::to_string(size) + " bytes, fewer than the 8-byte header length");
   std::array<std::byte, 8> len_bytes{};
-  detail::read_at(path, 0, len_bytes);
+  read_at(path, 0, len_bytes);
   std::uint64_t n = 0;
   std::memcpy(&n, len_bytes.data(), 8);
   if (n > kSafetensorsMaxHeader) {
@@ -73,7 +73,7 @@ std::uint64_t header_length(const std::filesystem::path& path, std::uint64_t siz
 
 json read_header(const std::filesystem::path& path, std::uint64_t n) {
   std::string header(static_cast<std::size_t>(n), '\0');
-  detail::read_at(path, 8, std::as_writable_bytes(std::span<char>(header)));
+  read_at(path, 8, std::as_writable_bytes(std::span<char>(header)));
   json h;
   try {
     h = json::parse(header);
@@ -177,7 +177,7 @@ std::int64_t TensorEntry::numel() const noexcept {
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   SafetensorsFile f;
   f.path_ = path;
-  const std::uint64_t size = detail::file_size(path);
+  const std::uint64_t size = coshard::file_size(path);
   const std::uint64_t n = header_length(path, size);
   const json h = read_header(path, n);
   f.data_start_ = 8 + n;
@@ -209,11 +209,11 @@ void SafetensorsFile::read(const TensorEntry& t, std::span<float> out) const {
                                             " elements, the tensor " + std::to_string(t.numel()));
   }
   if (t.dtype == DType::f32) {
-    detail::read_at(path_, data_start_ + t.begin, std::as_writable_bytes(out));
+    read_at(path_, data_start_ + t.begin, std::as_writable_bytes(out));
     return;
   }
   std::vector<std::uint16_t> raw(out.size());
-  detail::read_at(path_, data_start_ + t.begin, std::as_writable_bytes(std::span<std::uint16_t>(raw)));
+  read_at(path_, data_start_ + t.begin, std::as_writable_bytes(std::span<std::uint16_t>(raw)));
   if (t.dtype == DType::bf16) ops::cast_bf16_to_f32(raw, out);
   else ops::cast_f16_to_f32(raw, out);
 }
@@ -266,7 +266,7 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   if (dtype != DType::f32) {
     for (const auto& c : converted) parts.push_back(std::as_bytes(std::span<const std::uint16_t>(c)));
   }
-  detail::write_atomic(path, parts);
+  write_atomic(path, parts);
 }
 
 // ---- GPT-2 checkpoints ----

@@ -1,4 +1,4 @@
-#include "file_io.hpp"
+#include "coshard/runtime/file_io.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "coshard/runtime/error.hpp"
 
-namespace coshard::gpt2::detail {
+namespace coshard {
 namespace {
 
 Error io_error(const std::string& what, const std::filesystem::path& path, int err) {
@@ -67,7 +67,15 @@ void write_atomic(const std::filesystem::path& path, std::span<const std::span<c
     ::unlink(tmp.c_str());
     throw io_error("cannot rename the temporary file to", path, err);
   }
-  const auto dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  sync_directory(path.has_parent_path() ? path.parent_path() : std::filesystem::path("."));
+}
+
+void write_atomic(const std::filesystem::path& path, std::string_view text) {
+  const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(text.data(), text.size()));
+  write_atomic(path, std::span<const std::span<const std::byte>>(&bytes, 1));
+}
+
+void sync_directory(const std::filesystem::path& dir) {
   Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dfd.get() >= 0) ::fsync(dfd.get());  // best effort: the rename is durable once the directory is
 }
@@ -98,4 +106,4 @@ void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<
   }
 }
 
-}  // namespace coshard::gpt2::detail
+}  // namespace coshard
