@@ -187,6 +187,7 @@ Task<void> Engine::optimizer_step() {
   // Run-ahead is bounded to one step: the host waits for the previous step's optimizer before
   // issuing this one, so per-step temporaries cannot pile up.
   if (const auto& done = m.optimizer->step_done()) co_await *done;
+  co_await m.checkpoint->finish();  // an asynchronous save of the previous step: manifest or error now
   if (m.ctx.opt.clip) co_await clip_grad_norm(m.ctx.opt.clip->max_norm, m.ctx.opt.clip->p);
   m.optimizer->finish_step();
   m.optimizer->report();
@@ -219,6 +220,20 @@ Task<void> Engine::summon_full_params(std::function<void(StateDict&)> fn, bool w
   fn(full);
   if (writeback) co_await load_full_state_dict(std::move(full));
 }
+
+// ---- checkpoints ----
+
+Task<void> Engine::save_sharded(std::string dir, CheckpointMetadata metadata) {
+  return impl_->checkpoint->save(std::move(dir), std::move(metadata), false);
+}
+
+Task<void> Engine::save_sharded_async(std::string dir, CheckpointMetadata metadata) {
+  return impl_->checkpoint->save(std::move(dir), std::move(metadata), true);
+}
+
+Task<void> Engine::wait_for_checkpoint() { return impl_->checkpoint->finish(); }
+
+Task<CheckpointMetadata> Engine::load_sharded(std::string dir) { return impl_->checkpoint->load(std::move(dir)); }
 
 // ---- introspection ----
 

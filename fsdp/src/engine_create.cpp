@@ -57,6 +57,7 @@ void make_collaborators(Engine::Impl& m) {
   m.unsharder = std::make_unique<detail::Unsharder>(m.ctx, m.units, m.comms, off.params ? m.offload.get() : nullptr);
   m.reducer = std::make_unique<detail::GradientReducer>(m.ctx, m.units, m.comms, off.grads ? m.offload.get() : nullptr);
   m.optimizer = std::make_unique<detail::ShardOptimizer>(m.ctx, m.units);
+  m.checkpoint = std::make_unique<detail::ShardedCheckpoint>(m.ctx, m.units, m.comms);
 }
 
 }  // namespace

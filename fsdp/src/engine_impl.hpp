@@ -15,6 +15,7 @@
 #include "offload.hpp"
 #include "plan.hpp"
 #include "shard_optimizer.hpp"
+#include "sharded_checkpoint.hpp"
 #include "unit_state.hpp"
 #include "unsharder.hpp"
 
@@ -31,6 +32,7 @@ struct Engine::Impl {
   std::unique_ptr<detail::Unsharder> unsharder;
   std::unique_ptr<detail::GradientReducer> reducer;
   std::unique_ptr<detail::ShardOptimizer> optimizer;
+  std::unique_ptr<detail::ShardedCheckpoint> checkpoint;
   bool sync = true;           // set_requires_gradient_sync
   bool last_backward = true;  // set_is_last_backward
   bool warned_deviation = false;

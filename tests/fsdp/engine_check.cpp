@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -54,6 +56,10 @@ struct Config {
   double clip_max = 0;      // > 0: Options::clip
   bool stress = false;      // random delays on the compute, h2d and d2h streams
   std::size_t host_cap = 0;
+  std::string save;          // a sharded checkpoint written after step save_at - 1
+  int save_at = -1;
+  bool save_async = false;
+  std::string resume;        // a sharded checkpoint to start from (its metadata names the step)
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -113,9 +119,21 @@ Config parse(int argc, char** argv) {
     else if (k == "--clip-max") c.clip_max = std::atof(v.c_str());
     else if (k == "--stress") c.stress = v == "1";
     else if (k == "--host-cap") c.host_cap = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--save") c.save = v;
+    else if (k == "--save-at") c.save_at = std::atoi(v.c_str());
+    else if (k == "--save-async") c.save_async = v == "1";
+    else if (k == "--resume") c.resume = v;
     else usage("unknown flag " + k);
   }
   return c;
+}
+
+// A checkpoint's metadata: the step to resume at. (Made outside coroutines: GCC 12 miscompiles
+// initializer lists that live across a suspension.)
+fsdp::CheckpointMetadata at_step(int step) {
+  fsdp::CheckpointMetadata m;
+  m["step"] = std::to_string(step);
+  return m;
 }
 
 double tolerance(const Config& c) { return c.param_dtype == DType::f32 && c.reduce_dtype.value_or(c.param_dtype) == DType::f32 ? 2e-5 : 2e-2; }
@@ -131,6 +149,7 @@ struct Run {
   std::map<std::string, int> dtypes;
   int failures = 0;
   std::mutex hook_mutex;
+  bool sgd = false;  // the optimizer of the next engine made
 
   fsdp::Options options() {
     fsdp::Options o;
@@ -142,6 +161,7 @@ struct Run {
     o.mixed_precision.param = cfg.param_dtype;
     o.mixed_precision.reduce = cfg.reduce_dtype;
     o.optimizer = fsdp::AdamW{{.lr = cfg.lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01}};
+    if (sgd) o.optimizer = fsdp::SGD{{.lr = cfg.lr, .momentum = 0.9}};
     o.timeout = std::chrono::milliseconds(60000);
     if (cfg.reshard_int > 0) o.reshard_after_forward = cfg.reshard_int;
     if (cfg.offload != "none") {
@@ -233,8 +253,26 @@ struct Run {
     }
     Reference ref(cfg.layers);
     const int micros = static_cast<int>(cfg.micro.size());
-    auto o = std::get<fsdp::AdamW>(options().optimizer).options;
-    for (int step = 0; step < cfg.steps; ++step) {
+    // The reference's step: the loss of the whole batch, then clipping and AdamW as the engine's.
+    auto reference_step = [&](int step) {
+      const float want = ref.forward_backward(global_batch(step, micros));
+      if (cfg.clip_max > 0) {
+        std::vector<std::span<const float>> grads;
+        for (std::size_t i = 0; i < ref.dw.size(); ++i) {
+          grads.push_back(ref.dw[i]);
+          grads.push_back(ref.db[i]);
+        }
+        const auto type = cfg.clip_p == 2 ? ops::NormType::l2 : cfg.clip_p == 1 ? ops::NormType::l1 : ops::NormType::inf;
+        ref.scale_grads(static_cast<float>(ops::clip_coefficient(ops::grad_norm(grads, type), cfg.clip_max)));
+      }
+      ref.adamw(std::get<fsdp::AdamW>(options().optimizer).options);
+      return want;
+    };
+    // Resumed: the engine starts from the checkpoint, the reference replays the steps before it.
+    int first = 0;
+    if (!cfg.resume.empty()) first = std::atoi((co_await engine->load_sharded(cfg.resume)).at("step").c_str());
+    for (int step = 0; step < first; ++step) reference_step(step);
+    for (int step = first; step < cfg.steps; ++step) {
       float local = 0;
       int last_sync = -1;
       for (int m = 0; m < micros; ++m) {
@@ -251,20 +289,17 @@ struct Run {
       }
       engine->set_requires_gradient_sync(true);
       co_await engine->optimizer_step();
-      float loss = co_await mean_over_ranks(local);
-      float want = ref.forward_backward(global_batch(step, micros));
-      if (cfg.clip_max > 0) {
-        std::vector<std::span<const float>> grads;
-        for (std::size_t i = 0; i < ref.dw.size(); ++i) {
-          grads.push_back(ref.dw[i]);
-          grads.push_back(ref.db[i]);
+      if (!cfg.save.empty() && step + 1 == cfg.save_at) {
+        if (cfg.save_async) {
+          co_await engine->save_sharded_async(cfg.save, at_step(step + 1));
+        } else {
+          co_await engine->save_sharded(cfg.save, at_step(step + 1));
         }
-        const auto type = cfg.clip_p == 2 ? ops::NormType::l2 : cfg.clip_p == 1 ? ops::NormType::l1 : ops::NormType::inf;
-        ref.scale_grads(static_cast<float>(ops::clip_coefficient(ops::grad_norm(grads, type), cfg.clip_max)));
       }
-      ref.adamw(o);
-      expect_close("loss at step " + std::to_string(step), loss, want, tolerance(cfg));
+      float loss = co_await mean_over_ranks(local);
+      expect_close("loss at step " + std::to_string(step), loss, reference_step(step), tolerance(cfg));
     }
+    co_await engine->wait_for_checkpoint();
     compare_params(co_await engine->full_state_dict(), ref, tolerance(cfg) * 5);
   }
 
@@ -491,6 +526,107 @@ struct Run {
     compare_params(co_await engine->full_state_dict(), ref, 1e-4);
   }
 
+  // Sharded checkpoints: a round trip, then damaged copies and a failed save, each a clear error
+  // on every rank (the rank that met the problem names it; the others name that rank).
+  Task<void> checkpoint_errors() {
+    namespace fs = std::filesystem;
+    const fs::path base = cfg.save;
+    const std::string good = (base / "good").string();
+    const fsdp::CheckpointMetadata step_one = at_step(1);
+    auto engine = co_await make_engine();
+    co_await step(*engine, 0);
+    co_await engine->save_sharded(good, step_one);
+    auto other = co_await make_engine();
+    const auto md = co_await other->load_sharded(good);
+    const auto loaded = co_await other->full_state_dict();
+    const auto saved = co_await engine->full_state_dict();
+    if (md.at("step") != "1" || loaded != saved) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: the loaded checkpoint differs from the saved engine\n", pg.rank());
+    }
+    fsdp::verify_checkpoint(good);
+    if (pg.rank() == 0) damage_copies(base);
+    co_await mean_over_ranks(0);  // a barrier: the copies exist
+    auto by = [&](int rank, const char* own, const char* theirs) { return std::string(pg.rank() == rank ? own : theirs); };
+    auto in = [&](const char* name) { return (base / name).string(); };
+    co_await expect_load_error(*other, in("truncated"), by(1, "truncated file", "rank(s) 1 failed"));
+    co_await expect_load_error(*other, in("corrupt"), by(0, "fail their checksum", "rank(s) 0 failed"));
+    co_await expect_load_error(*other, in("missing"), by(1, "rank-00001.bin' is missing", "rank(s) 1 failed"));
+    co_await expect_load_error(*other, in("newer"), by(0, "newer than the 1 this build reads", "newer than the 1"));
+    co_await expect_load_error(*other, in("unfinished"), by(0, "it has no manifest.json", "it has no manifest.json"));
+    co_await expect_load_error(*other, in("garbled"), by(0, "is not a valid checkpoint manifest", "is not a valid"));
+    cfg.layers[0].out += 1;  // another model shape
+    auto wider = co_await make_engine();
+    co_await expect_load_error(*wider, good, by(0, "is of another model shape", "is of another model shape"));
+    cfg.layers[0].out -= 1;
+    sgd = true;
+    auto with_sgd = co_await make_engine();
+    co_await expect_load_error(*with_sgd, good, by(0, "holds adamw state but this run uses sgd", "this run uses sgd"));
+    sgd = false;
+    co_await expect_save_error(*engine, in("fails"), by(1, "cannot rename", "rank(s) 1 could not write their part"), false);
+    co_await expect_save_error(*engine, good, by(0, "already holds a checkpoint", "already holds a checkpoint"), true);
+  }
+
+  void expect_error_text(const std::string& what, const Error& e, const std::string& needle) {
+    if (e.message().find(needle) == std::string::npos) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: %s: expected '%s' in: %s\n", pg.rank(), what.c_str(), needle.c_str(), e.what());
+    }
+  }
+
+  Task<void> expect_load_error(fsdp::Engine& engine, std::string dir, std::string needle) {
+    try {
+      co_await engine.load_sharded(dir);
+      ++failures;
+      std::fprintf(stderr, "rank %d: loading %s was accepted\n", pg.rank(), dir.c_str());
+    } catch (const Error& e) {
+      expect_error_text("loading " + dir, e, needle);
+    }
+  }
+
+  // The save fails on every rank and leaves the directory's manifest as it was.
+  Task<void> expect_save_error(fsdp::Engine& engine, std::string dir, std::string needle, bool had_manifest) {
+    try {
+      co_await engine.save_sharded(dir, fsdp::CheckpointMetadata{});
+      ++failures;
+      std::fprintf(stderr, "rank %d: saving %s was accepted\n", pg.rank(), dir.c_str());
+    } catch (const Error& e) {
+      expect_error_text("saving " + dir, e, needle);
+    }
+    if (std::filesystem::exists(std::filesystem::path(dir) / fsdp::kManifestName) != had_manifest) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: saving %s changed whether it has a manifest\n", pg.rank(), dir.c_str());
+    }
+  }
+
+  // Damaged copies of base/good, made by rank 0 while the others wait.
+  static void damage_copies(const std::filesystem::path& base) {
+    namespace fs = std::filesystem;
+    const fs::path good = base / "good";
+    auto copy = [&](const char* name) {
+      fs::copy(good, base / name, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+      return base / name;
+    };
+    const auto truncated = copy("truncated") / "rank-00001.bin";
+    fs::resize_file(truncated, fs::file_size(truncated) - 4);
+    const auto corrupt = copy("corrupt") / "rank-00000.bin";
+    std::fstream f(corrupt, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(8);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x40);
+    f.seekp(8);
+    f.write(&c, 1);
+    f.close();
+    fs::remove(copy("missing") / "rank-00001.bin");
+    fs::remove(copy("unfinished") / fsdp::kManifestName);
+    auto newer = fsdp::read_manifest(good);
+    newer.version = 99;
+    std::ofstream(copy("newer") / fsdp::kManifestName) << fsdp::to_json(newer);
+    std::ofstream(copy("garbled") / fsdp::kManifestName) << "{\"format\": \"coshard-sharded-checkpoint\", \"version\":";
+    fs::create_directories(base / "fails" / "rank-00001.bin");  // rank 1's rename cannot replace a directory
+  }
+
   // Full state dict round trip, and the errors of bad ones.
   Task<void> state_dict() {
     auto engine = co_await make_engine();
@@ -555,7 +691,7 @@ Task<int> main_task(Runtime& rt, Config cfg) {
         {"memory", &Run::memory},         {"dtypes", &Run::dtypes_check},
         {"wrong-order", &Run::wrong_order}, {"clip", &Run::clip},
         {"offload-memory", &Run::offload_memory}, {"offload-errors", &Run::offload_errors},
-        {"state-dict", &Run::state_dict}};
+        {"state-dict", &Run::state_dict}, {"checkpoint-errors", &Run::checkpoint_errors}};
     auto mode = modes.find(cfg.mode);
     if (mode == modes.end()) {
       std::fprintf(stderr, "engine_check: unknown mode %s\n", cfg.mode.c_str());

@@ -2,6 +2,9 @@
 // sharded training of an MLP with the same model trained without sharding (engine_check.cpp).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -197,3 +200,36 @@ TEST(EngineStateDict, RoundTripAndBadDicts) {
 }
 
 }  // namespace
+
+// 10. Sharded checkpoints: a run resumed from a checkpoint saved on another world size and
+// strategy logs the uninterrupted run's losses (engine_check compares every step with the
+// one-process reference, which never stops). The global batch is 12 rows in every run.
+class EngineCheckpoint : public ::testing::Test {
+ protected:
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("coshard-ckpt-" + std::to_string(::getpid()) + "-" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { std::filesystem::create_directories(dir); }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  std::string at(const char* name) const { return (dir / name).string(); }
+};
+
+TEST_F(EngineCheckpoint, ResumesAcrossWorldSizesAndStrategies) {
+  // full_shard on 4 -> hybrid_shard on 2 x 2 (async save) -> shard_grad_op on 3 -> one rank.
+  expect_ok(check(4, "--rows 3 --steps 6 --save " + at("a") + " --save-at 2"), 4, "parity");
+  expect_ok(check(4, "--rows 3 --steps 6 --strategy hybrid_shard --shard-group 2 --resume " + at("a") + " --save " +
+                         at("b") + " --save-at 4 --save-async 1"), 4, "parity");
+  expect_ok(check(3, "--rows 4 --steps 6 --strategy shard_grad_op --resume " + at("b") + " --save " + at("c") +
+                         " --save-at 5"), 3, "parity");
+  expect_ok(check(1, "--rows 12 --steps 6 --resume " + at("c")), 1, "parity");
+}
+
+TEST_F(EngineCheckpoint, ResumesWithOffloadAndATwoPhaseRoot) {
+  const std::string model = " --root 1 --layers 16x15,15x9,9x8 --offload all --steps 5";
+  expect_ok(check(2, "--rows 3" + model + " --save " + at("a") + " --save-at 3 --save-async 1"), 2, "parity");
+  expect_ok(check(3, "--rows 2" + model + " --resume " + at("a")), 3, "parity");
+}
+
+TEST_F(EngineCheckpoint, DamagedCheckpointsAndFailedSavesAreClearErrors) {
+  expect_ok(check(2, "--mode checkpoint-errors --save " + dir.string()), 2, "checkpoint-errors");
+}

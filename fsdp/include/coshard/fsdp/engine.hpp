@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "coshard/fsdp/checkpoint.hpp"
 #include "coshard/fsdp/options.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/transport/process_group.hpp"
@@ -93,6 +94,23 @@ class Engine {
   // Loads a full state dict into the shards once the streams are done with them; every name and
   // shape must match (errors name them).
   Task<void> load_full_state_dict(StateDict state);
+  // Sharded checkpoints (checkpoint.hpp): every rank of the first replica writes the shards and
+  // optimizer state it owns to DIR/rank-NNNNN.bin, in parallel; rank 0 writes DIR/manifest.json
+  // last, with `metadata` (the trainer's step, schedule, data position). Collective; call after
+  // optimizer_step(). Returns once the manifest is durable; errors say which rank failed, and
+  // leave no manifest (the previous checkpoint stays the latest).
+  Task<void> save_sharded(std::string dir, CheckpointMetadata metadata);
+  // The same, returning once the shards are staged in host memory: the files are written while
+  // training goes on, and the save is finished (manifest, errors) by the next optimizer_step(),
+  // save or wait_for_checkpoint(). A failed write is thrown there.
+  Task<void> save_sharded_async(std::string dir, CheckpointMetadata metadata);
+  Task<void> wait_for_checkpoint();
+  // Loads a sharded checkpoint saved on any world size, strategy or shard group: each rank reads
+  // the pieces it owns (checksums checked). Collective; returns the saved metadata. Errors name
+  // the file and the problem: not a checkpoint, another model's shapes, another optimizer, a
+  // newer format, a missing, truncated or corrupt file.
+  Task<CheckpointMetadata> load_sharded(std::string dir);
+
   // FSDP's summon_full_params: gathers every parameter in full precision on every rank, runs
   // `fn` on them (by name), and with `writeback` scatters what `fn` changed back into the shards
   // (every rank must make the same change). Collective; not during a step.

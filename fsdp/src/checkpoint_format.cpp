@@ -1,0 +1,194 @@
+#include <algorithm>
+#include <array>
+#include <nlohmann/json.hpp>
+
+#include "coshard/fsdp/checkpoint.hpp"
+#include "coshard/runtime/error.hpp"
+#include "checkpoint_damage.hpp"
+#include "coshard/runtime/file_io.hpp"
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace coshard::fsdp {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::uint32_t kCastagnoli = 0x82f63b78u;
+
+std::array<std::uint32_t, 256> crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ kCastagnoli : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+std::uint32_t crc32c_portable(const unsigned char* p, std::size_t n, std::uint32_t c) noexcept {
+  static const auto table = crc_table();
+  for (std::size_t i = 0; i < n; ++i) c = table[(c ^ p[i]) & 0xffu] ^ (c >> 8);
+  return c;
+}
+
+#if defined(__x86_64__)
+// SSE 4.2 has CRC-32C in hardware: checksums then cost little next to the disk.
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char* p, std::size_t n,
+                                                              std::uint32_t c) noexcept {
+  std::uint64_t c64 = c;
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    c64 = _mm_crc32_u64(c64, v);
+  }
+  auto c32 = static_cast<std::uint32_t>(c64);
+  for (; n > 0; ++p, --n) c32 = _mm_crc32_u8(c32, *p);
+  return c32;
+}
+#endif
+
+using detail::checkpoint_damaged;
+
+json piece_json(const CheckpointPiece& p) {
+  return {{"param", p.param},   {"kind", p.kind},           {"shape", p.shape}, {"offset", p.offset},
+          {"length", p.length}, {"file", p.file},           {"byte_offset", p.byte_offset},
+          {"crc32c", p.crc32c}, {"dtype", "f32"}};
+}
+
+CheckpointPiece piece_of(const json& j) {
+  CheckpointPiece p;
+  p.param = j.at("param").get<std::string>();
+  p.kind = j.at("kind").get<std::string>();
+  p.shape = j.at("shape").get<Shape>();
+  p.offset = j.at("offset").get<std::int64_t>();
+  p.length = j.at("length").get<std::int64_t>();
+  p.file = j.at("file").get<std::string>();
+  p.byte_offset = j.at("byte_offset").get<std::uint64_t>();
+  p.crc32c = j.at("crc32c").get<std::uint32_t>();
+  if (j.value("dtype", "f32") != "f32") throw std::runtime_error("piece dtype " + j.at("dtype").get<std::string>());
+  if (p.offset < 0 || p.length < 0 || p.offset + p.length > numel(p.shape)) {
+    throw std::runtime_error("piece of '" + p.param + "' lies outside its shape");
+  }
+  return p;
+}
+
+}  // namespace
+
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
+  crc = ~crc;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) return ~crc32c_sse42(p, data.size(), crc);
+#endif
+  return ~crc32c_portable(p, data.size(), crc);
+}
+
+std::string to_json(const Manifest& m) {
+  json units = json::array(), files = json::array(), pieces = json::array();
+  for (const auto& u : m.units) {
+    units.push_back({{"name", u.name}, {"optimizer_step", u.optimizer_step}, {"sgd_started", u.sgd_started}});
+  }
+  for (const auto& f : m.files) files.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
+  for (const auto& p : m.pieces) pieces.push_back(piece_json(p));
+  json j = {{"format", "coshard-sharded-checkpoint"},
+            {"version", m.version},
+            {"world_size", m.world_size},
+            {"strategy", m.strategy},
+            {"shard_group_size", m.shard_group_size},
+            {"optimizer", m.optimizer},
+            {"param_dtype", m.param_dtype},
+            {"units", units},
+            {"files", files},
+            {"pieces", pieces},
+            {"metadata", m.metadata}};
+  return j.dump(1) + "\n";
+}
+
+Manifest manifest_from_json(const std::string& text, const std::string& where) {
+  Manifest m;
+  try {
+    const json j = json::parse(text);
+    if (j.value("format", "") != "coshard-sharded-checkpoint") throw std::runtime_error("not a coshard checkpoint manifest");
+    m.version = j.at("version").get<int>();
+    if (m.version > kCheckpointFormatVersion) {
+      throw Error(Errc::bad_config, "'" + where + "' was written in checkpoint format version " +
+                                        std::to_string(m.version) + ", newer than the " +
+                                        std::to_string(kCheckpointFormatVersion) +
+                                        " this build reads: load it with a newer coshard");
+    }
+    m.world_size = j.at("world_size").get<int>();
+    m.strategy = j.at("strategy").get<std::string>();
+    m.shard_group_size = j.at("shard_group_size").get<int>();
+    m.optimizer = j.at("optimizer").get<std::string>();
+    m.param_dtype = j.at("param_dtype").get<std::string>();
+    for (const auto& u : j.at("units")) {
+      m.units.push_back({u.at("name").get<std::string>(), u.at("optimizer_step").get<std::int64_t>(),
+                         u.at("sgd_started").get<bool>()});
+    }
+    for (const auto& f : j.at("files")) {
+      m.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(), f.at("bytes").get<std::uint64_t>(),
+                         f.at("crc32c").get<std::uint32_t>()});
+    }
+    for (const auto& p : j.at("pieces")) m.pieces.push_back(piece_of(p));
+    m.metadata = j.at("metadata").get<CheckpointMetadata>();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(Errc::corrupt_file, "'" + where + "' is not a valid checkpoint manifest (" + e.what() +
+                                        "): the checkpoint is damaged; resume from an earlier one");
+  }
+  return m;
+}
+
+bool is_checkpoint(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(dir / kManifestName, ec);
+}
+
+Manifest read_manifest(const std::filesystem::path& dir) {
+  const auto path = dir / kManifestName;
+  if (!is_checkpoint(dir)) {
+    throw Error(Errc::io, "'" + dir.string() + "' is not a checkpoint: it has no " + kManifestName +
+                              " (a save that did not finish leaves none); give a complete checkpoint directory");
+  }
+  std::string text(coshard::file_size(path), '\0');
+  read_at(path, 0, std::as_writable_bytes(std::span<char>(text)));
+  return manifest_from_json(text, path.string());
+}
+
+void write_manifest(const std::filesystem::path& dir, const Manifest& m) { write_atomic(dir / kManifestName, to_json(m)); }
+
+std::vector<float> read_piece(const std::filesystem::path& dir, const CheckpointPiece& piece) {
+  const auto path = dir / piece.file;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw checkpoint_damaged(path, " is missing");
+  std::vector<float> out(static_cast<std::size_t>(piece.length));
+  read_at(path, piece.byte_offset, std::as_writable_bytes(std::span<float>(out)));
+  if (crc32c(std::as_bytes(std::span<const float>(out))) != piece.crc32c) {
+    throw checkpoint_damaged(path, ": the bytes of '" + piece.param + "' (" + piece.kind + ", elements " + std::to_string(piece.offset) +
+                            ".." + std::to_string(piece.offset + piece.length) + ") fail their checksum");
+  }
+  return out;
+}
+
+std::vector<float> read_full(const std::filesystem::path& dir, const Manifest& m, const std::string& param,
+                             const std::string& kind) {
+  std::vector<float> out;
+  std::int64_t covered = 0;
+  for (const auto& p : m.pieces) {
+    if (p.param != param || p.kind != kind) continue;
+    if (out.empty()) out.assign(static_cast<std::size_t>(numel(p.shape)), 0.0f);
+    const auto v = read_piece(dir, p);
+    std::copy(v.begin(), v.end(), out.begin() + p.offset);
+    covered += p.length;
+  }
+  if (out.empty() || covered != static_cast<std::int64_t>(out.size())) {
+    throw checkpoint_damaged(dir / kManifestName, ": '" + param + "' (" + kind + ") is " + (out.empty() ? "not stored" : "incomplete"));
+  }
+  return out;
+}
+
+}  // namespace coshard::fsdp

@@ -1,0 +1,375 @@
+#include "sharded_checkpoint.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "coshard/runtime/file_io.hpp"
+
+namespace coshard::fsdp::detail {
+namespace {
+
+// A piece and where its values live in this rank's shard tensors.
+struct Planned {
+  CheckpointPiece piece;
+  std::size_t unit = 0;
+  int tensor = 0;         // index into state_kinds: 0 master, 1 opt_a, 2 opt_b
+  std::int64_t at = 0;    // first element in the shard tensor
+};
+
+const Tensor& tensor_of(const UnitState& u, int i) {
+  return i == 0 ? u.shard.master : i == 1 ? u.shard.opt_a : u.shard.opt_b;
+}
+
+// The elements of the flat parameter a shard holds: [begin, begin + count).
+std::pair<std::int64_t, std::int64_t> owned(const UnitState& u, const Context& ctx, int shard_rank) {
+  return ctx.sharded() ? std::pair{shard_rank * u.layout.chunk, u.layout.chunk} : std::pair{std::int64_t{0}, u.layout.padded};
+}
+
+std::vector<Planned> plan(const std::vector<UnitState>& units, const Context& ctx, int shard_rank, const std::string& file) {
+  const auto kinds = state_kinds(ctx.opt.optimizer);
+  std::vector<Planned> out;
+  std::uint64_t bytes = 0;
+  for (std::size_t ui = 0; ui < units.size(); ++ui) {
+    const auto& u = units[ui];
+    const auto [begin, count] = owned(u, ctx, shard_rank);
+    for (int k = 0; k < static_cast<int>(kinds.size()); ++k) {
+      for (const auto& p : u.layout.params) {
+        const std::int64_t lo = std::max(begin, p.offset), hi = std::min(begin + count, p.offset + p.numel);
+        if (lo >= hi) continue;
+        Planned pl{{p.spec.name, kinds[static_cast<std::size_t>(k)], p.spec.shape, lo - p.offset, hi - lo, file, bytes, 0},
+                   ui, k, lo - begin};
+        bytes += static_cast<std::uint64_t>(hi - lo) * sizeof(float);
+        out.push_back(std::move(pl));
+      }
+    }
+  }
+  return out;
+}
+
+std::string file_of(int shard_rank) {
+  char name[32];
+  std::snprintf(name, sizeof name, "rank-%05d.bin", shard_rank);
+  return name;
+}
+
+// Runs `fn` on `stream`, so that blocking file I/O stays off the scheduler thread, and rethrows
+// what it threw.
+Task<void> run_on(Stream& stream, std::function<void()> fn, std::string span) {
+  auto error = std::make_shared<std::exception_ptr>();
+  stream.enqueue([fn = std::move(fn), error] {
+    try {
+      fn();
+    } catch (...) {
+      *error = std::current_exception();
+    }
+  }, std::move(span));
+  Event done;
+  done.record(stream);
+  co_await done;
+  if (*error) std::rethrow_exception(*error);
+}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> state_kinds(const Optimizer& optimizer) {
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
+    return sgd->options.momentum != 0.0 ? std::vector<std::string>{"param", "momentum_buffer"}
+                                        : std::vector<std::string>{"param"};
+  }
+  return {"param", "exp_avg", "exp_avg_sq"};
+}
+
+std::vector<CheckpointPiece> pieces_of(const std::vector<UnitState>& units, const Context& ctx, int shard_rank,
+                                       const std::string& file) {
+  std::vector<CheckpointPiece> out;
+  for (auto& p : plan(units, ctx, shard_rank, file)) out.push_back(std::move(p.piece));
+  return out;
+}
+
+struct ShardedCheckpoint::Pending {
+  std::filesystem::path dir;
+  CheckpointMetadata metadata;
+  std::vector<CheckpointUnit> units;  // optimizer step counts when staged
+  bool writer = false;                // the first replica writes; the others hold the same shards
+  std::vector<Planned> planned;
+  std::shared_ptr<std::vector<float>> staged = std::make_shared<std::vector<float>>();
+  struct Result {
+    std::exception_ptr error;
+    std::uint64_t bytes = 0;
+    std::uint32_t crc = 0;
+    std::vector<std::uint32_t> piece_crcs;
+  };
+  std::shared_ptr<Result> result = std::make_shared<Result>();
+  Event written;
+};
+
+ShardedCheckpoint::ShardedCheckpoint(Context& ctx, std::vector<UnitState>& units, CommGroups& comms)
+    : ctx_(ctx), units_(units), comms_(comms), stream_(ctx.rt.stream("checkpoint")) {}
+
+ShardedCheckpoint::~ShardedCheckpoint() {
+  if (pending_) {
+    std::fprintf(stderr, "coshard: rank %d: the asynchronous checkpoint '%s' was never finished (call "
+                         "wait_for_checkpoint() before the engine goes): it has no manifest and is not a checkpoint\n",
+                 ctx_.rank, pending_->dir.c_str());
+  }
+  try {
+    stream_.synchronize(ctx_.opt.timeout);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coshard: rank %d: checkpoint shutdown: %s\n", ctx_.rank, e.what());
+  }
+}
+
+Task<void> ShardedCheckpoint::save(std::filesystem::path dir, CheckpointMetadata metadata, bool async) {
+  co_await finish();  // a second save waits for the first
+  // Overwriting a checkpoint in place could leave its manifest over new files: refuse.
+  const bool exists = is_checkpoint(dir);
+  if (const std::string there = co_await failures(!exists); !there.empty()) {
+    throw Error(Errc::bad_config, "'" + dir.string() + "' already holds a checkpoint" +
+                                      (exists ? "" : " (seen by rank(s) " + there + ")") +
+                                      ": save to a new directory, or remove it first",
+                ErrorContext{.rank = ctx_.rank, .op = "save_sharded", .unit = {}});
+  }
+  auto p = std::make_unique<Pending>();
+  p->dir = std::move(dir);
+  p->metadata = std::move(metadata);
+  p->writer = ctx_.rank < ctx_.shard_size;
+  if (p->writer) p->planned = plan(units_, ctx_, ctx_.shard_rank, file_of(ctx_.shard_rank));
+  for (const auto& u : units_) p->units.push_back({u.name, u.shard.opt_step, u.shard.sgd_started});
+  co_await stage(*p);
+  write(*p);
+  pending_ = std::move(p);
+  if (!async) co_await finish();
+}
+
+Task<void> ShardedCheckpoint::finish() {
+  if (!pending_) co_return;
+  auto p = std::move(pending_);
+  co_await publish(*p);
+}
+
+// Copies the owned tensors to host memory after every optimizer update issued so far.
+Task<void> ShardedCheckpoint::stage(Pending& p) {
+  std::int64_t total = 0;
+  for (const auto& pl : p.planned) total += pl.piece.length;
+  p.staged->resize(static_cast<std::size_t>(total));
+  struct Copy {
+    Tensor from;
+    std::int64_t at, length;
+  };
+  std::vector<Copy> copies;
+  for (const auto& pl : p.planned) copies.push_back({tensor_of(units_[pl.unit], pl.tensor), pl.at, pl.piece.length});
+  Stream& s = *ctx_.streams.optimizer;
+  s.enqueue([staged = p.staged, copies = std::move(copies)] {
+    float* out = staged->data();
+    for (const auto& c : copies) {
+      std::memcpy(out, c.from.data_as<float>() + c.at, static_cast<std::size_t>(c.length) * sizeof(float));
+      out += c.length;
+    }
+  }, "checkpoint stage");
+  Event staged;
+  staged.record(s);
+  co_await staged;
+}
+
+// Writes this rank's file on the checkpoint stream; the result is read by publish().
+void ShardedCheckpoint::write(Pending& p) {
+  if (p.writer) {
+    std::vector<std::pair<std::uint64_t, std::int64_t>> ranges;  // byte offset, elements
+    for (const auto& pl : p.planned) ranges.emplace_back(pl.piece.byte_offset, pl.piece.length);
+    stream_.enqueue([path = p.dir / file_of(ctx_.shard_rank), dir = p.dir, staged = p.staged, result = p.result,
+                     ranges = std::move(ranges)] {
+      try {
+        std::filesystem::create_directories(dir);
+        const auto bytes = std::as_bytes(std::span<const float>(*staged));
+        for (const auto& [at, n] : ranges) {
+          result->piece_crcs.push_back(crc32c(bytes.subspan(at, static_cast<std::size_t>(n) * sizeof(float))));
+        }
+        write_atomic(path, std::span<const std::span<const std::byte>>(&bytes, 1));
+        result->bytes = bytes.size();
+        result->crc = crc32c(bytes);
+      } catch (...) {
+        result->error = std::current_exception();
+      }
+    }, "checkpoint write");
+  }
+  p.written = Event();
+  p.written.record(stream_);
+}
+
+// Every rank's report to rank 0; the manifest when all succeeded; the outcome to everyone.
+Task<void> ShardedCheckpoint::publish(Pending& p) {
+  co_await p.written;
+  std::size_t width = 0;
+  for (int r = 0; r < ctx_.shard_size; ++r) width = std::max(width, pieces_of(units_, ctx_, r, "").size());
+  width += 3;
+  Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width)});
+  Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width) * ctx_.world});
+  auto* m = mine.data_as<std::int64_t>();
+  std::fill_n(m, width, 0);
+  m[0] = p.result->error ? 0 : 1;
+  m[1] = static_cast<std::int64_t>(p.result->bytes);
+  m[2] = p.result->crc;
+  for (std::size_t i = 0; i < p.result->piece_crcs.size(); ++i) m[3 + i] = p.result->piece_crcs[i];
+  co_await comms_.control->all_gather(mine, all, stream_);
+  const auto* a = all.data_as<std::int64_t>();
+  std::vector<std::int64_t> reports(a, a + width * static_cast<std::size_t>(ctx_.world));
+  std::string failed;
+  for (int r = 0; r < ctx_.world; ++r) {
+    if (!reports[static_cast<std::size_t>(r) * width]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::exception_ptr local = p.result->error;
+  if (failed.empty() && ctx_.rank == 0) {
+    try {
+      co_await run_on(stream_, [this, &p, &reports] { write_manifest(p.dir, manifest(p, reports)); }, "checkpoint manifest");
+    } catch (...) {
+      local = std::current_exception();
+    }
+  }
+  const std::string failed_manifest = co_await failures(!local);
+  if (failed.empty() && failed_manifest.empty()) co_return;
+  const std::string why = local ? message_of(local)
+                                : "rank(s) " + (failed.empty() ? failed_manifest : failed) +
+                                      " could not write their part (their errors say why)";
+  throw Error(Errc::io, "the checkpoint '" + p.dir.string() + "' was not written: " + why +
+                            ". No manifest was written, so the previous checkpoint is still the latest",
+              ErrorContext{.rank = ctx_.rank, .op = "save_sharded", .unit = {}});
+}
+
+Manifest ShardedCheckpoint::manifest(const Pending& p, const std::vector<std::int64_t>& reports) const {
+  const std::size_t width = reports.size() / static_cast<std::size_t>(ctx_.world);
+  Manifest m;
+  m.world_size = ctx_.world;
+  m.strategy = std::string(to_string(ctx_.opt.strategy));
+  m.shard_group_size = ctx_.shard_size;
+  m.optimizer = std::holds_alternative<SGD>(ctx_.opt.optimizer) ? "sgd" : "adamw";
+  m.param_dtype = std::string(to_string(ctx_.param_dtype));
+  m.units = p.units;
+  m.metadata = p.metadata;
+  for (int r = 0; r < ctx_.shard_size; ++r) {  // the writers: ranks 0 .. shard_size - 1
+    const std::int64_t* rep = reports.data() + static_cast<std::size_t>(r) * width;
+    auto pieces = pieces_of(units_, ctx_, r, file_of(r));
+    for (std::size_t i = 0; i < pieces.size(); ++i) pieces[i].crc32c = static_cast<std::uint32_t>(rep[3 + i]);
+    m.files.push_back({file_of(r), r, static_cast<std::uint64_t>(rep[1]), static_cast<std::uint32_t>(rep[2])});
+    m.pieces.insert(m.pieces.end(), pieces.begin(), pieces.end());
+  }
+  return m;
+}
+
+// The ranks whose `ok` is false, as "1, 3" (empty when every rank succeeded).
+Task<std::string> ShardedCheckpoint::failures(bool ok) {
+  Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
+  Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {ctx_.world});
+  mine.data_as<std::int64_t>()[0] = ok ? 1 : 0;
+  co_await comms_.control->all_gather(mine, all, stream_);
+  std::string failed;
+  for (int r = 0; r < ctx_.world; ++r) {
+    if (!all.data_as<std::int64_t>()[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  co_return failed;
+}
+
+Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
+  co_await finish();
+  Manifest m;
+  std::exception_ptr local;
+  try {
+    co_await run_on(stream_, [&] { m = read_manifest(dir); }, "checkpoint manifest");
+    check_compatible(m, dir);
+    for (Stream* s : ctx_.streams.all()) co_await run_on(*s, [] {}, {});  // nothing may use the shards
+    co_await run_on(stream_, [&] { read_shards(m, dir); }, "checkpoint read");
+  } catch (...) {
+    local = std::current_exception();
+  }
+  const std::string failed = co_await failures(!local);
+  if (local) std::rethrow_exception(local);
+  if (!failed.empty()) {
+    throw Error(Errc::io, "could not load the checkpoint '" + dir.string() + "': rank(s) " + failed +
+                              " failed (their errors say why)",
+                ErrorContext{.rank = ctx_.rank, .op = "load_sharded", .unit = {}});
+  }
+  co_return m.metadata;
+}
+
+// The checkpoint must be of this model (names and shapes) and hold this optimizer's state.
+void ShardedCheckpoint::check_compatible(const Manifest& m, const std::filesystem::path& dir) const {
+  const std::string where = "the checkpoint '" + dir.string() + "'";
+  std::map<std::string, const CheckpointPiece*> stored;
+  for (const auto& p : m.pieces) stored.emplace(p.param, &p);
+  std::size_t params = 0;
+  for (const auto& u : units_) {
+    for (const auto& p : u.layout.params) {
+      ++params;
+      auto it = stored.find(p.spec.name);
+      if (it == stored.end()) {
+        throw Error(Errc::bad_config, where + " is of another model: it has no parameter '" + p.spec.name + "' (unit '" +
+                                          u.name + "'). Load a checkpoint of this model");
+      }
+      if (it->second->shape != p.spec.shape) {
+        throw Error(Errc::bad_config, where + " is of another model shape: '" + p.spec.name + "' is " +
+                                          coshard::to_string(it->second->shape) + " there and " +
+                                          coshard::to_string(p.spec.shape) + " here");
+      }
+    }
+  }
+  if (stored.size() != params) {
+    throw Error(Errc::bad_config, where + " is of another model: it stores " + std::to_string(stored.size()) +
+                                      " parameters where this model has " + std::to_string(params));
+  }
+  const std::string optimizer = std::holds_alternative<SGD>(ctx_.opt.optimizer) ? "sgd" : "adamw";
+  if (m.optimizer != optimizer) {
+    throw Error(Errc::bad_config, where + " holds " + m.optimizer + " state but this run uses " + optimizer +
+                                      ": the optimizer cannot change across a resume");
+  }
+}
+
+// Each rank reads the pieces that intersect its shards and fills them; gradients start at zero.
+void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::path& dir) {
+  std::map<std::pair<std::string, std::string>, std::vector<const CheckpointPiece*>> index;
+  for (const auto& p : m.pieces) index[{p.param, p.kind}].push_back(&p);
+  const auto kinds = state_kinds(ctx_.opt.optimizer);
+  for (auto& u : units_) {
+    const auto [begin, count] = owned(u, ctx_, ctx_.shard_rank);
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      float* dst = tensor_of(u, static_cast<int>(k)).data_as<float>();
+      std::fill_n(dst, count, 0.0f);
+      for (const auto& p : u.layout.params) {
+        const std::int64_t lo = std::max(begin, p.offset) - p.offset;
+        const std::int64_t hi = std::min(begin + count, p.offset + p.numel) - p.offset;
+        if (lo >= hi) continue;
+        std::int64_t filled = 0;
+        for (const auto* piece : index[{p.spec.name, kinds[k]}]) {
+          const std::int64_t a = std::max(lo, piece->offset), b = std::min(hi, piece->offset + piece->length);
+          if (a >= b) continue;
+          const auto values = read_piece(dir, *piece);
+          std::copy_n(values.begin() + (a - piece->offset), b - a, dst + (p.offset + a - begin));
+          filled += b - a;
+        }
+        if (filled != hi - lo) {
+          throw Error(Errc::corrupt_file, "the checkpoint '" + dir.string() + "' lacks " + kinds[k] + " values of '" +
+                                              p.spec.name + "' (elements " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                              "). It is damaged: resume from an earlier one");
+        }
+      }
+    }
+    std::fill_n(u.shard.grad.data_as<float>(), u.shard.grad.numel(), 0.0f);
+    for (const auto& cu : m.units) {
+      if (cu.name == u.name) {
+        u.shard.opt_step = cu.optimizer_step;
+        u.shard.sgd_started = cu.sgd_started;
+      }
+    }
+  }
+}
+
+}  // namespace coshard::fsdp::detail
