@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -70,24 +71,86 @@ TEST(Trainer, DefaultRunLearnsAndLogsEveryStep) {
   EXPECT_NE(r.output.find("trained 150 steps"), std::string::npos) << r.output;
 }
 
-TEST(Trainer, SaveThenInitResumesWithTheSameParameters) {
-  auto d = temp_dir("resume");
-  const std::string a = (d / "a.safetensors").string(), b = (d / "b.safetensors").string();
-  auto r = run_command(launch(2, "--steps 20 --save " + a));
-  ASSERT_EQ(r.rc, 0) << r.output;
-  // A second job that starts from the file and takes one step of a negligible learning rate.
-  r = run_command(launch(2, "--steps 1 --lr 1e-20 --clip 0 --init " + a + " --save " + b));
-  ASSERT_EQ(r.rc, 0) << r.output;
-  auto config = coshard::gpt2::parse_config("tiny");
-  auto sa = coshard::gpt2::read_model(a, config), sb = coshard::gpt2::read_model(b, config);
-  ASSERT_EQ(sa.size(), sb.size());
-  for (const auto& [name, values] : sa) {
-    const auto& other = sb.at(name);
-    ASSERT_EQ(values.size(), other.size()) << name;
-    double worst = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(values[i] - other[i])));
-    EXPECT_LT(worst, 1e-6) << name;
+// The losses of steps `from`..end of a --log-json - run.
+std::vector<double> losses_from(const std::string& output, int from) {
+  std::vector<double> out;
+  for (const auto& s : step_records(output)) {
+    if (s["step"].get<int>() >= from) out.push_back(s["loss"].get<double>());
   }
+  return out;
+}
+
+// A run resumed from a checkpoint logs exactly what the uninterrupted run logs: on the same world
+// size, and on another world size and strategy with the same global batch. Schedule, warmup,
+// weight decay, clipping and shuffled data are all on.
+TEST(TrainerCheckpoint, ResumedRunsLogTheUninterruptedLosses) {
+  auto d = temp_dir("resume");
+  const std::string common = "--steps 8 --seq 32 --lr-schedule cosine --warmup-steps 2 --weight-decay 0.1 --clip 1 "
+                             "--shuffle --log-json - ";
+  auto whole = run_command(launch(2, common + "--batch 4 --checkpoint-dir " + (d / "a").string() +
+                                         " --checkpoint-every 4"));
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const auto want = losses_from(whole.output, 5);
+  ASSERT_EQ(want.size(), 4u) << whole.output;
+  for (const auto& [ranks, extra] : std::vector<std::pair<int, std::string>>{
+           {2, "--batch 4 --checkpoint-async false"}, {4, "--batch 2 --strategy hybrid_shard --shard-group 2"},
+           {1, "--batch 8 --strategy no_shard"}}) {
+    const fs::path dir = d / ("r" + std::to_string(ranks));
+    fs::create_directories(dir);
+    fs::copy(d / "a" / "step-00000004", dir / "step-00000004", fs::copy_options::recursive);
+    auto resumed = run_command(launch(ranks, common + extra + " --checkpoint-dir " + dir.string() + " --resume auto"));
+    ASSERT_EQ(resumed.rc, 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from " + (dir / "step-00000004").string() + " at step 4 of 8"),
+              std::string::npos) << resumed.output;
+    const auto got = losses_from(resumed.output, 1);
+    ASSERT_EQ(got.size(), want.size()) << resumed.output;
+    const double tol = ranks == 2 ? 1e-6 : 1e-5;
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * want[i]) << ranks << " ranks, step " << i + 5;
+    EXPECT_TRUE(fs::exists(dir / "step-00000008" / "manifest.json")) << resumed.output;
+  }
+}
+
+TEST(TrainerCheckpoint, KeepsTheNewestAndPointsLatestAtIt) {
+  auto d = temp_dir("keep");
+  auto r = run_command(launch(2, "--steps 8 --seq 32 --checkpoint-dir " + d.string() +
+                                     " --checkpoint-every 2 --checkpoint-keep 2"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000006", "step-00000008"}));  // no lock left
+  std::ifstream latest(d / "latest");
+  std::string name;
+  latest >> name;
+  EXPECT_EQ(name, "step-00000008");
+}
+
+TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
+  auto d = temp_dir("refuse");
+  const std::string dir = (d / "c").string();
+  auto r = run_command(launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --checkpoint-every 2"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  auto expect_refused = [&](int ranks, const std::string& args, const std::string& needle) {
+    auto x = run_command(launch(ranks, args));
+    EXPECT_NE(x.rc, 0) << args;
+    EXPECT_NE(x.output.find(needle), std::string::npos) << args << "\n" << x.output;
+    EXPECT_EQ(x.output.find("step 1/"), std::string::npos) << "trained before refusing: " << x.output;
+  };
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir,
+                 "already holds checkpoints (the newest is step-00000004): pass --resume auto");
+  expect_refused(1, "--steps 4 --seq 32 --resume " + dir + "/step-00000002",
+                 "was trained with global_batch = 16 and this run has 8: set ranks x --batch x --grad-accum");
+  expect_refused(2, "--steps 4 --seq 16 --resume " + dir + "/step-00000002", "set --seq as it was");
+  expect_refused(2, "--steps 4 --seq 32 --resume " + d.string(), "is not a checkpoint (it has no manifest.json");
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume " + dir + "/step-00000002",
+                 "holds step-00000004, newer than the checkpoint resumed");
+  expect_refused(1, "--steps 4 --resume auto", "--resume auto looks under --checkpoint-dir");
+  // A live job's lock (this test's own process) keeps others out.
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::ofstream(fs::path(dir) / ".lock") << ::getpid() << " " << host << "\n";
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto", "is in use by another job (pid " +
+                                                                                       std::to_string(::getpid()));
 }
 
 // The global batch of a step is the same sequences for any world size with the same global batch.

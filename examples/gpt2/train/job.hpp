@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "checkpoints.hpp"
 #include "corpus.hpp"
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/metrics/timeline.hpp"
@@ -25,6 +26,8 @@ struct Job {
   transport::LaunchEnv env;
   Inputs in;
   metrics::Timeline* timeline = nullptr;  // null without --trace
+  std::unique_ptr<CheckpointDir> checkpoints;  // --checkpoint-dir (locked by rank 0)
+  std::optional<std::filesystem::path> resume;  // the checkpoint --resume names, if any
 };
 
 }  // namespace coshard::train

@@ -99,8 +99,9 @@ Task<int> run(Runtime& rt, train::Job& job) {
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
   if (job.in.init) co_await engine->load_full_state_dict(*job.in.init);
+  const int first_step = co_await train::resume(job, *engine, pg->size(), pg->rank());
 
-  train::TrainLoop loop(rt, job, *pg, model, *engine);
+  train::TrainLoop loop(rt, job, *pg, model, *engine, first_step);
   const train::TrainSummary summary = co_await loop.run();
   co_await train::save_and_sample(job, *engine, pg->rank());
   if (pg->rank() == 0) train::print_summary(job.o, summary, pg->size());
@@ -112,6 +113,11 @@ Task<int> run(Runtime& rt, train::Job& job) {
 // after, for a last scrape).
 int prepare_and_run(train::Job& job) {
   job.in = prepare(job.o);
+  if (!job.o.checkpoint_dir.empty()) {
+    job.checkpoints = std::make_unique<train::CheckpointDir>(job.o.checkpoint_dir);
+    if (job.env.rank == 0) job.checkpoints->lock();
+  }
+  job.resume = train::checkpoint_to_resume(job.o);
   std::unique_ptr<metrics::Timeline> timeline;
   if (!job.o.trace.empty()) timeline = std::make_unique<metrics::Timeline>();
   job.timeline = timeline.get();
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto& e = env.value();
-  train::Job job{*parsed.options, e, {}, nullptr};
+  train::Job job{*parsed.options, e, {}, nullptr, nullptr, std::nullopt};
   try {
     return prepare_and_run(job);
   } catch (const std::exception& ex) {

@@ -65,7 +65,20 @@ void StepLog::close() {
   f_ = nullptr;
 }
 
-TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine)
+Task<int> resume(Job& job, fsdp::Engine& engine, int world, int rank) {
+  if (!job.resume) co_return 0;
+  const std::string where = job.resume->string();
+  const auto state = co_await engine.load_sharded(where);
+  const int step = resume_step(state, job.o, world, where);
+  if (rank == 0) {
+    std::printf("resumed from %s at step %d of %d\n", where.c_str(), step, job.o.steps);
+    std::fflush(stdout);
+  }
+  co_return step;
+}
+
+TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine,
+                     int first_step)
     : rt_(rt),
       o_(job.o),
       timeline_(job.timeline),
@@ -80,17 +93,23 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
       scalar_(Tensor::empty(rt.allocator(), DType::f32, {1})),
       progress_(job.o.steps, pg.rank() == 0),
       tokens_per_step_(static_cast<double>(pg.size()) * job.o.grad_accum * job.o.batch * job.o.seq),
-      before_(engine.comm_stats()) {}
+      before_(engine.comm_stats()),
+      first_step_(first_step),
+      checkpoints_(job.checkpoints.get()) {
+  loader_.set_step(static_cast<std::int64_t>(first_step) * job.o.grad_accum);
+}
 
 Task<TrainSummary> TrainLoop::run() {
   TrainSummary s;
   const auto start = Clock::now();
-  for (int step = 0; step < o_.steps; ++step) {
+  for (int step = first_step_; step < o_.steps; ++step) {
     // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
     if (timeline_ && step == std::max(0, o_.steps - o_.trace_steps)) timeline_->clear();
     s.loss = co_await train_step(step);
-    if (step == 0) s.first_loss = s.loss;
+    if (step == first_step_) s.first_loss = s.loss;
+    co_await checkpoint(step + 1);
   }
+  co_await finish_checkpoint();
   progress_.done();
   s.seconds = seconds_since(start);
   log_.close();
@@ -140,6 +159,29 @@ Task<float> TrainLoop::forward_backward(gpt2::Batch b, bool sync, bool last) {
   co_await model_.backward(engine_);
   co_await engine_.compute_event();
   co_return model_.loss();
+}
+
+Task<void> TrainLoop::checkpoint(int steps_done) {
+  if (!checkpoints_) co_return;
+  co_await finish_checkpoint();  // usually finished already, by this step's optimizer_step
+  const bool due = steps_done == o_.steps || (o_.checkpoint_every > 0 && steps_done % o_.checkpoint_every == 0);
+  if (!due) co_return;
+  const std::string dir = checkpoints_->step_dir(steps_done).string();
+  const auto state = training_state(o_, pg_.size(), steps_done);
+  saving_ = steps_done;
+  if (o_.checkpoint_async) {
+    co_await engine_.save_sharded_async(dir, state);
+  } else {
+    co_await engine_.save_sharded(dir, state);
+    co_await finish_checkpoint();
+  }
+}
+
+Task<void> TrainLoop::finish_checkpoint() {
+  if (!saving_) co_return;
+  co_await engine_.wait_for_checkpoint();
+  if (pg_.rank() == 0) checkpoints_->commit(*saving_, o_.checkpoint_keep);
+  saving_.reset();
 }
 
 bool TrainLoop::validation_due(int step) const {

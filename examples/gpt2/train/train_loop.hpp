@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <optional>
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/data.hpp"
@@ -56,9 +57,14 @@ struct TrainSummary {
   double seconds = 0;
 };
 
+// Loads the checkpoint --resume names into the engine (collective) and returns the step to start
+// at: 0 without one.
+Task<int> resume(Job& job, fsdp::Engine& engine, int world, int rank);
+
 class TrainLoop {
  public:
-  TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine);
+  TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine,
+            int first_step);
 
   // The whole run; the JSON log is complete when it returns.
   Task<TrainSummary> run();
@@ -71,6 +77,9 @@ class TrainLoop {
   Task<float> validation_loss();
   Task<float> mean_over_ranks(float v);
   bool validation_due(int step) const;
+  // After `steps_done` steps: finishes the previous save, and saves when one is due.
+  Task<void> checkpoint(int steps_done);
+  Task<void> finish_checkpoint();
 
   Runtime& rt_;
   const TrainOptions& o_;
@@ -86,6 +95,9 @@ class TrainLoop {
   Progress progress_;
   const double tokens_per_step_;
   fsdp::CommStats before_;  // at the end of the previous step
+  const int first_step_;
+  CheckpointDir* checkpoints_;
+  std::optional<int> saving_;  // the step of a checkpoint being written
 };
 
 }  // namespace coshard::train

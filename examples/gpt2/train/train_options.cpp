@@ -75,6 +75,20 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::Range(0, 10000));
 }
 
+void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
+  app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                 "sharded checkpoints of the whole training state in DIR/step-NNNNNNNN (DIR/latest names the newest)");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "a checkpoint every N steps, and one at the end")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-keep", o.checkpoint_keep, "complete checkpoints kept (older ones are removed)")
+      ->capture_default_str()->check(CLI::Range(1, 1000000));
+  app.add_option("--checkpoint-async", o.checkpoint_async,
+                 "write checkpoints in the background while training goes on (true | false)")
+      ->capture_default_str();
+  app.add_option("--resume", o.resume, "auto: continue from the latest checkpoint under --checkpoint-dir (start fresh "
+                                       "if there is none); or a checkpoint directory. Any world size and strategy");
+}
+
 void apply_words(TrainOptions& o, const Words& w) {
   o.lr_schedule = w.schedule;
   static const std::map<std::string, fsdp::Strategy> strategies{
@@ -99,6 +113,15 @@ std::string conflicts(const TrainOptions& o) {
   if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
     return "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2";
   }
+  if (!o.resume.empty() && !o.init.empty()) {
+    return "gpt2-train: --resume and --init both say where the model starts; give one";
+  }
+  if (o.resume == "auto" && o.checkpoint_dir.empty()) {
+    return "gpt2-train: --resume auto looks under --checkpoint-dir; give --checkpoint-dir DIR";
+  }
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+    return "gpt2-train: --checkpoint-every needs --checkpoint-dir DIR";
+  }
   return {};
 }
 
@@ -115,6 +138,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   add_optimizer_flags(app, o, w);
   add_sharding_flags(app, o, w);
   add_output_flags(app, o);
+  add_checkpoint_flags(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -41,6 +41,11 @@ struct TrainOptions {
   std::string log_json;
   int samples = 16;
   double metrics_linger = 0;  // seconds the endpoint stays up after training
+  std::string checkpoint_dir;   // sharded checkpoints: DIR/step-NNNNNNNN and DIR/latest
+  int checkpoint_every = 0;     // steps between checkpoints (0: only with --checkpoint-dir, at the end)
+  int checkpoint_keep = 3;      // complete checkpoints kept
+  bool checkpoint_async = true;  // written while training goes on
+  std::string resume;           // "auto" (latest under --checkpoint-dir, if any) or a checkpoint directory
 };
 
 struct ParseResult {

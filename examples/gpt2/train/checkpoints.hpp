@@ -1,0 +1,51 @@
+#pragma once
+// gpt2-train's checkpoints under --checkpoint-dir: DIR/step-NNNNNNNN (the engine's sharded
+// checkpoints, with the training state that is not a tensor in their metadata), DIR/latest naming
+// the newest complete one (replaced atomically), the newest --checkpoint-keep kept, and DIR/.lock
+// while a job writes there. Rank 0 does the bookkeeping; every rank reads.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "coshard/fsdp/checkpoint.hpp"
+#include "train_options.hpp"
+
+namespace coshard::train {
+
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::filesystem::path root) : root_(std::move(root)) {}
+  ~CheckpointDir();
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
+
+  // Rank 0: creates DIR and takes DIR/.lock. A lock of a live job is an error naming it; the lock
+  // of a job that is gone (same host, no such process) is taken over.
+  void lock();
+  std::filesystem::path step_dir(int step) const;
+  // Complete checkpoints by step.
+  std::map<int, std::filesystem::path> complete() const;
+  // The checkpoint DIR/latest names when it is complete, else the newest complete one.
+  std::optional<std::filesystem::path> latest() const;
+  // Rank 0, once the checkpoint of `step` is complete: DIR/latest names it; older checkpoints
+  // beyond the newest `keep`, and unfinished ones older than it, are removed.
+  void commit(int step, int keep);
+  const std::filesystem::path& root() const noexcept { return root_; }
+
+ private:
+  std::filesystem::path root_;
+  bool locked_ = false;
+};
+
+// The training state beside the tensors: the step reached and what the data position, schedule
+// and seeds depend on.
+fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int steps_done);
+// The step a checkpoint resumes at, after checking that this run continues it exactly (same
+// global batch, sequence length, seed, data order and schedule); errors name the flag to change.
+int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where);
+// Which checkpoint --resume names (nullopt: start fresh), and whether --checkpoint-dir may be
+// written: no checkpoint there newer than the one resumed, none at all without --resume.
+std::optional<std::filesystem::path> checkpoint_to_resume(const TrainOptions& o);
+
+}  // namespace coshard::train
