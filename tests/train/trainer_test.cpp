@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coshard/gpt2/safetensors.hpp"
@@ -151,6 +153,44 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   std::ofstream(fs::path(dir) / ".lock") << ::getpid() << " " << host << "\n";
   expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto", "is in use by another job (pid " +
                                                                                        std::to_string(::getpid()));
+}
+
+// A rank killed with SIGKILL mid-run: coshard-run --max-restarts stops the others, starts every
+// rank again, and --resume auto continues from the last complete checkpoint, so the job finishes
+// with the uninterrupted run's losses.
+TEST(TrainerCheckpoint, AKilledRankIsRestartedAndTheRunContinuesFromItsCheckpoint) {
+  auto d = temp_dir("restart");
+  const std::string common = "--steps 60 --seq 32 --checkpoint-every 4 --log-json - ";
+  auto whole = run_command(launch(2, common + "--checkpoint-dir " + (d / "whole").string()));
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string dir = (d / "killed").string();
+  coshard::testing::CommandResult job;
+  std::thread runner([&] {
+    job = run_command(kRun + " --max-restarts 1 --nproc-per-node 2 -- " + kTrain + " --metrics-port 0 --samples 0 " +
+                      common + "--checkpoint-dir " + dir + " --resume auto");
+  });
+  // Once the checkpoint of step 8 is complete, kill the newest rank outright.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(fs::path(dir) / "step-00000008" / "manifest.json") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // "[g]" keeps the pattern from matching the shell that runs pkill.
+  const bool killed = run_command("pkill -9 -n -f -- '[g]pt2-train .*" + dir + "'").rc == 0;
+  runner.join();
+  ASSERT_TRUE(killed) << "no rank to kill, or the checkpoint never came: " << job.output;
+  ASSERT_EQ(job.rc, 0) << job.output;
+  EXPECT_NE(job.output.find("coshard-run: restart 1 of 1"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("resumed from " + dir + "/step-"), std::string::npos) << job.output;
+  // The last records are the restarted attempt's steps 51..60.
+  const auto want = step_records(whole.output), got = step_records(job.output);
+  ASSERT_EQ(want.size(), 60u);
+  ASSERT_GE(got.size(), 10u) << job.output;
+  for (std::size_t i = 0; i < 10; ++i) {
+    const auto& w = want[want.size() - 10 + i];
+    const auto& g = got[got.size() - 10 + i];
+    ASSERT_EQ(g["step"], w["step"]) << job.output;
+    EXPECT_NEAR(g["loss"].get<double>(), w["loss"].get<double>(), 1e-6 * w["loss"].get<double>()) << "step " << w["step"];
+  }
 }
 
 // The global batch of a step is the same sequences for any world size with the same global batch.

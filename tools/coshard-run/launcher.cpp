@@ -108,8 +108,9 @@ StoreHost host_store(const Options& o, const std::string& token) {
 
 // What a rank learns from its environment (torchrun's names, and the store's token).
 std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, std::uint16_t port,
-                                  const std::string& token) {
+                                  const std::string& token, int restart) {
   return {
+      "COSHARD_RESTART_COUNT=" + std::to_string(restart),
       "RANK=" + std::to_string(rank),
       "WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc_per_node),
       "LOCAL_RANK=" + std::to_string(local_rank),
@@ -123,7 +124,7 @@ std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, st
 }
 
 std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::string& token,
-                               const sigset_t& old_mask) {
+                               const sigset_t& old_mask, int restart) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     int out_pipe[2], err_pipe[2];
@@ -132,7 +133,7 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
     }
     auto& c = children[static_cast<std::size_t>(lr)];
     c.rank = o.node_rank * o.nproc_per_node + lr;
-    c.pid = spawn(o, lr, rank_env(o, c.rank, lr, port, token), out_pipe[1], err_pipe[1], old_mask);
+    c.pid = spawn(o, lr, rank_env(o, c.rank, lr, port, token, restart), out_pipe[1], err_pipe[1], old_mask);
     c.running = true;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
@@ -143,20 +144,31 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
   return children;
 }
 
+// One attempt: a fresh store (nothing of a failed attempt is read again) and every local rank.
+int run_ranks(const Options& o, const std::string& token, BlockedSignals& signals, int restart, bool& interrupted) {
+  StoreHost store = host_store(o, token);
+  std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask, restart);
+  std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
+               o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(store.port));
+  Supervisor supervisor(o, children);
+  supervisor.watch(signals.fd.get());
+  store.stop();
+  interrupted = supervisor.interrupted();
+  return supervisor.result();
+}
+
 }  // namespace
 
 int launch(const Options& o) {
   BlockedSignals signals = block_signals();
-  const int world = o.nnodes * o.nproc_per_node;
   const std::string token = o.token.empty() ? random_token() : o.token;
-  StoreHost store = host_store(o, token);
-  std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask);
-  std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node, world,
-               o.master_addr.c_str(), static_cast<unsigned>(store.port));
-  Supervisor supervisor(o, children);
-  supervisor.watch(signals.fd.get());
-  store.stop();
-  return supervisor.result();
+  for (int restart = 0;; ++restart) {
+    bool interrupted = false;
+    const int rc = run_ranks(o, token, signals, restart, interrupted);
+    if (rc == 0 || interrupted || restart >= o.max_restarts) return rc;
+    std::fprintf(stderr, "coshard-run: restart %d of %d: the job failed (exit code %d); starting every rank again\n",
+                 restart + 1, o.max_restarts, rc);
+  }
 }
 
 }  // namespace coshard::run

@@ -24,12 +24,14 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi) 
 
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes M --node-rank K] [--master ADDR:PORT] [--token T]\n"
-         "                   [--grace SECONDS] -- PROGRAM [ARGS...]\n"
+         "                   [--grace SECONDS] [--max-restarts N] -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
          "  and stops every rank when one fails. Node 0 serves the rendezvous store at --master\n"
          "  (default 127.0.0.1:0, port 0 picks a free one). Across nodes give every node the same --master\n"
-         "  and --token.\n";
+         "  and --token. --max-restarts N: when a rank fails, stop the others and start every rank again (a\n"
+         "  fresh store, COSHARD_RESTART_COUNT set), up to N times; a trainer with --resume auto continues\n"
+         "  from its last checkpoint.\n";
 }
 
 Options parse_options(int argc, char** argv) {
@@ -63,6 +65,8 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--token") {
       o.token = value(a);
       if (o.token.empty()) throw std::invalid_argument("--token must not be empty");
+    } else if (a == "--max-restarts") {
+      o.max_restarts = static_cast<int>(parse_int(a, value(a), 0, 1000000));
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {
@@ -80,6 +84,10 @@ Options parse_options(int argc, char** argv) {
       throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
     }
     if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
+    if (o.max_restarts > 0) {
+      throw std::invalid_argument("--max-restarts works on one node for now: across nodes, restart the whole job "
+                                  "(for example with Slurm's --requeue) and let --resume auto continue it");
+    }
   }
   return o;
 }

@@ -13,6 +13,7 @@ struct Options {
   std::uint16_t master_port = 0;  // 0: pick a free port (node 0 only)
   std::string token;              // empty: generated (single node only)
   double grace_seconds = 5;       // SIGTERM, then SIGKILL after this
+  int max_restarts = 0;           // when a rank fails: stop all, start all again, up to this many times
   std::vector<std::string> command;
 };
 

@@ -22,6 +22,8 @@ class Supervisor {
   void watch(int sigfd);
   // The launcher's exit code; names the ranks that failed when one did.
   int result() const;
+  // True when the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
+  bool interrupted() const noexcept { return interrupted_by_ != 0; }
 
  private:
   using Clock = std::chrono::steady_clock;
