@@ -191,4 +191,39 @@ std::vector<float> read_full(const std::filesystem::path& dir, const Manifest& m
   return out;
 }
 
+void write_checkpoint(const std::filesystem::path& dir, const std::vector<FullTensor>& params,
+                      CheckpointMetadata metadata) {
+  if (is_checkpoint(dir)) {
+    throw Error(Errc::bad_config, "'" + dir.string() + "' already holds a checkpoint: write to a new directory");
+  }
+  Manifest m;
+  m.strategy = "no_shard";
+  m.optimizer = "adamw";
+  m.param_dtype = "f32";
+  m.metadata = std::move(metadata);
+  const std::string file = "rank-00000.bin";
+  std::vector<float> data;
+  for (const char* kind : {"param", "exp_avg", "exp_avg_sq"}) {
+    for (const auto& p : params) {
+      if (static_cast<std::int64_t>(p.values.size()) != numel(p.shape)) {
+        throw Error(Errc::invalid_argument, "write_checkpoint: '" + p.name + "' has " + std::to_string(p.values.size()) +
+                                                " values for shape " + to_string(p.shape));
+      }
+      const std::size_t at = data.size();
+      if (std::string(kind) == "param") {
+        data.insert(data.end(), p.values.begin(), p.values.end());
+      } else {
+        data.resize(at + p.values.size(), 0.0f);
+      }
+      const auto bytes = std::as_bytes(std::span<const float>(data.data() + at, p.values.size()));
+      m.pieces.push_back({p.name, kind, p.shape, 0, numel(p.shape), file, at * sizeof(float), crc32c(bytes)});
+    }
+  }
+  const auto all = std::as_bytes(std::span<const float>(data));
+  std::filesystem::create_directories(dir);
+  write_atomic(dir / file, std::span<const std::span<const std::byte>>(&all, 1));
+  m.files.push_back({file, 0, all.size(), crc32c(all)});
+  write_manifest(dir, m);
+}
+
 }  // namespace coshard::fsdp

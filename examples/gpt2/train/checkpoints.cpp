@@ -133,6 +133,12 @@ fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int st
 
 int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where) {
   const auto now = training_state(o, world, 0);
+  if (state.count("imported_from")) {  // coshard-ckpt import: a model and a fresh optimizer, no run to continue
+    if (state.count("model") && state.at("model") != o.model) {
+      throw Error(Errc::bad_config, "checkpoint " + where + " holds model " + state.at("model") + ", not --model " + o.model);
+    }
+    return 0;
+  }
   static const std::map<std::string, std::string> fix{
       {"global_batch", "ranks x --batch x --grad-accum"}, {"seq", "--seq"},     {"seed", "--seed"},
       {"shuffle", "--shuffle"},   {"data", "--data"},   {"lr", "--lr"},        {"lr_schedule", "--lr-schedule"},

@@ -86,4 +86,15 @@ std::vector<float> read_full(const std::filesystem::path& dir, const Manifest& m
 
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0) noexcept;
 
+// A whole (unsharded) parameter, for checkpoints made outside an engine.
+struct FullTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;
+};
+// Writes a checkpoint of one file holding `params` whole, with zero AdamW state (a fresh
+// optimizer), as one rank would save it; `dir` must not hold a checkpoint. For importing a model.
+void write_checkpoint(const std::filesystem::path& dir, const std::vector<FullTensor>& params,
+                      CheckpointMetadata metadata);
+
 }  // namespace coshard::fsdp
