@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "coshard/fsdp/checkpoint.hpp"
@@ -66,6 +67,9 @@ CheckpointPiece piece_of(const json& j) {
   p.offset = j.at("offset").get<std::int64_t>();
   p.length = j.at("length").get<std::int64_t>();
   p.file = j.at("file").get<std::string>();
+  if (p.file.empty() || p.file.find('/') != std::string::npos || p.file == "..") {
+    throw std::runtime_error("piece file name '" + p.file + "' is not a file of the checkpoint directory");
+  }
   p.byte_offset = j.at("byte_offset").get<std::uint64_t>();
   p.crc32c = j.at("crc32c").get<std::uint32_t>();
   if (j.value("dtype", "f32") != "f32") throw std::runtime_error("piece dtype " + j.at("dtype").get<std::string>());
@@ -129,6 +133,10 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
                          u.at("sgd_started").get<bool>()});
     }
     for (const auto& f : j.at("files")) {
+      const auto name = f.at("name").get<std::string>();
+      if (name.empty() || name.find('/') != std::string::npos || name == "..") {
+        throw std::runtime_error("file name '" + name + "' is not a file of the checkpoint directory");
+      }
       m.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(), f.at("bytes").get<std::uint64_t>(),
                          f.at("crc32c").get<std::uint32_t>()});
     }

@@ -58,6 +58,9 @@ Task<CommGroups> CommGroups::create(transport::ProcessGroup& group, Context& ctx
     c.reduce_scatter = co_await group.new_communicator(comm_options(ctx, "reduce_scatter"));
   }
   c.control = co_await group.new_communicator(comm_options(ctx, "control"));
+  auto checkpoint = comm_options(ctx, "checkpoint");
+  checkpoint.timeout = ctx.opt.checkpoint_timeout;
+  c.checkpoint = co_await group.new_communicator(std::move(checkpoint));
   if (c.all_gather) {
     ctx.shard_rank = c.all_gather->rank();
     ctx.shard_size = c.all_gather->size();

@@ -6,6 +6,7 @@
 //   all_reduce      hybrid: across replicas of a shard; no_shard: the world
 //   control         small messages (signatures, order checks, norms, state dicts, init)
 //   post_forward    reshard_after_forward = a group size: the backward all-gather in that group
+//   checkpoint      checkpoint reports and outcomes, with Options::checkpoint_timeout (file I/O)
 #include <memory>
 
 #include "context.hpp"
@@ -14,7 +15,7 @@
 namespace coshard::fsdp::detail {
 
 struct CommGroups {
-  std::unique_ptr<transport::Communicator> all_gather, reduce_scatter, all_reduce, control, post_forward;
+  std::unique_ptr<transport::Communicator> all_gather, reduce_scatter, all_reduce, control, post_forward, checkpoint;
 
   // Collective. Builds the communicators of ctx.opt.strategy and fills in the shard group of
   // `ctx` (shard_rank, shard_size, replicas, reshard_group). Bad group sizes fail by name.

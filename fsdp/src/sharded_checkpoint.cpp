@@ -56,7 +56,8 @@ std::string file_of(int shard_rank) {
 }
 
 // Runs `fn` on `stream`, so that blocking file I/O stays off the scheduler thread, and rethrows
-// what it threw.
+// what it threw. Callers pass a named std::function, never a lambda that owns values: GCC 12
+// destroys the temporaries of a co_await expression twice.
 Task<void> run_on(Stream& stream, std::function<void()> fn, std::string span) {
   auto error = std::make_shared<std::exception_ptr>();
   stream.enqueue([fn = std::move(fn), error] {
@@ -146,7 +147,11 @@ Task<void> ShardedCheckpoint::save(std::filesystem::path dir, CheckpointMetadata
   p->writer = ctx_.rank < ctx_.shard_size;
   if (p->writer) p->planned = plan(units_, ctx_, ctx_.shard_rank, file_of(ctx_.shard_rank));
   for (const auto& u : units_) p->units.push_back({u.name, u.shard.opt_step, u.shard.sgd_started});
-  co_await stage(*p);
+  try {
+    co_await stage(*p);
+  } catch (...) {  // reported to every rank by publish(), which every rank reaches
+    p->result->error = std::current_exception();
+  }
   write(*p);
   pending_ = std::move(p);
   if (!async) co_await finish();
@@ -184,13 +189,14 @@ Task<void> ShardedCheckpoint::stage(Pending& p) {
 
 // Writes this rank's file on the checkpoint stream; the result is read by publish().
 void ShardedCheckpoint::write(Pending& p) {
-  if (p.writer) {
+  if (p.writer && !p.result->error) {
     std::vector<std::pair<std::uint64_t, std::int64_t>> ranges;  // byte offset, elements
     for (const auto& pl : p.planned) ranges.emplace_back(pl.piece.byte_offset, pl.piece.length);
     stream_.enqueue([path = p.dir / file_of(ctx_.shard_rank), dir = p.dir, staged = p.staged, result = p.result,
                      ranges = std::move(ranges)] {
       try {
         std::filesystem::create_directories(dir);
+        sync_directory(dir.parent_path());  // the new directory's entry is durable too
         const auto bytes = std::as_bytes(std::span<const float>(*staged));
         for (const auto& [at, n] : ranges) {
           result->piece_crcs.push_back(crc32c(bytes.subspan(at, static_cast<std::size_t>(n) * sizeof(float))));
@@ -221,7 +227,7 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   m[1] = static_cast<std::int64_t>(p.result->bytes);
   m[2] = p.result->crc;
   for (std::size_t i = 0; i < p.result->piece_crcs.size(); ++i) m[3 + i] = p.result->piece_crcs[i];
-  co_await comms_.control->all_gather(mine, all, stream_);
+  co_await comms_.checkpoint->all_gather(mine, all, stream_);
   const auto* a = all.data_as<std::int64_t>();
   std::vector<std::int64_t> reports(a, a + width * static_cast<std::size_t>(ctx_.world));
   std::string failed;
@@ -231,7 +237,8 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   std::exception_ptr local = p.result->error;
   if (failed.empty() && ctx_.rank == 0) {
     try {
-      co_await run_on(stream_, [this, &p, &reports] { write_manifest(p.dir, manifest(p, reports)); }, "checkpoint manifest");
+      std::function<void()> work = [dir = p.dir, m = manifest(p, reports)] { write_manifest(dir, m); };
+      co_await run_on(stream_, std::move(work), "checkpoint manifest");
     } catch (...) {
       local = std::current_exception();
     }
@@ -271,7 +278,7 @@ Task<std::string> ShardedCheckpoint::failures(bool ok) {
   Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
   Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {ctx_.world});
   mine.data_as<std::int64_t>()[0] = ok ? 1 : 0;
-  co_await comms_.control->all_gather(mine, all, stream_);
+  co_await comms_.checkpoint->all_gather(mine, all, stream_);
   std::string failed;
   for (int r = 0; r < ctx_.world; ++r) {
     if (!all.data_as<std::int64_t>()[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
@@ -281,13 +288,16 @@ Task<std::string> ShardedCheckpoint::failures(bool ok) {
 
 Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
   co_await finish();
-  Manifest m;
+  // Stream work holds what it uses (never this frame, which a cancelled wait would unwind).
+  auto m = std::make_shared<Manifest>();
   std::exception_ptr local;
   try {
-    co_await run_on(stream_, [&] { m = read_manifest(dir); }, "checkpoint manifest");
-    check_compatible(m, dir);
+    std::function<void()> read = [m, dir] { *m = read_manifest(dir); };
+    co_await run_on(stream_, std::move(read), "checkpoint manifest");
+    check_compatible(*m, dir);
     for (Stream* s : ctx_.streams.all()) co_await run_on(*s, [] {}, {});  // nothing may use the shards
-    co_await run_on(stream_, [&] { read_shards(m, dir); }, "checkpoint read");
+    std::function<void()> fill = [this, m, dir] { read_shards(*m, dir); };
+    co_await run_on(stream_, std::move(fill), "checkpoint read");
   } catch (...) {
     local = std::current_exception();
   }
@@ -298,7 +308,7 @@ Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
                               " failed (their errors say why)",
                 ErrorContext{.rank = ctx_.rank, .op = "load_sharded", .unit = {}});
   }
-  co_return m.metadata;
+  co_return m->metadata;
 }
 
 // The checkpoint must be of this model (names and shapes) and hold this optimizer's state.
@@ -325,6 +335,13 @@ void ShardedCheckpoint::check_compatible(const Manifest& m, const std::filesyste
   if (stored.size() != params) {
     throw Error(Errc::bad_config, where + " is of another model: it stores " + std::to_string(stored.size()) +
                                       " parameters where this model has " + std::to_string(params));
+  }
+  for (const auto& u : units_) {
+    const bool listed = std::any_of(m.units.begin(), m.units.end(), [&](const auto& cu) { return cu.name == u.name; });
+    if (!listed && !m.units.empty()) {
+      throw Error(Errc::bad_config, where + " has no optimizer state of unit '" + u.name + "': it was saved with "
+                                        "other units. Wrap the model in the same units to resume it");
+    }
   }
   const std::string optimizer = std::holds_alternative<SGD>(ctx_.opt.optimizer) ? "sgd" : "adamw";
   if (m.optimizer != optimizer) {
@@ -363,6 +380,8 @@ void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::pa
       }
     }
     std::fill_n(u.shard.grad.data_as<float>(), u.shard.grad.numel(), 0.0f);
+    u.shard.opt_step = 0;  // a checkpoint without step counts starts a fresh optimizer
+    u.shard.sgd_started = false;
     for (const auto& cu : m.units) {
       if (cu.name == u.name) {
         u.shard.opt_step = cu.optimizer_step;

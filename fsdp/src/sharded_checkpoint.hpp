@@ -9,7 +9,7 @@
 //  - staging copies the shards to host memory on the optimizer stream, after every update issued
 //    so far: what is saved is the state after the last optimizer step;
 //  - files are written on the checkpoint stream (off the scheduler thread); the report of every
-//    rank is all-gathered on the control communicator after its file is durable, and the manifest
+//    rank is all-gathered on the checkpoint communicator after its file is durable, and the manifest
 //    is written only when every rank succeeded, after which a second all-gather tells every rank;
 //  - an asynchronous save is finished (reported, manifest written) at the next optimizer_step(),
 //    save or wait_for_checkpoint(), at the same point on every rank; a second save waits for it;

@@ -229,6 +229,27 @@ TEST(TrainerCheckpoint, CkptToolExportsWhatSaveWritesImportsAndVerifies) {
   EXPECT_EQ(run_command(tool + " frobnicate").rc, 2);
 }
 
+// A full disk in the middle of a save: the job fails naming the file and the error, no manifest
+// is left behind, and the previous checkpoint stays the latest and loadable. The disk is a 4.5 MB
+// tmpfs in a mount namespace of the test's own (a checkpoint of the tiny model takes 3.1 MB).
+TEST(TrainerCheckpointE2E, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs in a private mount namespace";
+  auto d = temp_dir("enospc");
+  const std::string disk = (d / "disk").string(), dir = disk + "/ckpt";
+  fs::create_directories(disk);
+  auto r = run_command("unshare -m sh -c 'mount --make-rprivate / && mount -t tmpfs -o size=4608k tmpfs " + disk +
+                       " && " + launch(2, "--steps 6 --seq 32 --checkpoint-dir " + dir + " --checkpoint-every 2 "
+                                          "--checkpoint-async false") +
+                       "; rc=$?; " + COSHARD_CKPT_BIN + " verify $(cat " + dir + "/latest | sed s@^@" + dir + "/@); " +
+                       "ls " + dir + "; exit $rc'");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("No manifest was written, so the previous checkpoint is still the latest"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step-00000002: ok"), std::string::npos) << r.output;  // latest, and it verifies
+  EXPECT_EQ(r.output.find("step-00000004/manifest"), std::string::npos) << r.output;
+}
+
 // The global batch of a step is the same sequences for any world size with the same global batch.
 class WorldSize : public ::testing::TestWithParam<std::string> {};
 

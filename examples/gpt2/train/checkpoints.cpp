@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,13 +36,23 @@ std::optional<int> step_of(const fs::path& dir) {
   return std::stoi(name.substr(5));
 }
 
-// The lock's holder ("pid host"); empty when it cannot be read.
-std::pair<long, std::string> holder(const fs::path& lock) {
-  std::ifstream f(lock);
+// The job this process belongs to, when a scheduler says ("-" otherwise).
+std::string job_id() {
+  const char* slurm = std::getenv("SLURM_JOB_ID");
+  return slurm && *slurm ? std::string("slurm:") + slurm : "-";
+}
+
+struct Holder {
   long pid = 0;
-  std::string host;
-  f >> pid >> host;
-  return {pid, host};
+  std::string host, job;
+};
+
+// The lock's holder ("pid host job"); empty fields when it cannot be read.
+Holder holder(const fs::path& lock) {
+  std::ifstream f(lock);
+  Holder h;
+  f >> h.pid >> h.host >> h.job;
+  return h;
 }
 
 }  // namespace
@@ -56,7 +67,7 @@ CheckpointDir::~CheckpointDir() {
 void CheckpointDir::lock() {
   fs::create_directories(root_);
   const fs::path path = root_ / kLock;
-  const std::string me = std::to_string(::getpid()) + " " + hostname() + "\n";
+  const std::string me = std::to_string(::getpid()) + " " + hostname() + " " + job_id() + "\n";
   for (int attempt = 0; attempt < 2; ++attempt) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
@@ -67,8 +78,13 @@ void CheckpointDir::lock() {
       return;
     }
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path.string() + ": " + std::strerror(errno));
-    const auto [pid, host] = holder(path);
-    const bool gone = host == hostname() && pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    const auto [pid, host, job] = holder(path);
+    // Gone: a process of this host that no longer exists (or whose pid this process now has), or
+    // an earlier run of this very job (a Slurm requeue may land on another host).
+    const bool same_job = !job.empty() && job != "-" && job == job_id();
+    const bool dead = host == hostname() && pid > 0 &&
+                      (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH));
+    const bool gone = same_job || dead;
     if (!gone) {
       throw Error(Errc::bad_config, "--checkpoint-dir " + root_.string() + " is in use by another job (pid " +
                                         std::to_string(pid) + " on host " + host + ", see " + path.string() +
@@ -96,26 +112,48 @@ std::map<int, fs::path> CheckpointDir::complete() const {
 }
 
 std::optional<fs::path> CheckpointDir::latest() const {
-  std::ifstream f(root_ / kLatest);
-  std::string name;
-  if (f >> name && step_of(root_ / name) && fsdp::is_checkpoint(root_ / name)) return root_ / name;
-  const auto all = complete();  // the pointer is missing or stale (a crash between save and pointer)
+  // A complete manifest is the truth; DIR/latest may lag it (a job killed between the manifest
+  // and the pointer), so the newest complete checkpoint wins.
+  const auto all = complete();
   if (all.empty()) return std::nullopt;
   return all.rbegin()->second;
 }
 
+namespace {
+// Unlinks the manifest first, so that an interrupted removal never leaves one over missing files.
+void remove_checkpoint(const fs::path& dir) {
+  fs::remove(dir / fsdp::kManifestName);
+  sync_directory(dir);
+  fs::remove_all(dir);
+}
+}  // namespace
+
 void CheckpointDir::commit(int step, int keep) {
-  write_atomic(root_ / kLatest, step_dir(step).filename().string() + "\n");
-  const auto all = complete();
-  int kept = 0;
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->first <= step && ++kept > keep) fs::remove_all(it->second);
-  }
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
-    if (auto s = step_of(e.path()); s && *s < step && !fsdp::is_checkpoint(e.path())) fs::remove_all(e.path());
+  try {
+    write_atomic(root_ / kLatest, step_dir(step).filename().string() + "\n");
+    const auto all = complete();
+    int kept = 0;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->first <= step && ++kept > keep) remove_checkpoint(it->second);
+    }
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root_, ec)) {
+      if (auto s = step_of(e.path()); s && *s < step && !fsdp::is_checkpoint(e.path())) fs::remove_all(e.path());
+    }
+  } catch (const std::exception& e) {
+    // The checkpoint itself is complete; only the bookkeeping around it failed.
+    std::fprintf(stderr, "gpt2-train: warning: checkpoint %s is complete, but updating %s failed: %s\n",
+                 step_dir(step).c_str(), root_.c_str(), e.what());
   }
 }
+
+namespace {
+std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
 
 fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int steps_done) {
   return {{"step", std::to_string(steps_done)},
@@ -124,7 +162,7 @@ fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int st
           {"seed", std::to_string(o.seed)},
           {"shuffle", o.shuffle ? "true" : "false"},
           {"data", o.data.empty() ? "embedded" : fs::absolute(o.data).string()},
-          {"lr", std::to_string(o.lr)},
+          {"lr", exact(o.lr)},
           {"lr_schedule", o.lr_schedule},
           {"warmup_steps", std::to_string(o.warmup_steps)},
           {"steps", std::to_string(o.steps)},

@@ -26,7 +26,7 @@ class CheckpointDir {
   std::filesystem::path step_dir(int step) const;
   // Complete checkpoints by step.
   std::map<int, std::filesystem::path> complete() const;
-  // The checkpoint DIR/latest names when it is complete, else the newest complete one.
+  // The newest complete checkpoint (DIR/latest names it too, unless a job died in between).
   std::optional<std::filesystem::path> latest() const;
   // Rank 0, once the checkpoint of `step` is complete: DIR/latest names it; older checkpoints
   // beyond the newest `keep`, and unfinished ones older than it, are removed.

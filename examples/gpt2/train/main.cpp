@@ -99,7 +99,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
   if (job.in.init) co_await engine->load_full_state_dict(*job.in.init);
-  const int first_step = co_await train::resume(job, *engine, pg->size(), pg->rank());
+  const int first_step = co_await train::resume(rt, job, *engine, *pg);
 
   train::TrainLoop loop(rt, job, *pg, model, *engine, first_step);
   const train::TrainSummary summary = co_await loop.run();

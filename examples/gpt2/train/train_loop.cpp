@@ -65,12 +65,23 @@ void StepLog::close() {
   f_ = nullptr;
 }
 
-Task<int> resume(Job& job, fsdp::Engine& engine, int world, int rank) {
+Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::ProcessGroup& pg) {
   if (!job.resume) co_return 0;
   const std::string where = job.resume->string();
   const auto state = co_await engine.load_sharded(where);
-  const int step = resume_step(state, job.o, world, where);
-  if (rank == 0) {
+  const int step = resume_step(state, job.o, pg.size(), where);
+  // Every rank chose its checkpoint itself (a file system may show ranks different ones): agree.
+  Tensor t = Tensor::empty(rt.allocator(), DType::f32, {2});
+  t.data_as<float>()[0] = static_cast<float>(step);
+  t.data_as<float>()[1] = -static_cast<float>(step);
+  co_await pg.world().all_reduce(t, transport::Reduction::max(), rt.stream("compute"));
+  if (t.data_as<float>()[0] != -t.data_as<float>()[1]) {
+    throw Error(Errc::bad_config, "the ranks resumed from different checkpoints (steps " +
+                                      std::to_string(static_cast<int>(-t.data_as<float>()[1])) + " to " +
+                                      std::to_string(static_cast<int>(t.data_as<float>()[0])) + "; this rank: " + where +
+                                      "): every rank must see the same --checkpoint-dir");
+  }
+  if (pg.rank() == 0) {
     std::printf("resumed from %s at step %d of %d\n", where.c_str(), step, job.o.steps);
     std::fflush(stdout);
   }

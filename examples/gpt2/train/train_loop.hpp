@@ -57,9 +57,9 @@ struct TrainSummary {
   double seconds = 0;
 };
 
-// Loads the checkpoint --resume names into the engine (collective) and returns the step to start
-// at: 0 without one.
-Task<int> resume(Job& job, fsdp::Engine& engine, int world, int rank);
+// Loads the checkpoint --resume names into the engine (collective), checks that every rank
+// resumed at the same step, and returns it: 0 without one.
+Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::ProcessGroup& pg);
 
 class TrainLoop {
  public:

@@ -84,6 +84,9 @@ struct Options {
   std::optional<Clip> clip;
   Offload offload;
   std::chrono::milliseconds timeout{300000};  // per collective
+  // How long a checkpoint's collectives wait for the slowest rank's file I/O (a rank that writes
+  // nothing waits for the one writing the most).
+  std::chrono::milliseconds checkpoint_timeout{3600000};
   // How parameters get their first values: from each spec's init (default), or from rank 0's
   // values, broadcast to the others after rank 0 initialised the whole unit.
   bool sync_module_states = false;
