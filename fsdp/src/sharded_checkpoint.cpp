@@ -78,10 +78,19 @@ std::string message_of(const std::exception_ptr& e) {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
     return ex.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
   }
 }
 
 }  // namespace
+
+// The cause, on the rank that met it, at once: when the ranks then fail together the launcher may
+// stop this one before its error reaches the log.
+void ShardedCheckpoint::report(const std::filesystem::path& dir, const std::exception_ptr& e) const {
+  std::fprintf(stderr, "coshard: rank %d: checkpoint '%s': %s\n", ctx_.rank, dir.c_str(), message_of(e).c_str());
+  std::fflush(stderr);
+}
 
 std::vector<std::string> state_kinds(const Optimizer& optimizer) {
   if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
@@ -235,6 +244,7 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
     if (!reports[static_cast<std::size_t>(r) * width]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
   }
   std::exception_ptr local = p.result->error;
+  if (local) report(p.dir, local);
   if (failed.empty() && ctx_.rank == 0) {
     try {
       std::function<void()> work = [dir = p.dir, m = manifest(p, reports)] { write_manifest(dir, m); };
@@ -243,6 +253,7 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
       local = std::current_exception();
     }
   }
+  if (local && !p.result->error) report(p.dir, local);
   const std::string failed_manifest = co_await failures(!local);
   if (failed.empty() && failed_manifest.empty()) co_return;
   const std::string why = local ? message_of(local)
@@ -300,6 +311,7 @@ Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
     co_await run_on(stream_, std::move(fill), "checkpoint read");
   } catch (...) {
     local = std::current_exception();
+    report(dir, local);
   }
   const std::string failed = co_await failures(!local);
   if (local) std::rethrow_exception(local);

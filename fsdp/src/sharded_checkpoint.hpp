@@ -55,6 +55,7 @@ class ShardedCheckpoint {
   Task<void> publish(Pending& p);
   Manifest manifest(const Pending& p, const std::vector<std::int64_t>& reports) const;
   Task<std::string> failures(bool ok);
+  void report(const std::filesystem::path& dir, const std::exception_ptr& e) const;
   void check_compatible(const Manifest& m, const std::filesystem::path& dir) const;
   void read_shards(const Manifest& m, const std::filesystem::path& dir);
 

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -181,6 +182,7 @@ TEST(TrainerCheckpoint, AKilledRankIsRestartedAndTheRunContinuesFromItsCheckpoin
   ASSERT_EQ(job.rc, 0) << job.output;
   EXPECT_NE(job.output.find("coshard-run: restart 1 of 1"), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("resumed from " + dir + "/step-"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find(" after restart 1"), std::string::npos) << job.output;
   // The last records are the restarted attempt's steps 51..60.
   const auto want = step_records(whole.output), got = step_records(job.output);
   ASSERT_EQ(want.size(), 60u);
@@ -191,6 +193,54 @@ TEST(TrainerCheckpoint, AKilledRankIsRestartedAndTheRunContinuesFromItsCheckpoin
     ASSERT_EQ(g["step"], w["step"]) << job.output;
     EXPECT_NEAR(g["loss"].get<double>(), w["loss"].get<double>(), 1e-6 * w["loss"].get<double>()) << "step " << w["step"];
   }
+}
+
+// A rank killed while it writes its part of a checkpoint: the interrupted directory is no
+// checkpoint (no manifest), the one before stays the latest and verifies, and a job started with
+// --resume auto continues from it.
+TEST(TrainerCheckpoint, AKillDuringASaveLeavesThePreviousCheckpointTheLatest) {
+  auto d = temp_dir("kill-save");
+  const std::string dir = (d / "c").string();
+  // GPT-2 small's state (130 MB a checkpoint) takes long enough to write to be caught mid-write.
+  const std::string common = "--model small --steps 12 --batch 1 --seq 32 --checkpoint-dir " + dir +
+                             " --checkpoint-every 1 --checkpoint-async false --checkpoint-keep 20 ";
+  coshard::testing::CommandResult job;
+  std::thread runner([&] { job = run_command(launch(2, common)); });
+  // Once step 2 is complete, wait for a rank's temporary file of a later step, then kill that rank.
+  auto writing = [&]() -> std::string {
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+      const auto name = e.path().filename().string();
+      if (name.find(".bin.tmp.") != std::string::npos && e.path().parent_path().filename() != "step-00000001" &&
+          e.path().parent_path().filename() != "step-00000002") {
+        return name.substr(name.rfind('.') + 1);  // the writer's pid
+      }
+    }
+    return {};
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::string pid;
+  while ((pid = writing()).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool killed = !pid.empty() && ::kill(std::stoi(pid), SIGKILL) == 0;
+  runner.join();
+  ASSERT_TRUE(killed) << "never caught a rank writing: " << job.output;
+  EXPECT_NE(job.rc, 0) << job.output;
+  std::map<int, bool> steps;  // step -> complete
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const auto name = e.path().filename().string();
+    if (name.starts_with("step-")) steps[std::stoi(name.substr(5))] = fs::exists(e.path() / "manifest.json");
+  }
+  ASSERT_FALSE(steps.empty());
+  EXPECT_FALSE(steps.rbegin()->second) << "the interrupted save left a manifest";
+  const int previous = std::prev(steps.end(), 2)->first;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08d", previous);
+  EXPECT_EQ(run_command(std::string(COSHARD_CKPT_BIN) + " verify " + dir + "/" + name).rc, 0);
+  auto resumed = run_command(launch(2, common + "--resume auto"));
+  EXPECT_EQ(resumed.rc, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + dir + "/" + name), std::string::npos) << resumed.output;
 }
 
 // coshard-ckpt: export writes what --save writes at the same step, byte for byte; import makes a

@@ -79,6 +79,22 @@ TEST(LaunchEnv, ListsEveryProblemAtOnce) {
   }
 }
 
+TEST(LaunchEnv, RestartCountFromCoshardRunOrTorchrun) {
+  const std::map<std::string, std::string> base{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                                                {"MASTER_PORT", "29500"}};
+  EXPECT_EQ(resolve_launch_env(env(base)).value().restart_count, 0);
+  auto with = [&](const char* name, const char* value) {
+    auto vars = base;
+    vars[name] = value;
+    return resolve_launch_env(env(vars));
+  };
+  EXPECT_EQ(with("COSHARD_RESTART_COUNT", "2").value().restart_count, 2);
+  EXPECT_EQ(with("TORCHELASTIC_RESTART_COUNT", "3").value().restart_count, 3);
+  auto bad = with("COSHARD_RESTART_COUNT", "-1");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(std::string(bad.error().what()).find("COSHARD_RESTART_COUNT=-1 must not be negative"), std::string::npos);
+}
+
 TEST(LaunchEnv, GarbageNumbersAreNamed) {
   auto r = resolve_launch_env(env({{"RANK", "zero"}, {"WORLD_SIZE", "2"}}));
   ASSERT_FALSE(r);

@@ -83,6 +83,15 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   }
   if (auto t = env("COSHARD_TOKEN")) out.token = *t;
   if (auto h = env("COSHARD_STORE_HOSTED")) out.store_hosted = *h == "1";
+  for (const char* name : {"COSHARD_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
+    if (!env(name)) continue;
+    if (auto n = r.integer(name, false); n && *n >= 0) {
+      out.restart_count = static_cast<int>(*n);
+    } else if (n) {
+      r.problem(std::string(name) + "=" + std::to_string(*n) + " must not be negative");
+    }
+    break;
+  }
   if (!found) return out;  // no launcher: one rank, no store
 
   out.source = found->source;

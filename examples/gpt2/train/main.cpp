@@ -127,6 +127,9 @@ int prepare_and_run(train::Job& job) {
                           .bind_address = job.o.metrics_bind,
                           .timeline = timeline.get()});
   m.start();
+  m.telemetry()
+      .gauge("coshard_restarts", "Times the launcher restarted this job before this attempt (coshard-run --max-restarts)", {})
+      .set(job.env.restart_count);
   std::printf("rank %d of %d: metrics at %s\n", job.env.rank, job.env.world_size, m.url().c_str());
   std::fflush(stdout);
   int rc = 0;

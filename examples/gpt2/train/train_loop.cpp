@@ -82,7 +82,8 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
                                       "): every rank must see the same --checkpoint-dir");
   }
   if (pg.rank() == 0) {
-    std::printf("resumed from %s at step %d of %d\n", where.c_str(), step, job.o.steps);
+    std::printf("resumed from %s at step %d of %d%s\n", where.c_str(), step, job.o.steps,
+                job.env.restart_count > 0 ? (" after restart " + std::to_string(job.env.restart_count)).c_str() : "");
     std::fflush(stdout);
   }
   co_return step;

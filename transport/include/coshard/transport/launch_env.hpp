@@ -22,6 +22,7 @@ struct LaunchEnv {
   std::string token;           // COSHARD_TOKEN: required by the rendezvous store when set
   std::string source = "none";  // torchrun | openmpi | pmi | slurm | none
   bool store_hosted = false;    // COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
+  int restart_count = 0;        // COSHARD_RESTART_COUNT (coshard-run --max-restarts) or TORCHELASTIC_RESTART_COUNT
 };
 
 using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
