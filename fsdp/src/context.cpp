@@ -44,4 +44,12 @@ std::vector<Stream*> EngineStreams::all() const {
   return v;
 }
 
+Task<void> quiesce(Context& ctx) {
+  for (Stream* s : ctx.streams.all()) {
+    Event e;
+    e.record(*s);
+    co_await e;
+  }
+}
+
 }  // namespace coshard::fsdp::detail

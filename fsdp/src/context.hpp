@@ -8,6 +8,7 @@
 #include "coshard/fsdp/options.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/task.hpp"
 
 namespace coshard::fsdp::detail {
 
@@ -63,5 +64,8 @@ struct Context {
     return Error(code, std::move(msg), ErrorContext{.rank = rank, .op = std::move(op), .unit = unit});
   }
 };
+
+// Returns once all work issued so far on every engine stream is done (the shards are free).
+Task<void> quiesce(Context& ctx);
 
 }  // namespace coshard::fsdp::detail

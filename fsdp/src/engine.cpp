@@ -239,9 +239,7 @@ Task<CheckpointMetadata> Engine::load_sharded(std::string dir) { return impl_->c
 
 Event Engine::compute_event() { return record_on(*impl_->ctx.streams.compute); }
 
-Task<void> Engine::synchronize() {
-  for (Stream* s : impl_->ctx.streams.all()) co_await record_on(*s);
-}
+Task<void> Engine::synchronize() { return detail::quiesce(impl_->ctx); }
 
 CommStats Engine::comm_stats() const {
   CommStats s;

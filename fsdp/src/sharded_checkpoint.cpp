@@ -306,7 +306,7 @@ Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
     std::function<void()> read = [m, dir] { *m = read_manifest(dir); };
     co_await run_on(stream_, std::move(read), "checkpoint manifest");
     check_compatible(*m, dir);
-    for (Stream* s : ctx_.streams.all()) co_await run_on(*s, [] {}, {});  // nothing may use the shards
+    co_await quiesce(ctx_);  // nothing may use the shards
     std::function<void()> fill = [this, m, dir] { read_shards(*m, dir); };
     co_await run_on(stream_, std::move(fill), "checkpoint read");
   } catch (...) {

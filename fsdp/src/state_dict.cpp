@@ -6,15 +6,6 @@
 namespace coshard::fsdp::detail {
 namespace {
 
-// An event after all work issued so far on the streams that read or write the shards.
-Task<void> quiesce(Context& ctx) {
-  for (Stream* s : ctx.streams.all()) {
-    Event e;
-    e.record(*s);
-    co_await e;
-  }
-}
-
 void scatter_into_shards(std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
   for (auto& u : units) {
     const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
