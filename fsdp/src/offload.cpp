@@ -5,13 +5,11 @@
 #include <string>
 
 #include "convert.hpp"
+#include "sharded_state.hpp"
 
 namespace coshard::fsdp::detail {
 
-int optimizer_buffers(const Optimizer& optimizer) {
-  if (const auto* sgd = std::get_if<SGD>(&optimizer)) return sgd->options.momentum != 0.0 ? 1 : 0;
-  return 2;
-}
+int optimizer_buffers(const Optimizer& optimizer) { return static_cast<int>(state_kinds(optimizer).size()) - 1; }
 
 std::size_t offloaded_bytes(const std::vector<UnitState>& units, const Context& ctx) {
   const auto& off = ctx.opt.offload;

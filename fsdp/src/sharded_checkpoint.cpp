@@ -92,14 +92,6 @@ void ShardedCheckpoint::report(const std::filesystem::path& dir, const std::exce
   std::fflush(stderr);
 }
 
-std::vector<std::string> state_kinds(const Optimizer& optimizer) {
-  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
-    return sgd->options.momentum != 0.0 ? std::vector<std::string>{"param", "momentum_buffer"}
-                                        : std::vector<std::string>{"param"};
-  }
-  return {"param", "exp_avg", "exp_avg_sq"};
-}
-
 std::vector<CheckpointPiece> pieces_of(const std::vector<UnitState>& units, const Context& ctx, int shard_rank,
                                        const std::string& file) {
   std::vector<CheckpointPiece> out;
@@ -225,8 +217,13 @@ void ShardedCheckpoint::write(Pending& p) {
 // Every rank's report to rank 0; the manifest when all succeeded; the outcome to everyone.
 Task<void> ShardedCheckpoint::publish(Pending& p) {
   co_await p.written;
+  // The pieces of every writer (ranks 0 .. shard_size - 1): their checksums come back in the reports.
+  std::vector<std::vector<CheckpointPiece>> pieces;
   std::size_t width = 0;
-  for (int r = 0; r < ctx_.shard_size; ++r) width = std::max(width, pieces_of(units_, ctx_, r, "").size());
+  for (int r = 0; r < ctx_.shard_size; ++r) {
+    pieces.push_back(pieces_of(units_, ctx_, r, file_of(r)));
+    width = std::max(width, pieces.back().size());
+  }
   width += 3;
   Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width)});
   Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width) * ctx_.world});
@@ -247,7 +244,7 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   if (local) report(p.dir, local);
   if (failed.empty() && ctx_.rank == 0) {
     try {
-      std::function<void()> work = [dir = p.dir, m = manifest(p, reports)] { write_manifest(dir, m); };
+      std::function<void()> work = [dir = p.dir, m = manifest(p, reports, std::move(pieces))] { write_manifest(dir, m); };
       co_await run_on(stream_, std::move(work), "checkpoint manifest");
     } catch (...) {
       local = std::current_exception();
@@ -264,22 +261,23 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
               ErrorContext{.rank = ctx_.rank, .op = "save_sharded", .unit = {}});
 }
 
-Manifest ShardedCheckpoint::manifest(const Pending& p, const std::vector<std::int64_t>& reports) const {
+Manifest ShardedCheckpoint::manifest(const Pending& p, const std::vector<std::int64_t>& reports,
+                                     std::vector<std::vector<CheckpointPiece>> pieces) const {
   const std::size_t width = reports.size() / static_cast<std::size_t>(ctx_.world);
   Manifest m;
   m.world_size = ctx_.world;
   m.strategy = std::string(to_string(ctx_.opt.strategy));
   m.shard_group_size = ctx_.shard_size;
-  m.optimizer = std::holds_alternative<SGD>(ctx_.opt.optimizer) ? "sgd" : "adamw";
+  m.optimizer = optimizer_name(ctx_.opt.optimizer);
   m.param_dtype = std::string(to_string(ctx_.param_dtype));
   m.units = p.units;
   m.metadata = p.metadata;
-  for (int r = 0; r < ctx_.shard_size; ++r) {  // the writers: ranks 0 .. shard_size - 1
+  for (int r = 0; r < ctx_.shard_size; ++r) {
     const std::int64_t* rep = reports.data() + static_cast<std::size_t>(r) * width;
-    auto pieces = pieces_of(units_, ctx_, r, file_of(r));
-    for (std::size_t i = 0; i < pieces.size(); ++i) pieces[i].crc32c = static_cast<std::uint32_t>(rep[3 + i]);
+    auto& mine = pieces[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < mine.size(); ++i) mine[i].crc32c = static_cast<std::uint32_t>(rep[3 + i]);
     m.files.push_back({file_of(r), r, static_cast<std::uint64_t>(rep[1]), static_cast<std::uint32_t>(rep[2])});
-    m.pieces.insert(m.pieces.end(), pieces.begin(), pieces.end());
+    m.pieces.insert(m.pieces.end(), mine.begin(), mine.end());
   }
   return m;
 }
@@ -355,7 +353,7 @@ void ShardedCheckpoint::check_compatible(const Manifest& m, const std::filesyste
                                         "other units. Wrap the model in the same units to resume it");
     }
   }
-  const std::string optimizer = std::holds_alternative<SGD>(ctx_.opt.optimizer) ? "sgd" : "adamw";
+  const std::string optimizer = optimizer_name(ctx_.opt.optimizer);
   if (m.optimizer != optimizer) {
     throw Error(Errc::bad_config, where + " holds " + m.optimizer + " state but this run uses " + optimizer +
                                       ": the optimizer cannot change across a resume");

@@ -20,14 +20,13 @@
 #include <vector>
 
 #include "comm_groups.hpp"
+#include "sharded_state.hpp"
 #include "context.hpp"
 #include "coshard/fsdp/checkpoint.hpp"
 #include "unit_state.hpp"
 
 namespace coshard::fsdp::detail {
 
-// What each tensor of a shard is called in a checkpoint: "param", then the optimizer's states.
-std::vector<std::string> state_kinds(const Optimizer& optimizer);
 // The pieces the rank at `shard_rank` of the shard group stores, in file order, with byte offsets
 // (checksums not filled in).
 std::vector<CheckpointPiece> pieces_of(const std::vector<UnitState>& units, const Context& ctx, int shard_rank,
@@ -53,7 +52,8 @@ class ShardedCheckpoint {
   Task<void> stage(Pending& p);
   void write(Pending& p);
   Task<void> publish(Pending& p);
-  Manifest manifest(const Pending& p, const std::vector<std::int64_t>& reports) const;
+  Manifest manifest(const Pending& p, const std::vector<std::int64_t>& reports,
+                    std::vector<std::vector<CheckpointPiece>> pieces) const;
   Task<std::string> failures(bool ok);
   void report(const std::filesystem::path& dir, const std::exception_ptr& e) const;
   void check_compatible(const Manifest& m, const std::filesystem::path& dir) const;

@@ -34,6 +34,16 @@ Task<void> initialise(UnitState& u, Context& ctx, transport::Communicator& contr
 
 }  // namespace
 
+std::vector<std::string> state_kinds(const Optimizer& optimizer) {
+  if (const auto* sgd = std::get_if<SGD>(&optimizer)) {
+    return sgd->options.momentum != 0.0 ? std::vector<std::string>{"param", "momentum_buffer"}
+                                        : std::vector<std::string>{"param"};
+  }
+  return {"param", "exp_avg", "exp_avg_sq"};
+}
+
+std::string optimizer_name(const Optimizer& optimizer) { return std::holds_alternative<SGD>(optimizer) ? "sgd" : "adamw"; }
+
 std::vector<UnitState> layout_units(const std::vector<Unit*>& units, const Context& ctx) {
   const std::int64_t align = 16 / static_cast<std::int64_t>(size_of(ctx.param_dtype));
   const int shards = ctx.sharded() ? ctx.shard_size : 1;

@@ -12,6 +12,13 @@
 
 namespace coshard::fsdp::detail {
 
+// The tensors of a shard, by the name a checkpoint gives them: "param" (the master), then the
+// optimizer's states in ShardTensors' order (opt_a, opt_b): AdamW's exp_avg and exp_avg_sq, SGD's
+// momentum_buffer when it has momentum.
+std::vector<std::string> state_kinds(const Optimizer& optimizer);
+// "adamw" or "sgd".
+std::string optimizer_name(const Optimizer& optimizer);
+
 // One state per unit, with its layout (validated: names, shapes, phases).
 std::vector<UnitState> layout_units(const std::vector<Unit*>& units, const Context& ctx);
 // A hash of unit names, parameter names and shapes, in order.
