@@ -40,6 +40,7 @@ class EmbeddingUnit final : public fsdp::Unit {
     } else {
       auto wte = scope.param(0), lnw = scope.param(2), lnb = scope.param(3);
       scope.enqueue([acts, wte, lnw, lnb] { acts->head_forward(lnw, lnb, wte); }, "forward head");
+      m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
     }
     co_return;
   }
@@ -104,6 +105,7 @@ class HeadUnit final : public fsdp::Unit {
     Activations* acts = &m_.acts_;
     auto lnw = scope.param(0), lnb = scope.param(1), w = scope.param(2);
     scope.enqueue([acts, lnw, lnb, w] { acts->head_forward(lnw, lnb, w); }, "forward head");
+    m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {

@@ -79,9 +79,9 @@ Task<int> run(Runtime& rt, Args a) {
       co_await units.forward(*engine);
       co_await units.backward(*engine);
       co_await engine->optimizer_step();
-      co_await engine->compute_event();
+      const float local = co_await units.loss();
       Tensor t = Tensor::empty(rt.allocator(), DType::f32, {1});
-      t.data_as<float>()[0] = units.loss();
+      t.data_as<float>()[0] = local;
       co_await pg->world().all_reduce(t, transport::Reduction::avg(), rt.stream("compute"));
       const float loss = t.data_as<float>()[0];
 

@@ -169,8 +169,7 @@ Task<float> TrainLoop::forward_backward(gpt2::Batch b, bool sync, bool last) {
   model_.set_batch(std::move(b.inputs), std::move(b.targets), b.B, b.T);
   co_await model_.forward(engine_);
   co_await model_.backward(engine_);
-  co_await engine_.compute_event();
-  co_return model_.loss();
+  co_return co_await model_.loss();
 }
 
 Task<void> TrainLoop::checkpoint(int steps_done) {
@@ -205,8 +204,8 @@ Task<float> TrainLoop::validation_loss() {
                    static_cast<std::size_t>(o_.seq));
   co_await model_.forward(engine_);
   co_await engine_.finish_backward();  // releases what forward left unsharded
-  co_await engine_.compute_event();
-  co_return co_await mean_over_ranks(model_.loss());
+  const float local = co_await model_.loss();
+  co_return co_await mean_over_ranks(local);
 }
 
 Task<float> TrainLoop::mean_over_ranks(float v) {

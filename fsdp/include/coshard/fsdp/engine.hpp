@@ -10,10 +10,14 @@
 //     co_await engine->forward();          // units in order; all-gathers prefetched
 //     co_await engine->backward();         // reverse order; reduce-scatters as units finish
 //     co_await engine->optimizer_step();   // on shards; the next all-gather waits for it
+//     float loss = co_await model.loss.get();  // a Readback: waits for the kernel that wrote it
 //   }
 //
 // Everything is issued from the scheduler thread; the host never blocks on device work, except
-// where a result must come back to it (clip_grad_norm, state dicts).
+// where a result must come back to it (clip_grad_norm, state dicts). forward() and backward()
+// return once their kernels are issued, not run: the host runs ahead of the streams. Memory the
+// units' kernels write is not ready when they return; a value the host needs goes through a
+// Readback (readback.hpp), whose get() waits for the kernel that computed it.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -50,6 +54,9 @@ struct CommStats {
 class Engine {
  public:
   // Collective: every rank passes the same units (same names and shapes, in the same order).
+  // Name the list before the co_await: g++ 12 rejects a braced list inside a co_await expression
+  // ("array used as initializer"), so write `std::vector<fsdp::Unit*> units{&a, &b};` and pass
+  // `units`. The same holds for every braced argument of an awaited call (checkpoint metadata).
   static Task<std::unique_ptr<Engine>> create(Runtime& runtime, transport::ProcessGroup& group, std::vector<Unit*> units,
                                               Options options);
   ~Engine();
@@ -116,7 +123,8 @@ class Engine {
   // (every rank must make the same change). Collective; not during a step.
   Task<void> summon_full_params(std::function<void(StateDict&)> fn, bool writeback);
 
-  // An event on the compute stream after everything enqueued so far (to read a loss).
+  // An event on the compute stream after everything enqueued so far. To read a value a unit
+  // computed, publish it through a Readback instead: its get() cannot be called too early.
   Event compute_event();
   // Waits until all work the engine issued so far (compute, collectives, reductions, optimizer,
   // offload copies) is done.

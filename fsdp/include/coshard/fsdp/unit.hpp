@@ -3,7 +3,9 @@
 // with a forward and a backward phase. While a phase runs, the engine hands the unit views of its
 // unsharded parameters (always f32: with mixed precision they hold the param_dtype-rounded
 // values) and, in backward, of its gradient buffers. A unit enqueues its kernels on the compute
-// stream (Scope::enqueue) and returns; it never blocks the scheduler.
+// stream (Scope::enqueue) and returns; it never blocks the scheduler. What the host must read
+// back (a loss) the unit publishes through a Readback on scope.compute() after its kernels:
+//   loss.publish(scope.compute(), [acts] { return acts->loss; });
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -24,7 +26,7 @@ using InitFn = std::function<void(std::span<float> out, std::int64_t first)>;
 struct ParamSpec {
   std::string name;  // unique in the model, e.g. "h.0.attn.c_attn.weight"
   Shape shape;
-  InitFn init;                // null: zeros
+  InitFn init{};              // empty: zeros
   bool weight_decay = true;   // false for biases and norms
 };
 

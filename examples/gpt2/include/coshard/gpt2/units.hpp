@@ -16,8 +16,8 @@
 // reduces its gradient once, so wte's gradient (head part + embedding part) is reduced as one sum.
 // engine.forward()/backward() handle both layouts; Gpt2Units::forward()/backward() call them.
 //
-// The batch goes in with set_batch() before forward(); the loss is valid once the compute stream
-// has finished the forward (co_await engine.compute_event()).
+// The batch goes in with set_batch() before forward(); the loss comes back with
+// co_await units.loss(), which waits for the kernel that computed it.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +26,7 @@
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/gpt2/model.hpp"
+#include "coshard/runtime/readback.hpp"
 
 namespace coshard::gpt2 {
 
@@ -50,8 +51,8 @@ class Gpt2Units {
   // engine.forward() / engine.backward() (the units' order is the model's).
   Task<void> forward(fsdp::Engine& engine);
   Task<void> backward(fsdp::Engine& engine);
-  // The last forward's mean loss (read after the compute stream finished it).
-  float loss() const noexcept { return acts_.loss(); }
+  // The last forward's mean loss, once the compute stream has computed it.
+  Task<float> loss() const { return loss_.get(); }
 
   struct Batch {
     std::vector<std::int32_t> tokens, targets;
@@ -67,6 +68,7 @@ class Gpt2Units {
   Activations acts_;
   std::shared_ptr<const Batch> pending_;
   float dloss_ = 1.0f;
+  Readback<float> loss_;  // published by the head's forward
   std::vector<std::unique_ptr<fsdp::Unit>> units_;
 };
 
