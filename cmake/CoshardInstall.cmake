@@ -22,3 +22,20 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/coshard-config-version.cm
 install(FILES ${PROJECT_BINARY_DIR}/coshard-config.cmake ${PROJECT_BINARY_DIR}/coshard-config-version.cmake
   ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
   DESTINATION ${COSHARD_CMAKE_DIR})
+
+# pkg-config (coshard.pc), as prometheus-cpp ships one: relocatable (paths from ${pcfiledir}), with
+# what the static libraries need at the final link. Metrics' stack floor needs its symbol exported.
+set(COSHARD_PC_CFLAGS "")
+set(COSHARD_PC_LIBS "${COSHARD_OPENBLAS_LIBRARY} -Wl,--export-dynamic-symbol=pthread_attr_setstacksize")
+foreach(lib ${CMAKE_DL_LIBS})
+  string(APPEND COSHARD_PC_LIBS " -l${lib}")
+endforeach()
+if(COSHARD_HAVE_CUDA)
+  string(APPEND COSHARD_PC_CFLAGS " -DCOSHARD_HAVE_CUDA=1 -I${CUDAToolkit_INCLUDE_DIRS}")
+  string(APPEND COSHARD_PC_LIBS " ${NCCL_LIBRARY} -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart")
+endif()
+string(APPEND COSHARD_PC_LIBS " -pthread")
+file(RELATIVE_PATH COSHARD_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+string(REGEX REPLACE "/$" "" COSHARD_PC_TO_PREFIX "${COSHARD_PC_TO_PREFIX}")
+configure_file(${PROJECT_SOURCE_DIR}/cmake/coshard.pc.in ${PROJECT_BINARY_DIR}/coshard.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/coshard.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
-# Installs the already-built tree into a temporary prefix, builds a downstream project against it
-# with find_package(coshard CONFIG REQUIRED), and runs it.
+# The downstream test: installs the built tree into a temporary prefix, then builds
+# examples/minimal against the install tree only, twice (its own CMake project with
+# find_package(coshard), and a plain g++ line from pkg-config), and trains each build on two ranks
+# with the installed coshard-run. The example exits non-zero when its loss did not fall.
 set -euo pipefail
 build_dir=$1
-source_dir=$(cd "$(dirname "$0")" && pwd)
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
-cmake -S "$source_dir/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" \
-  || { cat "$work/configure.log"; exit 1; }
-cmake --build "$work/build" > "$work/build.log" || { cat "$work/build.log"; exit 1; }
-"$work/build/consumer"
+prefix=$work/prefix
+cmake --install "$build_dir" --prefix "$prefix" > "$work/install.log"
+
+run() {  # LOG COMMAND...: runs it, and prints its output when it fails
+  local log=$1; shift
+  "$@" > "$log" 2>&1 || { echo "install test: failed: $*"; cat "$log"; exit 1; }
+}
+
+echo "== CMake: find_package(coshard) from $prefix"
+run "$work/configure.log" cmake -S "$source_dir/examples/minimal" -B "$work/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$prefix"
+run "$work/build.log" cmake --build "$work/cmake"
+run "$work/cmake-run.log" "$prefix/bin/coshard-run" --nproc-per-node 2 -- "$work/cmake/minimal"
+tail -n 2 "$work/cmake-run.log"
+
+echo "== pkg-config: $prefix/lib/pkgconfig/coshard.pc"
+flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs coshard)
+run "$work/pc-build.log" g++ -std=c++20 -O1 "$source_dir/examples/minimal/main.cpp" -o "$work/minimal-pc" $flags
+run "$work/pc-run.log" "$prefix/bin/coshard-run" --nproc-per-node 2 -- "$work/minimal-pc"
+tail -n 2 "$work/pc-run.log"
+echo "install test: ok"
