@@ -20,23 +20,23 @@
 
 namespace coshard::fsdp {
 
-// The version this build writes and the newest it reads.
+/// The version this build writes and the newest it reads.
 inline constexpr int kCheckpointFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 
-// Training state that is not a tensor (step, schedule, data position, seeds), by name, written
-// by the trainer and handed back on load.
+/// Training state that is not a tensor (step, schedule, data position, seeds), by name, written
+/// by the trainer and handed back on load.
 using CheckpointMetadata = std::map<std::string, std::string>;
 
 struct CheckpointPiece {
-  std::string param;           // parameter name, e.g. "h.0.attn.c_attn.weight"
-  std::string kind;            // "param", "exp_avg", "exp_avg_sq" or "momentum_buffer"
-  Shape shape;                 // the parameter's global shape
-  std::int64_t offset = 0;     // first element in the flattened parameter
-  std::int64_t length = 0;     // elements (f32)
-  std::string file;            // data file in the checkpoint directory
+  std::string param;           ///< parameter name, e.g. "h.0.attn.c_attn.weight"
+  std::string kind;            ///< "param", "exp_avg", "exp_avg_sq" or "momentum_buffer"
+  Shape shape;                 ///< the parameter's global shape
+  std::int64_t offset = 0;     ///< first element in the flattened parameter
+  std::int64_t length = 0;     ///< elements (f32)
+  std::string file;            ///< data file in the checkpoint directory
   std::uint64_t byte_offset = 0;
-  std::uint32_t crc32c = 0;    // of the piece's bytes
+  std::uint32_t crc32c = 0;    ///< of the piece's bytes
 };
 
 struct CheckpointFile {
@@ -48,8 +48,8 @@ struct CheckpointFile {
 
 struct CheckpointUnit {
   std::string name;
-  std::int64_t optimizer_step = 0;  // AdamW's step count (bias correction)
-  bool sgd_started = false;         // SGD's momentum buffer holds a first value
+  std::int64_t optimizer_step = 0;  ///< AdamW's step count (bias correction)
+  bool sgd_started = false;         ///< SGD's momentum buffer holds a first value
 };
 
 struct Manifest {
@@ -57,43 +57,43 @@ struct Manifest {
   int world_size = 1;
   std::string strategy;
   int shard_group_size = 1;
-  std::string optimizer;    // "adamw" or "sgd"
-  std::string param_dtype;  // the mixed-precision parameter dtype it trained with (data is f32)
+  std::string optimizer;    ///< "adamw" or "sgd"
+  std::string param_dtype;  ///< the mixed-precision parameter dtype it trained with (data is f32)
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointFile> files;
   std::vector<CheckpointPiece> pieces;
   CheckpointMetadata metadata;
 };
 
-// True when `dir` holds a complete checkpoint (its manifest exists).
+/// True when `dir` holds a complete checkpoint (its manifest exists).
 bool is_checkpoint(const std::filesystem::path& dir);
-// Reads and checks the manifest: Errc::corrupt_file when it is not one, Errc::bad_config when a
-// newer format version wrote it; errors name the file.
+/// Reads and checks the manifest: Errc::corrupt_file when it is not one, Errc::bad_config when a
+/// newer format version wrote it; errors name the file.
 Manifest read_manifest(const std::filesystem::path& dir);
-// Writes DIR/manifest.json atomically (temporary name, fsync, rename, fsync of DIR).
+/// Writes DIR/manifest.json atomically (temporary name, fsync, rename, fsync of DIR).
 void write_manifest(const std::filesystem::path& dir, const Manifest& m);
 std::string to_json(const Manifest& m);
 Manifest manifest_from_json(const std::string& text, const std::string& where);
 
-// Every file present with its size and checksum, every piece's checksum, and every (parameter,
-// kind) covered by its pieces exactly once. Throws Errc::corrupt_file naming the first problem.
+/// Every file present with its size and checksum, every piece's checksum, and every (parameter,
+/// kind) covered by its pieces exactly once. Throws Errc::corrupt_file naming the first problem.
 void verify_checkpoint(const std::filesystem::path& dir);
-// The bytes of one piece, checked against its checksum.
+/// The bytes of one piece, checked against its checksum.
 std::vector<float> read_piece(const std::filesystem::path& dir, const CheckpointPiece& piece);
-// The whole (flattened) tensor `kind` of parameter `param` from its pieces.
+/// The whole (flattened) tensor `kind` of parameter `param` from its pieces.
 std::vector<float> read_full(const std::filesystem::path& dir, const Manifest& m, const std::string& param,
                              const std::string& kind);
 
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0) noexcept;
 
-// A whole (unsharded) parameter, for checkpoints made outside an engine.
+/// A whole (unsharded) parameter, for checkpoints made outside an engine.
 struct FullTensor {
   std::string name;
   Shape shape;
   std::vector<float> values;
 };
-// Writes a checkpoint of one file holding `params` whole, with zero AdamW state (a fresh
-// optimizer), as one rank would save it; `dir` must not hold a checkpoint. For importing a model.
+/// Writes a checkpoint of one file holding `params` whole, with zero AdamW state (a fresh
+/// optimizer), as one rank would save it; `dir` must not hold a checkpoint. For importing a model.
 void write_checkpoint(const std::filesystem::path& dir, const std::vector<FullTensor>& params,
                       CheckpointMetadata metadata);
 

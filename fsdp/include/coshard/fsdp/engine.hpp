@@ -33,19 +33,19 @@
 namespace coshard::fsdp {
 
 struct MemoryReport {
-  std::size_t sharded_state_bytes = 0;    // on the device: master shards, gradient shards, optimizer state
-  std::size_t host_state_bytes = 0;       // the same, offloaded to host memory
-  std::size_t shard_copy_bytes = 0;       // offload: one device copy of the largest master shard
-  std::size_t max_unit_unsharded_bytes = 0;  // largest unit: parameters (+ f32 copy) and gradients
-  std::size_t pool_slots = 0;             // unsharded buffers the pool holds
+  std::size_t sharded_state_bytes = 0;    ///< on the device: master shards, gradient shards, optimizer state
+  std::size_t host_state_bytes = 0;       ///< the same, offloaded to host memory
+  std::size_t shard_copy_bytes = 0;       ///< offload: one device copy of the largest master shard
+  std::size_t max_unit_unsharded_bytes = 0;  ///< largest unit: parameters (+ f32 copy) and gradients
+  std::size_t pool_slots = 0;             ///< unsharded buffers the pool holds
 };
 
 using StateDict = std::map<std::string, std::vector<float>>;
 
-// Totals since the engine was created (CPU backend: measured on the streams).
+/// Totals since the engine was created (CPU backend: measured on the streams).
 struct CommStats {
-  double communication_seconds = 0;  // the communicators' streams running collectives
-  double exposed_seconds = 0;        // the compute stream stalled waiting for others
+  double communication_seconds = 0;  ///< the communicators' streams running collectives
+  double exposed_seconds = 0;        ///< the compute stream stalled waiting for others
   double overlap_ratio() const {     // share of communication hidden behind compute
     return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds) : 1.0;
   }
@@ -53,88 +53,88 @@ struct CommStats {
 
 class Engine {
  public:
-  // Collective: every rank passes the same units (same names and shapes, in the same order).
-  // Name the list before the co_await: g++ 12 rejects a braced list inside a co_await expression
-  // ("array used as initializer"), so write `std::vector<fsdp::Unit*> units{&a, &b};` and pass
-  // `units`. The same holds for every braced argument of an awaited call (checkpoint metadata).
+  /// Collective: every rank passes the same units (same names and shapes, in the same order).
+  /// Name the list before the co_await: g++ 12 rejects a braced list inside a co_await expression
+  /// ("array used as initializer"), so write `std::vector<fsdp::Unit*> units{&a, &b};` and pass
+  /// `units`. The same holds for every braced argument of an awaited call (checkpoint metadata).
   static Task<std::unique_ptr<Engine>> create(Runtime& runtime, transport::ProcessGroup& group, std::vector<Unit*> units,
                                               Options options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Runs every unit's forward in order (the first iteration records the order and compiles the
-  // plan; ranks check that they agree).
+  /// Runs every unit's forward in order (the first iteration records the order and compiles the
+  /// plan; ranks check that they agree).
   Task<void> forward();
-  // Runs every unit's backward in reverse forward order and reduces gradients.
+  /// Runs every unit's backward in reverse forward order and reduces gradients.
   Task<void> backward();
-  // For models that are not a simple sequence: run one unit's phase. forward()/backward() are
-  // these in order.
+  /// For models that are not a simple sequence: run one unit's phase. forward()/backward() are
+  /// these in order.
   Task<void> run_forward(std::size_t unit);
   Task<void> run_backward(std::size_t unit);
-  // Ends a backward made of run_backward calls (backward() calls it). After a forward without
-  // backward (evaluation) it releases the units that forward left unsharded.
+  /// Ends a backward made of run_backward calls (backward() calls it). After a forward without
+  /// backward (evaluation) it releases the units that forward left unsharded.
   Task<void> finish_backward();
 
-  // Gradient accumulation: with sync off, backwards accumulate unsharded gradients locally and
-  // reduce nothing; the first backward with sync on reduces them all (FSDP's no_sync()).
+  /// Gradient accumulation: with sync off, backwards accumulate unsharded gradients locally and
+  /// reduce nothing; the first backward with sync on reduces them all (FSDP's no_sync()).
   void set_requires_gradient_sync(bool sync);
-  // With several synced backwards per step, say which is the last: the pipelined host optimizer
-  // (offload) steps units only during that one (FSDP2's set_is_last_backward). Default true.
+  /// With several synced backwards per step, say which is the last: the pipelined host optimizer
+  /// (offload) steps units only during that one (FSDP2's set_is_last_backward). Default true.
   void set_is_last_backward(bool last);
 
-  // Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
-  // with one all-reduce; returns the norm before clipping.
+  /// Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
+  /// with one all-reduce; returns the norm before clipping.
   Task<double> clip_grad_norm(double max_norm, double p);
   Task<double> clip_grad_norm(double max_norm) { return clip_grad_norm(max_norm, 2.0); }
-  // Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
-  // (without blocking the scheduler) for the previous step's update to finish.
+  /// Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
+  /// (without blocking the scheduler) for the previous step's update to finish.
   Task<void> optimizer_step();
-  // The learning rate of the updates issued from now on (schedules).
+  /// The learning rate of the updates issued from now on (schedules).
   void set_learning_rate(double lr);
-  // Zeroes the gradient shards (optimizer_step does it after updating).
+  /// Zeroes the gradient shards (optimizer_step does it after updating).
   void zero_grad();
 
-  // Full (unsharded, f32) parameters by name: on every rank, or only rank 0 (others get {}).
+  /// Full (unsharded, f32) parameters by name: on every rank, or only rank 0 (others get {}).
   Task<StateDict> full_state_dict(bool rank0_only);
   Task<StateDict> full_state_dict() { return full_state_dict(false); }
-  // Loads a full state dict into the shards once the streams are done with them; every name and
-  // shape must match (errors name them).
+  /// Loads a full state dict into the shards once the streams are done with them; every name and
+  /// shape must match (errors name them).
   Task<void> load_full_state_dict(StateDict state);
-  // Sharded checkpoints (checkpoint.hpp): every rank of the first replica writes the shards and
-  // optimizer state it owns to DIR/rank-NNNNN.bin, in parallel; rank 0 writes DIR/manifest.json
-  // last, with `metadata` (the trainer's step, schedule, data position). Collective; call after
-  // optimizer_step(). Returns once the manifest is durable; errors say which rank failed, and
-  // leave no manifest (the previous checkpoint stays the latest).
+  /// Sharded checkpoints (checkpoint.hpp): every rank of the first replica writes the shards and
+  /// optimizer state it owns to DIR/rank-NNNNN.bin, in parallel; rank 0 writes DIR/manifest.json
+  /// last, with `metadata` (the trainer's step, schedule, data position). Collective; call after
+  /// optimizer_step(). Returns once the manifest is durable; errors say which rank failed, and
+  /// leave no manifest (the previous checkpoint stays the latest).
   Task<void> save_sharded(std::string dir, CheckpointMetadata metadata);
-  // The same, returning once the shards are staged in host memory: the files are written while
-  // training goes on, and the save is finished (manifest, errors) by the next optimizer_step(),
-  // save or wait_for_checkpoint(). A failed write is thrown there.
+  /// The same, returning once the shards are staged in host memory: the files are written while
+  /// training goes on, and the save is finished (manifest, errors) by the next optimizer_step(),
+  /// save or wait_for_checkpoint(). A failed write is thrown there.
   Task<void> save_sharded_async(std::string dir, CheckpointMetadata metadata);
   Task<void> wait_for_checkpoint();
-  // Loads a sharded checkpoint saved on any world size, strategy or shard group: each rank reads
-  // the pieces it owns (checksums checked). Collective; returns the saved metadata. Errors name
-  // the file and the problem: not a checkpoint, another model's shapes, another optimizer, a
-  // newer format, a missing, truncated or corrupt file.
+  /// Loads a sharded checkpoint saved on any world size, strategy or shard group: each rank reads
+  /// the pieces it owns (checksums checked). Collective; returns the saved metadata. Errors name
+  /// the file and the problem: not a checkpoint, another model's shapes, another optimizer, a
+  /// newer format, a missing, truncated or corrupt file.
   Task<CheckpointMetadata> load_sharded(std::string dir);
 
-  // FSDP's summon_full_params: gathers every parameter in full precision on every rank, runs
-  // `fn` on them (by name), and with `writeback` scatters what `fn` changed back into the shards
-  // (every rank must make the same change). Collective; not during a step.
+  /// FSDP's summon_full_params: gathers every parameter in full precision on every rank, runs
+  /// `fn` on them (by name), and with `writeback` scatters what `fn` changed back into the shards
+  /// (every rank must make the same change). Collective; not during a step.
   Task<void> summon_full_params(std::function<void(StateDict&)> fn, bool writeback);
 
-  // An event on the compute stream after everything enqueued so far. To read a value a unit
-  // computed, publish it through a Readback instead: its get() cannot be called too early.
+  /// An event on the compute stream after everything enqueued so far. To read a value a unit
+  /// computed, publish it through a Readback instead: its get() cannot be called too early.
   Event compute_event();
-  // Waits until all work the engine issued so far (compute, collectives, reductions, optimizer,
-  // offload copies) is done.
+  /// Waits until all work the engine issued so far (compute, collectives, reductions, optimizer,
+  /// offload copies) is done.
   Task<void> synchronize();
-  // "<phase> <unit> <collective>" in issue order, for tests of the schedule (cleared by clear).
+  /// "<phase> <unit> <collective>" in issue order, for tests of the schedule (cleared by clear).
   const std::vector<std::string>& issue_log() const noexcept;
   void clear_issue_log();
   MemoryReport memory_report() const;
-  // Also exported as coshard_exposed_communication_seconds_total and coshard_overlap_ratio
-  // (updated at every optimizer step).
+  /// Also exported as coshard_exposed_communication_seconds_total and coshard_overlap_ratio
+  /// (updated at every optimizer step).
   CommStats comm_stats() const;
   std::size_t unit_count() const noexcept;
   const std::string& unit_name(std::size_t unit) const;

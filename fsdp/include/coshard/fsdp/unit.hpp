@@ -18,16 +18,16 @@
 
 namespace coshard::fsdp {
 
-// Fills elements [first, first + out.size()) of a parameter (row-major). Called once per rank
-// for the part of the parameter in that rank's shard, so it must depend only on the element
-// index: the model is never materialised whole on one rank.
+/// Fills elements [first, first + out.size()) of a parameter (row-major). Called once per rank
+/// for the part of the parameter in that rank's shard, so it must depend only on the element
+/// index: the model is never materialised whole on one rank.
 using InitFn = std::function<void(std::span<float> out, std::int64_t first)>;
 
 struct ParamSpec {
-  std::string name;  // unique in the model, e.g. "h.0.attn.c_attn.weight"
+  std::string name;  ///< unique in the model, e.g. "h.0.attn.c_attn.weight"
   Shape shape;
-  InitFn init{};              // empty: zeros
-  bool weight_decay = true;   // false for biases and norms
+  InitFn init{};              ///< empty: zeros
+  bool weight_decay = true;   ///< false for biases and norms
 };
 
 class Scope {
@@ -36,14 +36,14 @@ class Scope {
         int phase = 0)
       : rt_(rt), compute_(compute), params_(params), grads_(grads), phase_(phase) {}
   Runtime& runtime() noexcept { return rt_; }
-  // Which of the unit's phases runs (0 for single-phase units; see Unit::phases).
+  /// Which of the unit's phases runs (0 for single-phase units; see Unit::phases).
   int phase() const noexcept { return phase_; }
   Stream& compute() noexcept { return compute_; }
-  // Unsharded parameter i of the unit (f32), in params() order.
+  /// Unsharded parameter i of the unit (f32), in params() order.
   std::span<float> param(std::size_t i) const;
-  // Gradient buffer of parameter i (f32). Kernels accumulate (+=) into it. Backward only.
+  /// Gradient buffer of parameter i (f32). Kernels accumulate (+=) into it. Backward only.
   std::span<float> grad(std::size_t i) const;
-  // Enqueues work on the compute stream, named `span` on the timeline.
+  /// Enqueues work on the compute stream, named `span` on the timeline.
   void enqueue(std::function<void()> work, std::string span = {}) { compute_.enqueue(std::move(work), std::move(span)); }
 
  private:
@@ -61,11 +61,11 @@ class Unit {
   virtual std::vector<ParamSpec> params() const = 0;
   virtual Task<void> forward(Scope& scope) = 0;
   virtual Task<void> backward(Scope& scope) = 0;
-  // A unit may run more than once per step, like FSDP's root that wraps the others: phase 0 of
-  // forward before the units after it, later phases after them (a GPT-2 whose LM head is tied to
-  // the token embedding: embedding in phase 0, head in phase 1). Backward runs the phases in
-  // reverse. Such a unit stays unsharded from its first forward phase to its last backward phase,
-  // and its gradients are reduced once, after that.
+  /// A unit may run more than once per step, like FSDP's root that wraps the others: phase 0 of
+  /// forward before the units after it, later phases after them (a GPT-2 whose LM head is tied to
+  /// the token embedding: embedding in phase 0, head in phase 1). Backward runs the phases in
+  /// reverse. Such a unit stays unsharded from its first forward phase to its last backward phase,
+  /// and its gradients are reduced once, after that.
   virtual int phases() const { return 1; }
 };
 

@@ -15,7 +15,7 @@
 
 namespace coshard::kernels {
 
-// std::bit_cast is not callable from device code; the intrinsics compile to a register move.
+/// std::bit_cast is not callable from device code; the intrinsics compile to a register move.
 COSHARD_HD inline std::uint32_t float_to_bits(float x) noexcept {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);

@@ -5,13 +5,13 @@
 namespace coshard::metrics {
 
 struct BuildInfo {
-  std::string version;  // coshard's CMake project version, e.g. "0.1.0"
-  std::string cuda;     // CUDA runtime version, e.g. "13.0"; "none" in a build without CUDA
-  std::string nccl;     // NCCL library version, e.g. "2.28.9"; "none" in a build without NCCL
-  std::string ucx;      // UCX library version, e.g. "1.13.1"; "n/a" when it cannot be read
+  std::string version;  ///< coshard's CMake project version, e.g. "0.1.0"
+  std::string cuda;     ///< CUDA runtime version, e.g. "13.0"; "none" in a build without CUDA
+  std::string nccl;     ///< NCCL library version, e.g. "2.28.9"; "none" in a build without NCCL
+  std::string ucx;      ///< UCX library version, e.g. "1.13.1"; "n/a" when it cannot be read
 };
 
-// Asks the libraries that are linked; never throws and never needs a device.
+/// Asks the libraries that are linked; never throws and never needs a device.
 BuildInfo build_info();
 
 }  // namespace coshard::metrics

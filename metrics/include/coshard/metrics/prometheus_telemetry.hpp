@@ -16,7 +16,7 @@ namespace coshard::metrics {
 
 class PrometheusTelemetry final : public Telemetry {
  public:
-  // `constant_labels` (e.g. rank, local_rank) are added to every series.
+  /// `constant_labels` (e.g. rank, local_rank) are added to every series.
   explicit PrometheusTelemetry(Labels constant_labels = {}, Timeline* timeline = nullptr);
   ~PrometheusTelemetry() override;
   PrometheusTelemetry(const PrometheusTelemetry&) = delete;
@@ -30,7 +30,7 @@ class PrometheusTelemetry final : public Telemetry {
   bool tracing() const noexcept override { return timeline_ != nullptr; }
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
-  // The text exposition format, as /metrics serves it.
+  /// The text exposition format, as /metrics serves it.
   std::string serialize() const;
 
  private:

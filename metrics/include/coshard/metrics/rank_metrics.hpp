@@ -29,34 +29,34 @@ class RankMetrics {
   struct Options {
     int rank = 0;
     int local_rank = 0;
-    // Base port: this rank serves on port + local_rank. 0 picks a free port (read it with port()).
+    /// Base port: this rank serves on port + local_rank. 0 picks a free port (read it with port()).
     std::uint16_t port = 9400;
     std::string bind_address = "127.0.0.1";
-    Timeline* timeline = nullptr;  // not owned; spans are recorded there when set
+    Timeline* timeline = nullptr;  ///< not owned; spans are recorded there when set
   };
   enum class State : std::uint8_t { stopped, serving };
 
   explicit RankMetrics(Options options);
-  ~RankMetrics();  // stop()
+  ~RankMetrics();  ///< stop()
   RankMetrics(const RankMetrics&) = delete;
   RankMetrics& operator=(const RankMetrics&) = delete;
 
-  // Opens the HTTP endpoint. Throws Error(io) when the port is taken or the address is not local,
-  // naming the address, the port and the flag to change (--metrics-port / --metrics-bind), and
-  // Error(bad_config) when port + local_rank is above 65535. Starting twice is a no-op.
+  /// Opens the HTTP endpoint. Throws Error(io) when the port is taken or the address is not local,
+  /// naming the address, the port and the flag to change (--metrics-port / --metrics-bind), and
+  /// Error(bad_config) when port + local_rank is above 65535. Starting twice is a no-op.
   void start();
-  // Closes the endpoint (joins its threads). Idempotent; start() may be called again.
+  /// Closes the endpoint (joins its threads). Idempotent; start() may be called again.
   void stop() noexcept;
   State state() const noexcept;
   bool serving() const noexcept { return state() == State::serving; }
 
   PrometheusTelemetry& telemetry() noexcept { return *telemetry_; }
-  std::uint16_t port() const noexcept;  // the bound port while serving, else 0
-  std::string url() const;              // "http://127.0.0.1:9400/metrics" while serving, else ""
+  std::uint16_t port() const noexcept;  ///< the bound port while serving, else 0
+  std::string url() const;              ///< "http://127.0.0.1:9400/metrics" while serving, else ""
   const Options& options() const noexcept { return options_; }
   const BuildInfo& build_info() const noexcept { return build_; }
 
-  // Sets coshard_allocator_{allocated,reserved,peak}_bytes{device=...} from the stats. Thread-safe.
+  /// Sets coshard_allocator_{allocated,reserved,peak}_bytes{device=...} from the stats. Thread-safe.
   void update(const AllocatorStats& stats, std::string_view device);
   void update(const Allocator& allocator);
 

@@ -15,9 +15,9 @@
 
 namespace coshard::metrics {
 
-// The track order of every trace: these streams first, in this order; any other stream after
-// them, by name. compute, all_gather, reduce_scatter, all_reduce, unshard, reduce, h2d, d2h,
-// optimizer, scheduler.
+/// The track order of every trace: these streams first, in this order; any other stream after
+/// them, by name. compute, all_gather, reduce_scatter, all_reduce, unshard, reduce, h2d, d2h,
+/// optimizer, scheduler.
 std::span<const std::string_view> stream_order() noexcept;
 
 class Timeline {
@@ -28,7 +28,7 @@ class Timeline {
   void clear();
   std::size_t dropped() const;
   std::string chrome_trace_json() const;
-  // Written atomically: a temporary file, then rename.
+  /// Written atomically: a temporary file, then rename.
   void write(const std::string& path) const;
 
  private:

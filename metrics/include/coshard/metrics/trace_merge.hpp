@@ -11,16 +11,16 @@
 namespace coshard::metrics {
 
 struct TraceInput {
-  std::string name;  // names the input in errors, e.g. its path
-  std::string json;  // {"traceEvents": [...]} or a bare event array
+  std::string name;  ///< names the input in errors, e.g. its path
+  std::string json;  ///< {"traceEvents": [...]} or a bare event array
 };
 
-// Throws Error(corrupt_file) naming the input that is not a Chrome trace, and
-// Error(invalid_argument) when two inputs hold spans of the same rank.
+/// Throws Error(corrupt_file) naming the input that is not a Chrome trace, and
+/// Error(invalid_argument) when two inputs hold spans of the same rank.
 std::string merge_chrome_traces(const std::vector<TraceInput>& inputs);
 
-// Reads `inputs`, merges them and writes `output` atomically (temporary file, rename).
-// Returns the number of spans written.
+/// Reads `inputs`, merges them and writes `output` atomically (temporary file, rename).
+/// Returns the number of spans written.
 std::size_t merge_trace_files(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace coshard::metrics

@@ -8,12 +8,12 @@
 
 namespace coshard::ops {
 
-// att [B, NH, T, T] is written with the softmax probabilities (zero above the diagonal) and is
-// what the backward needs besides qkv.
+/// att [B, NH, T, T] is written with the softmax probabilities (zero above the diagonal) and is
+/// what the backward needs besides qkv.
 void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> att, std::size_t B,
                        std::size_t T, std::size_t C, std::size_t NH);
 
-// dout [B, T, C]; dqkv [B, T, 3C] is written.
+/// dout [B, T, C]; dqkv [B, T, 3C] is written.
 void attention_backward(std::span<const float> dout, std::span<const float> qkv, std::span<const float> att,
                         std::span<float> dqkv, std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
 

@@ -7,7 +7,7 @@
 // GEMM is running, e.g. before starting the streams.
 namespace coshard::ops {
 
-void set_blas_threads(int n);  // n >= 1, else Errc::invalid_argument
-int blas_threads();            // the count OpenBLAS will use now
+void set_blas_threads(int n);  ///< n >= 1, else Errc::invalid_argument
+int blas_threads();            ///< the count OpenBLAS will use now
 
 }  // namespace coshard::ops

@@ -29,9 +29,9 @@
 
 namespace coshard::ops::cuda {
 
-// A cuBLAS handle bound to one stream (and to the device current when it is created). Move-only;
-// destroys the handle. Linear layers run their GEMMs and their bias/db kernels on its stream.
-// FP32 GEMMs use CUBLAS_DEFAULT_MATH (no TF32).
+/// A cuBLAS handle bound to one stream (and to the device current when it is created). Move-only;
+/// destroys the handle. Linear layers run their GEMMs and their bias/db kernels on its stream.
+/// FP32 GEMMs use CUBLAS_DEFAULT_MATH (no TF32).
 class Blas {
  public:
   explicit Blas(void* stream);
@@ -50,7 +50,7 @@ class Blas {
   void* stream_ = nullptr;
 };
 
-// ---- linear (cuBLAS SGEMM; row-major buffers mapped onto column-major GEMMs) ----
+/// ---- linear (cuBLAS SGEMM; row-major buffers mapped onto column-major GEMMs) ----
 void linear_forward(Blas& blas, std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, std::size_t rows, std::size_t in, std::size_t out,
                     WeightLayout layout = WeightLayout::in_out);
@@ -58,9 +58,9 @@ void linear_backward(Blas& blas, std::span<const float> dy, std::span<const floa
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout = WeightLayout::in_out);
 
-// ---- embedding (ids are validated on the device; a bad id throws after a stream sync) ----
-// The forward checks the ids after its kernel (out is unspecified when it throws); the backward
-// checks them before accumulating, so dwte/dwpe are untouched when it throws.
+/// ---- embedding (ids are validated on the device; a bad id throws after a stream sync) ----
+/// The forward checks the ids after its kernel (out is unspecified when it throws); the backward
+/// checks them before accumulating, so dwte/dwpe are untouched when it throws.
 void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::span<const float> wte,
                        std::span<const float> wpe, std::span<float> out, std::size_t B, std::size_t T, std::size_t C,
                        std::size_t V);
@@ -68,7 +68,7 @@ void embedding_backward(void* stream, std::span<const float> dout, std::span<con
                         std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C,
                         std::size_t V);
 
-// ---- layernorm ----
+/// ---- layernorm ----
 void layernorm_forward(void* stream, std::span<const float> x, std::span<const float> weight,
                        std::span<const float> bias, std::span<float> y, std::span<float> mean, std::span<float> rstd,
                        std::size_t rows, std::size_t C, float eps = layernorm_eps);
@@ -77,63 +77,63 @@ void layernorm_backward(void* stream, std::span<const float> dy, std::span<const
                         std::span<float> dx, std::span<float> dweight, std::span<float> dbias, std::size_t rows,
                         std::size_t C);
 
-// ---- GELU (tanh approximation) ----
+/// ---- GELU (tanh approximation) ----
 void gelu_forward(void* stream, std::span<const float> x, std::span<float> y);
 void gelu_backward(void* stream, std::span<const float> dy, std::span<const float> x, std::span<float> dx);
 
-// ---- residual ----
+/// ---- residual ----
 void residual_forward(void* stream, std::span<const float> a, std::span<const float> b, std::span<float> out);
 void accumulate(void* stream, std::span<float> acc, std::span<const float> x);
 
-// ---- causal attention (att [B, NH, T, T] kept, as on the CPU) ----
+/// ---- causal attention (att [B, NH, T, T] kept, as on the CPU) ----
 void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
                        std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
 void attention_backward(void* stream, std::span<const float> dout, std::span<const float> qkv,
                         std::span<const float> att, std::span<float> dqkv, std::size_t B, std::size_t T,
                         std::size_t C, std::size_t NH);
 
-// ---- softmax cross-entropy ----
-// Returns the mean loss (summed in double on the device); synchronises the stream. A bad target
-// throws, naming the first bad position, as on the CPU.
+/// ---- softmax cross-entropy ----
+/// Returns the mean loss (summed in double on the device); synchronises the stream. A bad target
+/// throws, naming the first bad position, as on the CPU.
 float cross_entropy_forward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<float> lse, std::size_t N, std::size_t V);
-// Writes dlogits, then synchronises to check the targets (dlogits is unspecified when it throws).
+/// Writes dlogits, then synchronises to check the targets (dlogits is unspecified when it throws).
 void cross_entropy_backward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<const float> lse, std::span<float> dlogits, std::size_t N, std::size_t V,
                             float dloss = 1.0f);
 
-// ---- casts (bitwise equal to coshard::ops' scalar casts) ----
+/// ---- casts (bitwise equal to coshard::ops' scalar casts) ----
 void cast_f32_to_bf16(void* stream, std::span<const float> in, std::span<std::uint16_t> out);
 void cast_bf16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<float> out);
 void cast_f32_to_f16(void* stream, std::span<const float> in, std::span<std::uint16_t> out);
 void cast_f16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<float> out);
 
-// ---- gradient norm ----
-// Enqueues the partial (sum of squares, sum of |x|, or max |x|; in double, NaN propagating) of all
-// buffers into partial[0] (device memory, one double), without a host sync: the input of a
-// cross-rank reduction (sum, sum, max). norm_finish / clip_coefficient are coshard::ops' host ones.
+/// ---- gradient norm ----
+/// Enqueues the partial (sum of squares, sum of |x|, or max |x|; in double, NaN propagating) of all
+/// buffers into partial[0] (device memory, one double), without a host sync: the input of a
+/// cross-rank reduction (sum, sum, max). norm_finish / clip_coefficient are coshard::ops' host ones.
 void norm_partial(void* stream, std::span<const std::span<const float>> buffers, NormType type,
                   std::span<double> partial);
-// The same, returned to the host (synchronises the stream).
+/// The same, returned to the host (synchronises the stream).
 double norm_partial(void* stream, std::span<const std::span<const float>> buffers, NormType type);
 double grad_norm(void* stream, std::span<const std::span<const float>> buffers, NormType type);
 void scale_inplace(void* stream, std::span<float> buffer, float s);
 
-// ---- optimizers (scalars in double on the host, applied in float, as the CPU versions) ----
+/// ---- optimizers (scalars in double on the host, applied in float, as the CPU versions) ----
 void adamw_update(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                   std::span<float> exp_avg_sq, std::int64_t step, double lr, double beta1, double beta2, double eps,
                   double weight_decay);
-// Device-resident AdamW state: exp_avg / exp_avg_sq in device memory (zeroed by the caller), the
-// step count on the host. Increments `step` once, then updates each range (all of param, with
-// decay, if ranges is empty).
+/// Device-resident AdamW state: exp_avg / exp_avg_sq in device memory (zeroed by the caller), the
+/// step count on the host. Increments `step` once, then updates each range (all of param, with
+/// decay, if ranges is empty).
 void adamw_step(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                 std::span<float> exp_avg_sq, std::int64_t& step, const AdamWOptions& opt,
                 std::span<const ParamRange> ranges = {});
 
 void sgd_update(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> momentum_buffer,
                 bool first_step, double lr, double momentum, double dampening, double weight_decay, bool nesterov);
-// momentum_buffer in device memory (may be empty when momentum == 0); has_buffer is the host flag
-// of SGDState: false before the first step, set by this call when momentum != 0.
+/// momentum_buffer in device memory (may be empty when momentum == 0); has_buffer is the host flag
+/// of SGDState: false before the first step, set by this call when momentum != 0.
 void sgd_step(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> momentum_buffer,
               bool& has_buffer, const SGDOptions& opt, std::span<const ParamRange> ranges = {});
 

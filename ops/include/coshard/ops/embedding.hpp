@@ -6,13 +6,13 @@
 
 namespace coshard::ops {
 
-// tokens [B, T] with ids in [0, V) (else Errc::invalid_argument naming the position);
-// wte [V, C]; wpe [P, C] with P >= T (the model's context length; rows past T are unused);
-// out [B, T, C].
+/// tokens [B, T] with ids in [0, V) (else Errc::invalid_argument naming the position);
+/// wte [V, C]; wpe [P, C] with P >= T (the model's context length; rows past T are unused);
+/// out [B, T, C].
 void embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte, std::span<const float> wpe,
                        std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
 
-// dout [B, T, C]; dwte (shape of wte) and dwpe (shape of wpe) are accumulated, either may be empty.
+/// dout [B, T, C]; dwte (shape of wte) and dwpe (shape of wpe) are accumulated, either may be empty.
 void embedding_backward(std::span<const float> dout, std::span<const std::int32_t> tokens, std::span<float> dwte,
                         std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
 

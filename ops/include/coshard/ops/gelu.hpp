@@ -5,10 +5,10 @@
 
 namespace coshard::ops {
 
-// x, y of equal size; y must not overlap x.
+/// x, y of equal size; y must not overlap x.
 void gelu_forward(std::span<const float> x, std::span<float> y);
 
-// dx = dy * gelu'(x), written; dx must not overlap dy or x.
+/// dx = dy * gelu'(x), written; dx must not overlap dy or x.
 void gelu_backward(std::span<const float> dy, std::span<const float> x, std::span<float> dx);
 
 }  // namespace coshard::ops

@@ -9,17 +9,17 @@ namespace coshard::ops {
 
 enum class NormType { l2, l1, inf };
 
-// l2: sum of squares; l1: sum of absolute values; inf: max absolute value. NaN propagates.
+/// l2: sum of squares; l1: sum of absolute values; inf: max absolute value. NaN propagates.
 double norm_partial(std::span<const std::span<const float>> buffers, NormType type);
-// l2: sqrt(reduced); l1 and inf: reduced.
+/// l2: sqrt(reduced); l1 and inf: reduced.
 double norm_finish(double reduced, NormType type);
-// norm_finish(norm_partial(...)) for buffers all on this rank.
+/// norm_finish(norm_partial(...)) for buffers all on this rank.
 double grad_norm(std::span<const std::span<const float>> buffers, NormType type);
 
-// torch's clip coefficient: min(1, max_norm / (total_norm + 1e-6)).
+/// torch's clip coefficient: min(1, max_norm / (total_norm + 1e-6)).
 double clip_coefficient(double total_norm, double max_norm);
 
-// buffer *= s.
+/// buffer *= s.
 void scale_inplace(std::span<float> buffer, float s);
 
 }  // namespace coshard::ops

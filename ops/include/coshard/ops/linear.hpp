@@ -13,12 +13,12 @@ namespace coshard::ops {
 
 enum class WeightLayout { in_out, out_in };
 
-// x [rows, in], w [in, out] (or [out, in]), b [out] or empty for no bias, y [rows, out].
+/// x [rows, in], w [in, out] (or [out, in]), b [out] or empty for no bias, y [rows, out].
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b, std::span<float> y,
                     std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout = WeightLayout::in_out);
 
-// dy [rows, out]. dx [rows, in] is written; dw (shape of w) and db [out] are accumulated. Any of
-// dx, dw, db may be empty when that gradient is not wanted.
+/// dy [rows, out]. dx [rows, in] is written; dw (shape of w) and db [out] are accumulated. Any of
+/// dx, dw, db may be empty when that gradient is not wanted.
 void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout = WeightLayout::in_out);

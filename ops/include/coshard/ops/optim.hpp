@@ -14,7 +14,7 @@ namespace coshard::ops {
 struct ParamRange {
   std::size_t offset = 0;
   std::size_t size = 0;
-  bool weight_decay = true;  // false: this range is updated with weight_decay = 0
+  bool weight_decay = true;  ///< false: this range is updated with weight_decay = 0
 };
 
 struct AdamWOptions {
@@ -26,20 +26,20 @@ struct AdamWOptions {
 };
 
 struct AdamWState {
-  std::vector<float> exp_avg;     // zeros, size of the parameter buffer
-  std::vector<float> exp_avg_sq;  // zeros, size of the parameter buffer
-  std::int64_t step = 0;          // steps taken so far
+  std::vector<float> exp_avg;     ///< zeros, size of the parameter buffer
+  std::vector<float> exp_avg_sq;  ///< zeros, size of the parameter buffer
+  std::int64_t step = 0;          ///< steps taken so far
   explicit AdamWState(std::size_t n) : exp_avg(n, 0.0f), exp_avg_sq(n, 0.0f) {}
 };
 
-// One AdamW update of one range at step `step` (1 for the first update), with this call's
-// weight_decay: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g^2;
-// p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps).
+/// One AdamW update of one range at step `step` (1 for the first update), with this call's
+/// weight_decay: p *= 1 - lr*wd; m = lerp(m, g, 1-b1); v = b2 v + (1-b2) g^2;
+/// p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps).
 void adamw_update(std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                   std::span<float> exp_avg_sq, std::int64_t step, double lr, double beta1, double beta2, double eps,
                   double weight_decay);
 
-// Increments state.step once, then updates each range (all of param, with decay, if ranges is empty).
+/// Increments state.step once, then updates each range (all of param, with decay, if ranges is empty).
 void adamw_step(std::span<float> param, std::span<const float> grad, AdamWState& state, const AdamWOptions& opt,
                 std::span<const ParamRange> ranges = {});
 
@@ -48,22 +48,22 @@ struct SGDOptions {
   double momentum = 0.0;
   double dampening = 0.0;
   double weight_decay = 0.0;
-  bool nesterov = false;  // needs momentum > 0 and dampening == 0, as in torch
+  bool nesterov = false;  ///< needs momentum > 0 and dampening == 0, as in torch
 };
 
 struct SGDState {
-  std::vector<float> momentum_buffer;  // used only when momentum != 0
-  bool has_buffer = false;             // false until the first step: then buffer = d_p, as torch
+  std::vector<float> momentum_buffer;  ///< used only when momentum != 0
+  bool has_buffer = false;             ///< false until the first step: then buffer = d_p, as torch
   explicit SGDState(std::size_t n) : momentum_buffer(n, 0.0f) {}
 };
 
-// One SGD update of one range. d_p = g + wd p; with momentum: buf = d_p on the first step,
-// else buf = momentum buf + (1 - dampening) d_p; d_p = nesterov ? d_p + momentum buf : buf;
-// p -= lr d_p. momentum_buffer may be empty when momentum == 0.
+/// One SGD update of one range. d_p = g + wd p; with momentum: buf = d_p on the first step,
+/// else buf = momentum buf + (1 - dampening) d_p; d_p = nesterov ? d_p + momentum buf : buf;
+/// p -= lr d_p. momentum_buffer may be empty when momentum == 0.
 void sgd_update(std::span<float> param, std::span<const float> grad, std::span<float> momentum_buffer,
                 bool first_step, double lr, double momentum, double dampening, double weight_decay, bool nesterov);
 
-// Updates each range (all of param, with decay, if ranges is empty), then marks the buffer as set.
+/// Updates each range (all of param, with decay, if ranges is empty), then marks the buffer as set.
 void sgd_step(std::span<float> param, std::span<const float> grad, SGDState& state, const SGDOptions& opt,
               std::span<const ParamRange> ranges = {});
 

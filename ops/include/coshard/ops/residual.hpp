@@ -6,10 +6,10 @@
 
 namespace coshard::ops {
 
-// out = a + b, all of equal size; out may be a or b (in place).
+/// out = a + b, all of equal size; out may be a or b (in place).
 void residual_forward(std::span<const float> a, std::span<const float> b, std::span<float> out);
 
-// acc += x (gradient accumulation of an activation gradient); acc must not overlap x.
+/// acc += x (gradient accumulation of an activation gradient); acc must not overlap x.
 void accumulate(std::span<float> acc, std::span<const float> x);
 
 }  // namespace coshard::ops

@@ -16,24 +16,24 @@
 
 namespace coshard {
 
-// Where raw device memory comes from: aligned host memory, cudaMalloc, ...
+/// Where raw device memory comes from: aligned host memory, cudaMalloc, ...
 class MemoryResource {
  public:
   virtual ~MemoryResource() = default;
   virtual Device device() const noexcept = 0;
-  virtual void* allocate(std::size_t bytes) = 0;  // throws Error(out_of_memory) on failure
+  virtual void* allocate(std::size_t bytes) = 0;  ///< throws Error(out_of_memory) on failure
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
 };
 
-// 64-byte aligned host memory.
+/// 64-byte aligned host memory.
 std::unique_ptr<MemoryResource> cpu_memory(Device device = Device::cpu());
 
 struct AllocatorStats {
-  std::size_t allocated_bytes = 0;       // handed out and not yet freed
-  std::size_t reserved_bytes = 0;        // held from the memory resource (allocated + cached)
+  std::size_t allocated_bytes = 0;       ///< handed out and not yet freed
+  std::size_t reserved_bytes = 0;        ///< held from the memory resource (allocated + cached)
   std::size_t peak_allocated_bytes = 0;
   std::size_t peak_reserved_bytes = 0;
-  std::size_t device_allocations = 0;    // calls into the memory resource
+  std::size_t device_allocations = 0;    ///< calls into the memory resource
   std::size_t cache_hits = 0;
 };
 
@@ -42,12 +42,12 @@ class Allocator;
 namespace detail {
 struct Block {
   void* ptr = nullptr;
-  std::size_t size = 0;  // rounded size class
-  std::vector<std::shared_ptr<Completion>> uses;  // must all be ready before reuse
+  std::size_t size = 0;  ///< rounded size class
+  std::vector<std::shared_ptr<Completion>> uses;  ///< must all be ready before reuse
 };
 }  // namespace detail
 
-// A move-only owning handle to an allocated block. The Allocator must outlive it.
+/// A move-only owning handle to an allocated block. The Allocator must outlive it.
 class Buffer {
  public:
   Buffer() = default;
@@ -62,9 +62,9 @@ class Buffer {
   std::size_t size() const noexcept { return bytes_; }  // as requested
   explicit operator bool() const noexcept { return block_ != nullptr; }
 
-  // The block may be in use by `stream`'s work until `event`: reuse waits for it after free.
+  /// The block may be in use by `stream`'s work until `event`: reuse waits for it after free.
   void record_use(const Event& event);
-  void reset() noexcept;  // returns the block to its pool
+  void reset() noexcept;  ///< returns the block to its pool
 
  private:
   friend class Allocator;
@@ -77,18 +77,18 @@ class Buffer {
 class Allocator {
  public:
   struct Options {
-    std::size_t cap_bytes = 0;  // 0: no cap
+    std::size_t cap_bytes = 0;  ///< 0: no cap
   };
   explicit Allocator(std::unique_ptr<MemoryResource> memory);
   Allocator(std::unique_ptr<MemoryResource> memory, Options options);
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
-  ~Allocator();  // every Buffer must be gone by now
+  ~Allocator();  ///< every Buffer must be gone by now
 
   Buffer allocate(std::size_t bytes);
   AllocatorStats stats() const;
   void reset_peak();
-  // Returns cached blocks whose uses have completed to the memory resource.
+  /// Returns cached blocks whose uses have completed to the memory resource.
   void release_cached();
   Device device() const noexcept { return memory_->device(); }
 
@@ -102,7 +102,7 @@ class Allocator {
 
   std::unique_ptr<MemoryResource> memory_;
   Options options_;
-  mutable std::mutex m_;  // buffers may be freed from stream threads
+  mutable std::mutex m_;  ///< buffers may be freed from stream threads
   std::multimap<std::size_t, std::unique_ptr<detail::Block>> cached_;
   std::map<detail::Block*, std::unique_ptr<detail::Block>> live_;
   AllocatorStats stats_;

@@ -81,7 +81,7 @@ class Channel {
   RecvAwaiter recv() { return RecvAwaiter{*this}; }
   SendAwaiter send(T value) { return SendAwaiter{*this, std::move(value)}; }
 
-  // Non-suspending variants; try_send leaves `value` untouched when it returns false.
+  /// Non-suspending variants; try_send leaves `value` untouched when it returns false.
   bool try_send(T& value) {
     throw_if_closed();
     while (!receivers_.empty()) {
@@ -89,7 +89,7 @@ class Channel {
       receivers_.pop_front();
       w->slot = std::move(value);
       if (w->complete()) return true;
-      value = std::move(*w->slot);  // that receiver was cancelled: take the value back
+      value = std::move(*w->slot);  ///< that receiver was cancelled: take the value back
     }
     if (buffer_.size() < capacity_) {
       buffer_.push_back(std::move(value));
@@ -103,11 +103,11 @@ class Channel {
       out.emplace(std::move(buffer_.front()));
       buffer_.pop_front();
     }
-    // Refill from a suspended sender: into the buffer, or straight out when unbuffered.
+    /// Refill from a suspended sender: into the buffer, or straight out when unbuffered.
     while (!senders_.empty() && (buffer_.size() < capacity_ || !out)) {
       auto w = std::move(senders_.front());
       senders_.pop_front();
-      if (!w->complete()) continue;  // cancelled: its value was never sent
+      if (!w->complete()) continue;  ///< cancelled: its value was never sent
       if (out) {
         buffer_.push_back(std::move(*w->value));
       } else {

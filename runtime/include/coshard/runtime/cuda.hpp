@@ -12,14 +12,14 @@ namespace coshard::cuda {
 
 struct Probe {
   int devices = 0;
-  std::string reason;  // why there is no usable device, when devices == 0
+  std::string reason;  ///< why there is no usable device, when devices == 0
 };
-// Asks the runtime how many devices there are. No driver, no device or a build without CUDA
-// all give 0 with the reason, never an exception.
+/// Asks the runtime how many devices there are. No driver, no device or a build without CUDA
+/// all give 0 with the reason, never an exception.
 Probe probe();
 
-// Polls recorded CUDA events with a bounded back-off and hands completions to their waiters
-// (which post to their scheduler). One per device; a service with start/stop.
+/// Polls recorded CUDA events with a bounded back-off and hands completions to their waiters
+/// (which post to their scheduler). One per device; a service with start/stop.
 class EventPoller {
  public:
   struct Options {
@@ -40,9 +40,9 @@ class EventPoller {
   std::unique_ptr<Impl> impl_;
 };
 
-// A non-blocking CUDA stream on `device` whose events complete through `poller`.
+/// A non-blocking CUDA stream on `device` whose events complete through `poller`.
 Stream make_stream(Device device, std::string name, EventPoller& poller);
-// cudaMalloc-backed memory for the caching Allocator.
+/// cudaMalloc-backed memory for the caching Allocator.
 std::unique_ptr<MemoryResource> device_memory(Device device);
 
 }  // namespace coshard::cuda

@@ -12,24 +12,24 @@
 namespace coshard {
 
 enum class Errc : std::uint8_t {
-  timeout,           // a deadline expired
-  cancelled,         // the awaiting task asked to stop
-  peer_lost,         // a remote rank died or closed its connection
-  bad_config,        // invalid options, flags or environment
-  corrupt_file,      // a file failed validation
-  out_of_memory,     // an allocator cap or the device ran out
-  invalid_argument,  // API misuse: wrong shape, wrong device, unrecorded event
-  device,            // a device or driver call failed
-  io,                // a socket or file operation failed
-  internal,          // a broken invariant inside coshard
+  timeout,           ///< a deadline expired
+  cancelled,         ///< the awaiting task asked to stop
+  peer_lost,         ///< a remote rank died or closed its connection
+  bad_config,        ///< invalid options, flags or environment
+  corrupt_file,      ///< a file failed validation
+  out_of_memory,     ///< an allocator cap or the device ran out
+  invalid_argument,  ///< API misuse: wrong shape, wrong device, unrecorded event
+  device,            ///< a device or driver call failed
+  io,                ///< a socket or file operation failed
+  internal,          ///< a broken invariant inside coshard
 };
 
 std::string_view to_string(Errc code) noexcept;
 
 struct ErrorContext {
   std::optional<int> rank;
-  std::string op;    // e.g. "all_gather#12", "stream compute"
-  std::string unit;  // FSDP unit name
+  std::string op;    ///< e.g. "all_gather#12", "stream compute"
+  std::string unit;  ///< FSDP unit name
 };
 
 inline ErrorContext op_context(std::string op) {
@@ -46,7 +46,7 @@ class Error : public std::runtime_error {
   const std::string& message() const noexcept { return message_; }
   const ErrorContext& context() const noexcept { return context_; }
 
-  // Returns a copy with more context; fields already set are kept (the innermost knows best).
+  /// Returns a copy with more context; fields already set are kept (the innermost knows best).
   Error with_context(ErrorContext more) const;
 
  private:
@@ -56,7 +56,7 @@ class Error : public std::runtime_error {
   ErrorContext context_;
 };
 
-// Errors as values where the caller is expected to act on them.
+/// Errors as values where the caller is expected to act on them.
 template <class T>
 class Result {
  public:

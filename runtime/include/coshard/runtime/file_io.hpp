@@ -11,17 +11,17 @@
 
 namespace coshard {
 
-// Writes the concatenation of `parts` to `path` atomically.
+/// Writes the concatenation of `parts` to `path` atomically.
 void write_atomic(const std::filesystem::path& path, std::span<const std::span<const std::byte>> parts);
 void write_atomic(const std::filesystem::path& path, std::string_view text);
 
-// Size of a regular file.
+/// Size of a regular file.
 std::uint64_t file_size(const std::filesystem::path& path);
 
-// Reads `out.size()` bytes at `offset`.
+/// Reads `out.size()` bytes at `offset`.
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out);
 
-// fsync of a directory, so that a rename inside it is durable (best effort where unsupported).
+/// fsync of a directory, so that a rename inside it is durable (best effort where unsupported).
 void sync_directory(const std::filesystem::path& dir);
 
 }  // namespace coshard

@@ -25,8 +25,8 @@ namespace coshard {
 template <class T>
 class Readback {
  public:
-  // Enqueues `compute` on `stream` after the work already there; its result is what get() returns
-  // from now on. Call from the thread that issues the stream's work.
+  /// Enqueues `compute` on `stream` after the work already there; its result is what get() returns
+  /// from now on. Call from the thread that issues the stream's work.
   void publish(Stream& stream, std::function<T()> compute, std::string span = {}) {
     auto slot = std::make_shared<Slot>();
     slot->done = Event(stream.device());
@@ -37,8 +37,8 @@ class Readback {
 
   bool published() const noexcept { return static_cast<bool>(latest_); }
 
-  // The latest published value, once the work that computed it has run; rethrows that stream's
-  // error. Cancellable, like any event wait.
+  /// The latest published value, once the work that computed it has run; rethrows that stream's
+  /// error. Cancellable, like any event wait.
   Task<T> get() const {
     if (!latest_) {
       throw Error(Errc::invalid_argument,

@@ -24,10 +24,10 @@ class Runtime {
     std::string name = "coshard";
     int rank = 0;
     Device device = Device::cpu();
-    std::size_t memory_cap_bytes = 0;  // 0: no cap
-    Telemetry* telemetry = nullptr;     // not owned; nullptr: no-op
-    // CPU device: allocations of at least `shared_host_min_bytes` are memfd segments that other
-    // ranks on this host can map (shared_memory.hpp), so that collectives between them copy once.
+    std::size_t memory_cap_bytes = 0;  ///< 0: no cap
+    Telemetry* telemetry = nullptr;     ///< not owned; nullptr: no-op
+    /// CPU device: allocations of at least `shared_host_min_bytes` are memfd segments that other
+    /// ranks on this host can map (shared_memory.hpp), so that collectives between them copy once.
     bool shared_host_memory = true;
     std::size_t shared_host_min_bytes = std::size_t{1} << 20;
   };
@@ -37,7 +37,7 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
   ~Runtime();
 
-  // Stops streams (draining their work), then the scheduler, then the poller. Idempotent.
+  /// Stops streams (draining their work), then the scheduler, then the poller. Idempotent.
   void stop();
 
   Scheduler& scheduler() noexcept { return *scheduler_; }
@@ -46,8 +46,8 @@ class Runtime {
   Device device() const noexcept { return options_.device; }
   int rank() const noexcept { return options_.rank; }
 
-  // The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
-  // scheduler thread or before tasks run: the map is not locked.
+  /// The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
+  /// scheduler thread or before tasks run: the map is not locked.
   Stream& stream(std::string_view name);
 
  private:

@@ -30,11 +30,11 @@ class Scheduler {
  public:
   struct Options {
     std::string name = "coshard";
-    // How long stop() lets spawned tasks finish after asking them to stop.
+    /// How long stop() lets spawned tasks finish after asking them to stop.
     std::chrono::milliseconds drain_timeout{5000};
-    // After running work, keep polling (yielding the CPU) this long before sleeping. A sleeping
-    // thread costs a futex wake-up per completion (tens of microseconds on small VMs); a bounded,
-    // yielding poll keeps resumes fast during a step without starving other ranks when idle.
+    /// After running work, keep polling (yielding the CPU) this long before sleeping. A sleeping
+    /// thread costs a futex wake-up per completion (tens of microseconds on small VMs); a bounded,
+    /// yielding poll keeps resumes fast during a step without starving other ranks when idle.
     std::chrono::microseconds poll_before_sleep{50};
   };
 
@@ -42,34 +42,34 @@ class Scheduler {
   explicit Scheduler(Options options);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
-  ~Scheduler();  // stop()s if still running
+  ~Scheduler();  ///< stop()s if still running
 
   void start();
-  // Asks every spawned task to stop, waits up to drain_timeout for them, then joins the thread.
-  // Returns false when some task did not finish in time (its frame is leaked, not resumed).
+  /// Asks every spawned task to stop, waits up to drain_timeout for them, then joins the thread.
+  /// Returns false when some task did not finish in time (its frame is leaked, not resumed).
   bool stop();
   Health health() const noexcept;
   const std::string& name() const noexcept;
 
-  // Thread-safe. Runs `fn` on the scheduler thread.
+  /// Thread-safe. Runs `fn` on the scheduler thread.
   void post(std::function<void()> fn);
   void post(std::coroutine_handle<> h);
   bool running_in_this_thread() const noexcept;
-  // For services that drive Asio I/O on this thread (sockets, timers); see asio_await.hpp.
+  /// For services that drive Asio I/O on this thread (sockets, timers); see asio_await.hpp.
   asio::io_context& io_context() noexcept;
 
-  // Starts `task` on the scheduler, detached. A failure is recorded (first_error) and logged.
+  /// Starts `task` on the scheduler, detached. A failure is recorded (first_error) and logged.
   void spawn(Task<void> task);
   std::exception_ptr first_error() const;
 
-  // Runs `task` on the scheduler and blocks the calling (non-scheduler) thread until it ends.
+  /// Runs `task` on the scheduler and blocks the calling (non-scheduler) thread until it ends.
   template <class T>
   T sync_wait(Task<T> task);
 
-  // The token every spawned and sync_waited task inherits; requested by stop().
+  /// The token every spawned and sync_waited task inherits; requested by stop().
   std::stop_token stop_token() const noexcept { return root_stop_.get_token(); }
 
-  // Awaitable that resumes after `d` on the scheduler; cancellable.
+  /// Awaitable that resumes after `d` on the scheduler; cancellable.
   struct SleepAwaiter;
 
  private:
@@ -80,8 +80,8 @@ class Scheduler {
   std::stop_source root_stop_;
 };
 
-// Suspends the current task for `d` (resumes on its scheduler). Throws Errc::cancelled if asked
-// to stop meanwhile.
+/// Suspends the current task for `d` (resumes on its scheduler). Throws Errc::cancelled if asked
+/// to stop meanwhile.
 struct Scheduler::SleepAwaiter {
   std::chrono::nanoseconds duration;
   std::shared_ptr<detail::Waiter> waiter;
@@ -99,7 +99,7 @@ struct Scheduler::SleepAwaiter {
 
 inline Scheduler::SleepAwaiter sleep_for(std::chrono::nanoseconds d) { return {d, nullptr}; }
 
-// Resumes the current task from the scheduler's queue, letting other ready work run first.
+/// Resumes the current task from the scheduler's queue, letting other ready work run first.
 struct yield_now {
   bool await_ready() const noexcept { return false; }
   template <class P>
@@ -109,7 +109,7 @@ struct yield_now {
   void await_resume() const noexcept {}
 };
 
-// Throws Errc::cancelled when the current task was asked to stop.
+/// Throws Errc::cancelled when the current task was asked to stop.
 struct check_cancelled {
   bool stop = false;
   bool await_ready() const noexcept { return false; }
@@ -143,7 +143,7 @@ T Scheduler::sync_wait(Task<T> task) {
   };
   launch(body(std::move(task), &result), [&](std::exception_ptr e) {
     std::lock_guard lock(m);
-    error = std::move(e);  // no reference stays behind on the scheduler thread
+    error = std::move(e);  ///< no reference stays behind on the scheduler thread
     finished = true;
     cv.notify_all();
   });

@@ -31,7 +31,7 @@ class Semaphore {
 
   AcquireAwaiter acquire() noexcept { return AcquireAwaiter{*this, nullptr}; }
   bool try_acquire() noexcept;
-  // Hands the permit to the oldest waiter, or returns it to the pool.
+  /// Hands the permit to the oldest waiter, or returns it to the pool.
   void release(std::size_t n = 1);
   std::size_t available() const noexcept { return permits_; }
   std::size_t waiting() const noexcept { return waiters_.size(); }

@@ -18,33 +18,33 @@
 
 namespace coshard {
 
-// Where a pointer lives: segment `id` of process `pid`, open there as descriptor `fd`.
+/// Where a pointer lives: segment `id` of process `pid`, open there as descriptor `fd`.
 struct SegmentRef {
   std::int32_t pid = 0;
   std::int32_t fd = -1;
-  std::uint64_t id = 0;      // per-process counter: a new segment never reuses an id
-  std::uint64_t size = 0;    // bytes mapped (a multiple of the page size)
-  std::uint64_t inode = 0;   // of the memfd: a mapper checks it opened the right file
-  std::uint64_t offset = 0;  // of the pointer inside the segment
+  std::uint64_t id = 0;      ///< per-process counter: a new segment never reuses an id
+  std::uint64_t size = 0;    ///< bytes mapped (a multiple of the page size)
+  std::uint64_t inode = 0;   ///< of the memfd: a mapper checks it opened the right file
+  std::uint64_t offset = 0;  ///< of the pointer inside the segment
 };
 
 inline constexpr std::size_t kSharedMinBytes = std::size_t{1} << 20;
 
-// Host memory on `device`; allocations of at least `min_bytes` are shareable segments. When a
-// memfd cannot be created (descriptor limit, no memfd support) the allocation silently comes from
-// the heap instead: it is then simply not shared. Raises RLIMIT_NOFILE's soft limit to the hard
-// one, once per process.
+/// Host memory on `device`; allocations of at least `min_bytes` are shareable segments. When a
+/// memfd cannot be created (descriptor limit, no memfd support) the allocation silently comes from
+/// the heap instead: it is then simply not shared. Raises RLIMIT_NOFILE's soft limit to the hard
+/// one, once per process.
 std::unique_ptr<MemoryResource> shared_cpu_memory(Device device = Device::cpu(),
                                                   std::size_t min_bytes = kSharedMinBytes);
 
-// True when [p, p + bytes) lies inside one shared segment of this process; fills `out`.
+/// True when [p, p + bytes) lies inside one shared segment of this process; fills `out`.
 bool shared_segment_of(const void* p, std::size_t bytes, SegmentRef* out) noexcept;
 inline bool shared_segment_of(const void* p, SegmentRef* out) noexcept { return shared_segment_of(p, 1, out); }
 
-// Segments of this process now alive (for tests and diagnostics).
+/// Segments of this process now alive (for tests and diagnostics).
 std::size_t shared_segment_count() noexcept;
 
-// A read-only mapping of another process's segment. Move-only; unmaps on destruction.
+/// A read-only mapping of another process's segment. Move-only; unmaps on destruction.
 class PeerMapping {
  public:
   PeerMapping() = default;
@@ -54,8 +54,8 @@ class PeerMapping {
   PeerMapping& operator=(const PeerMapping&) = delete;
   ~PeerMapping();
 
-  // Opens /proc/<pid>/fd/<fd>, checks it is the memfd named by `ref` (inode, size) and maps all
-  // of it. Throws Error(io) naming the segment and the reason.
+  /// Opens /proc/<pid>/fd/<fd>, checks it is the memfd named by `ref` (inode, size) and maps all
+  /// of it. Throws Error(io) naming the segment and the reason.
   static PeerMapping map(const SegmentRef& ref);
 
   const std::byte* data() const noexcept { return static_cast<const std::byte*>(base_); }

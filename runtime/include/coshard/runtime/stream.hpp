@@ -18,15 +18,15 @@ namespace coshard {
 
 namespace detail {
 
-// One recorded point in a stream. Completes once, possibly with an error.
+/// One recorded point in a stream. Completes once, possibly with an error.
 class Completion {
  public:
   virtual ~Completion() = default;
   virtual bool ready() const = 0;
   virtual std::exception_ptr error() const = 0;
-  // Calls w->complete(error()) once ready, from whatever thread observes it (maybe inline).
+  /// Calls w->complete(error()) once ready, from whatever thread observes it (maybe inline).
   virtual void notify(std::shared_ptr<Waiter> w) = 0;
-  // Blocks the calling thread until ready or `limit` passes; returns ready().
+  /// Blocks the calling thread until ready or `limit` passes; returns ready().
   virtual bool block_until_ready(std::chrono::nanoseconds limit) = 0;
 };
 
@@ -39,8 +39,8 @@ class StreamImpl {
   virtual void wait(std::shared_ptr<Completion> c) = 0;
   virtual void enqueue(std::function<void()> work, std::string span) = 0;
   virtual void* native() noexcept { return nullptr; }  // cudaStream_t on CUDA
-  // Time spent running work, and time stalled in stream-side waits for other streams (CPU
-  // backend; 0 where the device does not say).
+  /// Time spent running work, and time stalled in stream-side waits for other streams (CPU
+  /// backend; 0 where the device does not say).
   virtual std::chrono::nanoseconds busy() const noexcept { return {}; }
   virtual std::chrono::nanoseconds stalled() const noexcept { return {}; }
 };
@@ -52,33 +52,33 @@ class Event;
 class Stream {
  public:
   struct Options {
-    Telemetry* telemetry = nullptr;  // timeline spans for labelled work, when it is tracing
+    Telemetry* telemetry = nullptr;  ///< timeline spans for labelled work, when it is tracing
     int rank = 0;
   };
-  // A CPU stream: an in-order worker thread with a queue.
+  /// A CPU stream: an in-order worker thread with a queue.
   static Stream cpu(Device device, std::string name);
   static Stream cpu(Device device, std::string name, Options options);
   explicit Stream(std::unique_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
   Stream(Stream&&) noexcept = default;
   Stream& operator=(Stream&&) noexcept = default;
-  ~Stream();  // finishes queued work, then joins
+  ~Stream();  ///< finishes queued work, then joins
 
   Device device() const noexcept { return impl_->device(); }
   const std::string& name() const noexcept { return impl_->name(); }
 
-  // Host work in stream order (CPU backend; on CUDA it is a host callback in stream order).
-  // A non-empty `span` names the work on the timeline.
+  /// Host work in stream order (CPU backend; on CUDA it is a host callback in stream order).
+  /// A non-empty `span` names the work on the timeline.
   void enqueue(std::function<void()> work, std::string span = {});
-  // Stream-side wait: work enqueued after this runs only once `event` has completed. Throws when
-  // the event was never recorded or belongs to another device.
+  /// Stream-side wait: work enqueued after this runs only once `event` has completed. Throws when
+  /// the event was never recorded or belongs to another device.
   void wait(const Event& event);
-  // Blocks the host until all work enqueued so far is done; throws Errc::timeout after `limit`,
-  // or the stream's error. For shutdown and tests; tasks co_await an event instead.
+  /// Blocks the host until all work enqueued so far is done; throws Errc::timeout after `limit`,
+  /// or the stream's error. For shutdown and tests; tasks co_await an event instead.
   void synchronize(std::chrono::nanoseconds limit = std::chrono::seconds(60));
 
-  // Totals since the stream was made: time running work, and time its worker was blocked in
-  // stream-side waits (how long this stream waited on others: exposed communication, when this
-  // is the compute stream). CPU backend; zero on CUDA.
+  /// Totals since the stream was made: time running work, and time its worker was blocked in
+  /// stream-side waits (how long this stream waited on others: exposed communication, when this
+  /// is the compute stream). CPU backend; zero on CUDA.
   std::chrono::nanoseconds busy() const noexcept { return impl_->busy(); }
   std::chrono::nanoseconds stalled() const noexcept { return impl_->stalled(); }
 
@@ -92,13 +92,13 @@ class Event {
  public:
   explicit Event(Device device = Device::cpu()) : device_(device) {}
 
-  // Captures all work enqueued on `stream` so far. Re-recording moves the event to a new point;
-  // tasks already awaiting the old point are unaffected.
+  /// Captures all work enqueued on `stream` so far. Re-recording moves the event to a new point;
+  /// tasks already awaiting the old point are unaffected.
   void record(Stream& stream);
   bool recorded() const noexcept { return static_cast<bool>(point_); }
-  // True once the recorded point is reached (with or without error). Throws if never recorded.
+  /// True once the recorded point is reached (with or without error). Throws if never recorded.
   bool query() const;
-  // The error of the work before this point, if any.
+  /// The error of the work before this point, if any.
   std::exception_ptr error() const;
   Device device() const noexcept { return device_; }
   const std::shared_ptr<detail::Completion>& point() const noexcept { return point_; }
@@ -116,7 +116,7 @@ class Event {
    private:
     void start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token);
   };
-  // Suspends until the recorded point is reached; rethrows the stream's error. Cancellable.
+  /// Suspends until the recorded point is reached; rethrows the stream's error. Cancellable.
   Awaiter operator co_await() const;
 
  private:

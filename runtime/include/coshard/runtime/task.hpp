@@ -14,7 +14,7 @@ namespace coshard {
 
 class Scheduler;
 
-// What a running task carries: the scheduler it must resume on and the token that asks it to stop.
+/// What a running task carries: the scheduler it must resume on and the token that asks it to stop.
 struct TaskContext {
   Scheduler* scheduler = nullptr;
   std::stop_token stop;
@@ -56,7 +56,7 @@ class PromiseBase {
 template <class P>
 inline constexpr bool is_coshard_promise = std::is_base_of_v<PromiseBase, P>;
 
-// Copies the awaiting coroutine's context into the awaited promise when the awaiter is ours.
+/// Copies the awaiting coroutine's context into the awaited promise when the awaiter is ours.
 template <class Awaiting>
 void inherit_context(std::coroutine_handle<Awaiting> awaiting, PromiseBase& child) noexcept {
   if constexpr (is_coshard_promise<Awaiting>) child.set_context(awaiting.promise().context());
@@ -113,7 +113,7 @@ class [[nodiscard]] Task {
   };
   Awaiter operator co_await() && noexcept { return Awaiter{h_}; }
 
-  // For combinators: the handle stays owned by this Task.
+  /// For combinators: the handle stays owned by this Task.
   std::coroutine_handle<promise_type> handle() const noexcept { return h_; }
 
  private:
@@ -131,7 +131,7 @@ struct Task<void>::promise_type : detail::PromiseBase {
   void take() { rethrow_if_failed(); }
 };
 
-// `co_await current_context()` yields the running task's context without suspending.
+/// `co_await current_context()` yields the running task's context without suspending.
 struct current_context {
   TaskContext ctx;
   bool await_ready() const noexcept { return false; }

@@ -16,26 +16,26 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Counter {
  public:
   virtual ~Counter() = default;
-  virtual void add(double v = 1.0) = 0;  // thread-safe
+  virtual void add(double v = 1.0) = 0;  ///< thread-safe
 };
 
 class Gauge {
  public:
   virtual ~Gauge() = default;
-  virtual void set(double v) = 0;  // thread-safe
+  virtual void set(double v) = 0;  ///< thread-safe
 };
 
 class Histogram {
  public:
   virtual ~Histogram() = default;
-  virtual void observe(double v) = 0;  // thread-safe
+  virtual void observe(double v) = 0;  ///< thread-safe
 };
 
-// One interval of work on one stream of one rank (a timeline span).
+/// One interval of work on one stream of one rank (a timeline span).
 struct Span {
-  std::string name;      // e.g. "all_gather h.3"
-  std::string category;  // e.g. "forward"
-  std::string stream;    // e.g. "compute", "all_gather"
+  std::string name;      ///< e.g. "all_gather h.3"
+  std::string category;  ///< e.g. "forward"
+  std::string stream;    ///< e.g. "compute", "all_gather"
   int rank = 0;
   std::chrono::steady_clock::time_point begin;
   std::chrono::steady_clock::time_point end;
@@ -44,8 +44,8 @@ struct Span {
 class Telemetry {
  public:
   virtual ~Telemetry() = default;
-  // Instruments are created once and then updated on hot paths; the returned reference lives as
-  // long as the Telemetry. Thread-safe.
+  /// Instruments are created once and then updated on hot paths; the returned reference lives as
+  /// long as the Telemetry. Thread-safe.
   virtual Counter& counter(std::string_view name, std::string_view help, const Labels& labels) = 0;
   virtual Gauge& gauge(std::string_view name, std::string_view help, const Labels& labels) = 0;
   virtual Histogram& histogram(std::string_view name, std::string_view help, const Labels& labels,

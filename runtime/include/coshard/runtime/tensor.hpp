@@ -41,12 +41,12 @@ class Tensor {
     return static_cast<T*>(data());
   }
 
-  // A view of `shape` starting `offset` elements into this tensor; shares the storage.
+  /// A view of `shape` starting `offset` elements into this tensor; shares the storage.
   Tensor view(std::int64_t offset, Shape shape) const;
-  // The same elements with another shape (element counts must match).
+  /// The same elements with another shape (element counts must match).
   Tensor reshape(Shape shape) const { return view(0, std::move(shape)); }
 
-  // Reuse of the storage waits for this event once the last view is gone.
+  /// Reuse of the storage waits for this event once the last view is gone.
   void record_use(const Event& event) const { storage_->record_use(event); }
 
  private:

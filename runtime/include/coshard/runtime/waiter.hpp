@@ -24,12 +24,12 @@ class Waiter : public std::enable_shared_from_this<Waiter> {
   Waiter& operator=(const Waiter&) = delete;
   virtual ~Waiter() = default;
 
-  // Finishes the wait with a value-less success or an error. Thread-safe; returns false when the
-  // wait already ended (the other side won).
+  /// Finishes the wait with a value-less success or an error. Thread-safe; returns false when the
+  /// wait already ended (the other side won).
   bool complete(std::exception_ptr error = nullptr);
 
-  // Arms cancellation through `token`. `on_cancel` runs on the scheduler thread after the wait was
-  // cancelled (to unlink the waiter from a queue, cancel a timer, ...).
+  /// Arms cancellation through `token`. `on_cancel` runs on the scheduler thread after the wait was
+  /// cancelled (to unlink the waiter from a queue, cancel a timer, ...).
   void arm(const std::stop_token& token, std::function<void()> on_cancel = {});
 
   bool pending() const noexcept { return state_.load(std::memory_order_acquire) == 0; }
@@ -44,7 +44,7 @@ class Waiter : public std::enable_shared_from_this<Waiter> {
 
   Scheduler& sched_;
   std::coroutine_handle<> handle_;
-  std::atomic<int> state_{0};  // 0 pending, 1 ended
+  std::atomic<int> state_{0};  ///< 0 pending, 1 ended
   std::exception_ptr error_;
   std::function<void()> on_cancel_;
   std::optional<std::stop_callback<std::function<void()>>> stop_cb_;
@@ -53,8 +53,8 @@ class Waiter : public std::enable_shared_from_this<Waiter> {
 [[noreturn]] void throw_no_scheduler(const char* what);
 [[noreturn]] void throw_cancelled(const char* what);
 
-// Reads the scheduler of the awaiting coroutine or throws: awaiting device or timer work outside
-// a scheduler would have no thread to resume on.
+/// Reads the scheduler of the awaiting coroutine or throws: awaiting device or timer work outside
+/// a scheduler would have no thread to resume on.
 template <class P>
 Scheduler& scheduler_of(std::coroutine_handle<P> h, const char* what) {
   if constexpr (is_coshard_promise<P>) {

@@ -21,13 +21,13 @@ using value_or_monostate = std::conditional_t<std::is_void_v<T>, std::monostate,
 
 namespace detail {
 
-// Shared by the children of one combinator: counts them down and resumes the parent.
+/// Shared by the children of one combinator: counts them down and resumes the parent.
 struct Join {
   std::atomic<std::size_t> remaining;
   std::coroutine_handle<> parent;
   std::stop_source stop;
   std::exception_ptr first_error;
-  std::optional<std::size_t> first_done;  // when_any: index of the winner
+  std::optional<std::size_t> first_done;  ///< when_any: index of the winner
   bool cancel_on_first_done = false;
 
   explicit Join(std::size_t n) : remaining(n + 1) {}  // +1: the parent's own arrival after starting all
@@ -97,7 +97,7 @@ JoinChild run_child(Task<T> task, std::optional<value_or_monostate<T>>& slot, Jo
   join.child_done(index, error);
 }
 
-// Starts all children and suspends the parent until every one has finished.
+/// Starts all children and suspends the parent until every one has finished.
 struct JoinAwaiter {
   Join& join;
   std::vector<JoinChild>& children;
@@ -127,7 +127,7 @@ struct JoinAwaiter {
 
 }  // namespace detail
 
-// Runs every task concurrently; returns their results in order (void becomes std::monostate).
+/// Runs every task concurrently; returns their results in order (void becomes std::monostate).
 template <class... Ts>
 Task<std::tuple<value_or_monostate<Ts>...>> when_all(Task<Ts>... tasks) {
   detail::Join join(sizeof...(Ts));
@@ -159,9 +159,9 @@ Task<std::vector<value_or_monostate<T>>> when_all(std::vector<Task<T>> tasks) {
   co_return out;
 }
 
-// Returns the result of whichever task finishes first, as a variant indexed like the arguments;
-// the others are cancelled and awaited (their cancellation errors are dropped). If the first to
-// finish failed, its error is rethrown.
+/// Returns the result of whichever task finishes first, as a variant indexed like the arguments;
+/// the others are cancelled and awaited (their cancellation errors are dropped). If the first to
+/// finish failed, its error is rethrown.
 template <class... Ts>
 Task<std::variant<value_or_monostate<Ts>...>> when_any(Task<Ts>... tasks) {
   static_assert(sizeof...(Ts) > 0);

@@ -17,20 +17,20 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string master_addr;     // empty for a single rank
+  std::string master_addr;     ///< empty for a single rank
   std::uint16_t master_port = 0;
-  std::string token;           // COSHARD_TOKEN: required by the rendezvous store when set
-  std::string source = "none";  // torchrun | openmpi | pmi | slurm | none
-  bool store_hosted = false;    // COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
-  int restart_count = 0;        // COSHARD_RESTART_COUNT (coshard-run --max-restarts) or TORCHELASTIC_RESTART_COUNT
+  std::string token;           ///< COSHARD_TOKEN: required by the rendezvous store when set
+  std::string source = "none";  ///< torchrun | openmpi | pmi | slurm | none
+  bool store_hosted = false;    ///< COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
+  int restart_count = 0;        ///< COSHARD_RESTART_COUNT (coshard-run --max-restarts) or TORCHELASTIC_RESTART_COUNT
 };
 
 using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
 
-// Reads the process environment.
+/// Reads the process environment.
 EnvLookup process_env();
 
-// Every problem found is listed in one bad_config error, with the variables to set.
+/// Every problem found is listed in one bad_config error, with the variables to set.
 Result<LaunchEnv> resolve_launch_env(const EnvLookup& env);
 
 }  // namespace coshard::transport

@@ -13,11 +13,11 @@
 
 namespace coshard::transport {
 
-// True when this build has the NCCL backend.
+/// True when this build has the NCCL backend.
 bool nccl_available() noexcept;
 
-// Collective over the `size` ranks that share `store` (null only when size == 1). `runtime` must be
-// on a CUDA device. Runs on the scheduler of the calling task.
+/// Collective over the `size` ranks that share `store` (null only when size == 1). `runtime` must be
+/// on a CUDA device. Runs on the scheduler of the calling task.
 Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
                                                              CommOptions options);
 

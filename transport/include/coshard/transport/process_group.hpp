@@ -15,16 +15,16 @@ namespace coshard::transport {
 
 struct ProcessGroupOptions {
   RendezvousOptions rendezvous;
-  CommOptions world;  // options of the world communicator (its name: "world")
+  CommOptions world;  ///< options of the world communicator (its name: "world")
   UcxOptions ucx;
 };
 
 class ProcessGroup {
  public:
-  // Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
+  /// Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options);
   static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options);
-  // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+  /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime) {
     return from_env(runtime, ProcessGroupOptions());
   }
@@ -35,11 +35,11 @@ class ProcessGroup {
   Communicator& world() noexcept { return *world_; }
   StoreClient* store() noexcept { return rv_.store.get(); }
 
-  // A further communicator over every rank; every rank creates the same ones in the same order.
+  /// A further communicator over every rank; every rank creates the same ones in the same order.
   Task<std::unique_ptr<Communicator>> new_communicator(CommOptions options);
 
-  // Every rank waits here for all the others before it leaves, so that rank 0, which may serve
-  // the store, outlives everyone's last use of it. Call once, at the end of the job.
+  /// Every rank waits here for all the others before it leaves, so that rank 0, which may serve
+  /// the store, outlives everyone's last use of it. Call once, at the end of the job.
   Task<void> finish(std::chrono::milliseconds timeout);
   Task<void> finish() { return finish(std::chrono::minutes(5)); }
 
@@ -51,16 +51,16 @@ class ProcessGroup {
   std::unique_ptr<Communicator> world_;
 };
 
-// Ranks laid out as rank = replica * shard + s. The shard group holds the ranks of one replica
-// (FSDP shards within it); the replicate group holds the ranks with the same s (gradients of a
-// shard are all-reduced across it).
+/// Ranks laid out as rank = replica * shard + s. The shard group holds the ranks of one replica
+/// (FSDP shards within it); the replicate group holds the ranks with the same s (gradients of a
+/// shard are all-reduced across it).
 struct DeviceMesh {
   int replicate = 1;
   int shard = 1;
   std::unique_ptr<Communicator> shard_group;
   std::unique_ptr<Communicator> replicate_group;
 
-  // Collective over `world`; `replicate * shard` must equal world.size().
+  /// Collective over `world`; `replicate * shard` must equal world.size().
   static Task<DeviceMesh> create(Communicator& world, int replicate, int shard);
 };
 

@@ -17,33 +17,33 @@
 namespace coshard::transport {
 
 struct StoreLimits {
-  std::size_t max_message_bytes = 16u << 20;  // a frame above this is refused
+  std::size_t max_message_bytes = 16u << 20;  ///< a frame above this is refused
 };
 
 class StoreServer {
  public:
   struct Options {
-    std::string bind_address = "127.0.0.1";  // loopback for one host; 0.0.0.0 or an interface across hosts
-    std::uint16_t port = 0;                  // 0: pick a free port
-    std::string token;                       // clients must present it (empty: any client)
+    std::string bind_address = "127.0.0.1";  ///< loopback for one host; 0.0.0.0 or an interface across hosts
+    std::uint16_t port = 0;                  ///< 0: pick a free port
+    std::string token;                       ///< clients must present it (empty: any client)
     StoreLimits limits;
-    std::chrono::milliseconds handshake_timeout{10000};  // a silent connection is dropped after this
+    std::chrono::milliseconds handshake_timeout{10000};  ///< a silent connection is dropped after this
   };
 
-  // Binds and listens now (a port in use is an Error naming it), then serves on `sched`.
+  /// Binds and listens now (a port in use is an Error naming it), then serves on `sched`.
   StoreServer(Scheduler& sched, Options options);
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
-  ~StoreServer();  // stop()
+  ~StoreServer();  ///< stop()
 
   std::uint16_t port() const noexcept;
-  // Closes the listener and every connection, and waits (bounded) for the sessions to end.
-  // From a thread other than the scheduler's.
+  /// Closes the listener and every connection, and waits (bounded) for the sessions to end.
+  /// From a thread other than the scheduler's.
   void stop();
 
   struct Stats {
-    std::size_t connections = 0;  // sessions now
-    std::size_t rejected = 0;     // dropped for a bad token, garbage or a bound
+    std::size_t connections = 0;  ///< sessions now
+    std::size_t rejected = 0;     ///< dropped for a bad token, garbage or a bound
   };
   Stats stats() const;
 
@@ -59,12 +59,12 @@ class StoreClient {
     std::string host = "127.0.0.1";
     std::uint16_t port = 0;
     std::string token;
-    std::chrono::milliseconds connect_timeout{30000};  // retries with back-off until then
-    std::chrono::milliseconds op_timeout{300000};      // any one call
+    std::chrono::milliseconds connect_timeout{30000};  ///< retries with back-off until then
+    std::chrono::milliseconds op_timeout{300000};      ///< any one call
     StoreLimits limits;
   };
 
-  // Connects (retrying while the server is not up yet) and presents the token.
+  /// Connects (retrying while the server is not up yet) and presents the token.
   static Task<std::unique_ptr<StoreClient>> connect(Options options);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
@@ -72,17 +72,17 @@ class StoreClient {
 
   Task<void> set(std::string key, std::string value);
   Task<std::optional<std::string>> get(std::string key);
-  // Waits until every key exists and returns their values in order; Errc::timeout names the
-  // missing keys when `timeout` (nothing: op_timeout) passes first.
+  /// Waits until every key exists and returns their values in order; Errc::timeout names the
+  /// missing keys when `timeout` (nothing: op_timeout) passes first.
   Task<std::vector<std::string>> wait(std::vector<std::string> keys, std::optional<std::chrono::milliseconds> timeout);
-  // No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
+  /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   Task<std::vector<std::string>> wait(std::vector<std::string> keys) { return wait(std::move(keys), std::nullopt); }
-  // Adds `delta` to the integer at `key` (missing: 0) and returns the new value.
+  /// Adds `delta` to the integer at `key` (missing: 0) and returns the new value.
   Task<std::int64_t> add(std::string key, std::int64_t delta);
-  // Sets `key` to `desired` if its value is `expected` (empty `expected`: if it is missing).
-  // Returns the value after the call.
+  /// Sets `key` to `desired` if its value is `expected` (empty `expected`: if it is missing).
+  /// Returns the value after the call.
   Task<std::string> compare_set(std::string key, std::string expected, std::string desired);
-  // Returns whether the key existed.
+  /// Returns whether the key existed.
   Task<bool> erase(std::string key);
 
   struct Impl;

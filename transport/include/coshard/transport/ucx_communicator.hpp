@@ -24,23 +24,23 @@ namespace coshard::transport {
 struct UcxOptions {
   enum class ErrorMode { automatic, peer, none };
   ErrorMode error_mode = ErrorMode::automatic;
-  // Messages are cut into pieces of this size so that forwarding and reduction of one piece
-  // overlap the transfer of the next.
+  /// Messages are cut into pieces of this size so that forwarding and reduction of one piece
+  /// overlap the transfer of the next.
   std::size_t pipeline_bytes = 1u << 20;
   std::chrono::milliseconds liveness_interval{250};
-  // Address exchange and connection set-up.
+  /// Address exchange and connection set-up.
   std::chrono::milliseconds connect_timeout{120000};
-  // Single-copy collectives through shared memory when every rank is on this host (docs/transport.md):
-  // all-gather, reduce-scatter and all-reduce of at least `direct_min_bytes` per rank whose buffers
-  // are shared segments (Runtime::Options::shared_host_memory). COSHARD_UCX_DIRECT=0|1 overrides
-  // `direct`, COSHARD_UCX_DIRECT_MIN_BYTES the threshold.
+  /// Single-copy collectives through shared memory when every rank is on this host (docs/transport.md):
+  /// all-gather, reduce-scatter and all-reduce of at least `direct_min_bytes` per rank whose buffers
+  /// are shared segments (Runtime::Options::shared_host_memory). COSHARD_UCX_DIRECT=0|1 overrides
+  /// `direct`, COSHARD_UCX_DIRECT_MIN_BYTES the threshold.
   bool direct = true;
   std::size_t direct_min_bytes = std::size_t{32} << 10;
 };
 
-// Collective over the `size` ranks that share `store`: every rank calls it with the same
-// options.name. `store` may be null only when size == 1, and must outlive the communicator (split
-// uses it). Runs on the scheduler of the calling task.
+/// Collective over the `size` ranks that share `store`: every rank calls it with the same
+/// options.name. `store` may be null only when size == 1, and must outlive the communicator (split
+/// uses it). Runs on the scheduler of the calling task.
 Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
                                                             CommOptions options, UcxOptions ucx);
 
