@@ -22,12 +22,15 @@ namespace coshard::fsdp {
 
 /// The version this build writes and the newest it reads.
 inline constexpr int kCheckpointFormatVersion = 1;
+/// The manifest's file name in a checkpoint directory; a directory without it is no checkpoint.
 inline constexpr const char* kManifestName = "manifest.json";
 
 /// Training state that is not a tensor (step, schedule, data position, seeds), by name, written
 /// by the trainer and handed back on load.
 using CheckpointMetadata = std::map<std::string, std::string>;
 
+/// One stored range of one tensor of a parameter: where it lies in the flattened tensor and in
+/// which file.
 struct CheckpointPiece {
   std::string param;           ///< parameter name, e.g. "h.0.attn.c_attn.weight"
   std::string kind;            ///< "param", "exp_avg", "exp_avg_sq" or "momentum_buffer"
@@ -35,34 +38,37 @@ struct CheckpointPiece {
   std::int64_t offset = 0;     ///< first element in the flattened parameter
   std::int64_t length = 0;     ///< elements (f32)
   std::string file;            ///< data file in the checkpoint directory
-  std::uint64_t byte_offset = 0;
+  std::uint64_t byte_offset = 0; ///< where the piece starts in `file`
   std::uint32_t crc32c = 0;    ///< of the piece's bytes
 };
 
+/// One rank's data file as the manifest lists it; verify_checkpoint() checks it against the disk.
 struct CheckpointFile {
-  std::string name;
-  int rank = 0;
-  std::uint64_t bytes = 0;
-  std::uint32_t crc32c = 0;
+  std::string name;          ///< file name in the checkpoint directory, e.g. "rank-00000.bin"
+  int rank = 0;              ///< the rank (of the first replica) that wrote it
+  std::uint64_t bytes = 0;   ///< file size
+  std::uint32_t crc32c = 0;  ///< of the whole file
 };
 
+/// A unit's optimizer progress that is not a tensor, restored on load.
 struct CheckpointUnit {
-  std::string name;
+  std::string name;                 ///< the unit's Unit::name()
   std::int64_t optimizer_step = 0;  ///< AdamW's step count (bias correction)
   bool sgd_started = false;         ///< SGD's momentum buffer holds a first value
 };
 
+/// The contents of manifest.json: how the checkpoint was saved and where every piece lies.
 struct Manifest {
-  int version = kCheckpointFormatVersion;
-  int world_size = 1;
-  std::string strategy;
-  int shard_group_size = 1;
+  int version = kCheckpointFormatVersion;  ///< format version that wrote it
+  int world_size = 1;       ///< ranks of the job that saved it
+  std::string strategy;     ///< to_string() of the saving Strategy, e.g. "full_shard"
+  int shard_group_size = 1; ///< ranks per shard group when saved: one data file each
   std::string optimizer;    ///< "adamw" or "sgd"
   std::string param_dtype;  ///< the mixed-precision parameter dtype it trained with (data is f32)
-  std::vector<CheckpointUnit> units;
-  std::vector<CheckpointFile> files;
-  std::vector<CheckpointPiece> pieces;
-  CheckpointMetadata metadata;
+  std::vector<CheckpointUnit> units;    ///< one per unit, with its optimizer step count
+  std::vector<CheckpointFile> files;    ///< every data file, with its size and checksum
+  std::vector<CheckpointPiece> pieces;  ///< together they cover each (parameter, kind) exactly once
+  CheckpointMetadata metadata;          ///< the trainer's, as given to save_sharded
 };
 
 /// True when `dir` holds a complete checkpoint (its manifest exists).
@@ -72,7 +78,10 @@ bool is_checkpoint(const std::filesystem::path& dir);
 Manifest read_manifest(const std::filesystem::path& dir);
 /// Writes DIR/manifest.json atomically (temporary name, fsync, rename, fsync of DIR).
 void write_manifest(const std::filesystem::path& dir, const Manifest& m);
+/// The manifest as JSON text, as write_manifest() writes it.
 std::string to_json(const Manifest& m);
+/// Parses manifest JSON; `where` names its source in errors (Errc::corrupt_file, or
+/// Errc::bad_config for a newer format version).
 Manifest manifest_from_json(const std::string& text, const std::string& where);
 
 /// Every file present with its size and checksum, every piece's checksum, and every (parameter,
@@ -84,13 +93,15 @@ std::vector<float> read_piece(const std::filesystem::path& dir, const Checkpoint
 std::vector<float> read_full(const std::filesystem::path& dir, const Manifest& m, const std::string& param,
                              const std::string& kind);
 
+/// CRC-32C (Castagnoli) of `data`, in hardware where the CPU has SSE 4.2; pass an earlier result
+/// as `crc` to continue it over more bytes.
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0) noexcept;
 
 /// A whole (unsharded) parameter, for checkpoints made outside an engine.
 struct FullTensor {
-  std::string name;
-  Shape shape;
-  std::vector<float> values;
+  std::string name;           ///< parameter name, as the model's ParamSpec names it
+  Shape shape;                ///< the parameter's global shape
+  std::vector<float> values;  ///< row-major, numel(shape) of them
 };
 /// Writes a checkpoint of one file holding `params` whole, with zero AdamW state (a fresh
 /// optimizer), as one rank would save it; `dir` must not hold a checkpoint. For importing a model.

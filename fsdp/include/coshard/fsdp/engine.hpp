@@ -32,6 +32,7 @@
 
 namespace coshard::fsdp {
 
+/// Bytes the engine holds, by kind (memory_report()): for checking memory bounds and offload.
 struct MemoryReport {
   std::size_t sharded_state_bytes = 0;    ///< on the device: master shards, gradient shards, optimizer state
   std::size_t host_state_bytes = 0;       ///< the same, offloaded to host memory
@@ -40,17 +41,22 @@ struct MemoryReport {
   std::size_t pool_slots = 0;             ///< unsharded buffers the pool holds
 };
 
+/// Full (unsharded) f32 parameters by name, each flattened row-major.
 using StateDict = std::map<std::string, std::vector<float>>;
 
 /// Totals since the engine was created (CPU backend: measured on the streams).
 struct CommStats {
   double communication_seconds = 0;  ///< the communicators' streams running collectives
   double exposed_seconds = 0;        ///< the compute stream stalled waiting for others
+  /// Share of communication time hidden behind compute: 1 - exposed / communication (1 without
+  /// communication). Exported as coshard_overlap_ratio.
   double overlap_ratio() const {     // share of communication hidden behind compute
     return communication_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / communication_seconds) : 1.0;
   }
 };
 
+/// PyTorch FSDP's runtime for one rank: keeps the units' parameters sharded, gathers each unit
+/// around its phases, reduces gradients and steps the optimizer on the shards.
 class Engine {
  public:
   /// Collective: every rank passes the same units (same names and shapes, in the same order).
@@ -60,6 +66,7 @@ class Engine {
   static Task<std::unique_ptr<Engine>> create(Runtime& runtime, transport::ProcessGroup& group, std::vector<Unit*> units,
                                               Options options);
   ~Engine();
+  /// Not copyable: the engine owns the shards and streams.
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -71,6 +78,8 @@ class Engine {
   /// For models that are not a simple sequence: run one unit's phase. forward()/backward() are
   /// these in order.
   Task<void> run_forward(std::size_t unit);
+  /// Runs the next backward phase of one unit (phases in reverse); its forward must have run this
+  /// iteration. Call finish_backward() after the last unit.
   Task<void> run_backward(std::size_t unit);
   /// Ends a backward made of run_backward calls (backward() calls it). After a forward without
   /// backward (evaluation) it releases the units that forward left unsharded.
@@ -86,6 +95,7 @@ class Engine {
   /// Scales the gradient shards so that their total p-norm (2, 1 or inf) is at most `max_norm`,
   /// with one all-reduce; returns the norm before clipping.
   Task<double> clip_grad_norm(double max_norm, double p);
+  /// clip_grad_norm() with the 2-norm.
   Task<double> clip_grad_norm(double max_norm) { return clip_grad_norm(max_norm, 2.0); }
   /// Steps the optimizer on the shards. The host may run one step ahead of the streams: this waits
   /// (without blocking the scheduler) for the previous step's update to finish.
@@ -97,6 +107,7 @@ class Engine {
 
   /// Full (unsharded, f32) parameters by name: on every rank, or only rank 0 (others get {}).
   Task<StateDict> full_state_dict(bool rank0_only);
+  /// full_state_dict() on every rank.
   Task<StateDict> full_state_dict() { return full_state_dict(false); }
   /// Loads a full state dict into the shards once the streams are done with them; every name and
   /// shape must match (errors name them).
@@ -111,6 +122,8 @@ class Engine {
   /// training goes on, and the save is finished (manifest, errors) by the next optimizer_step(),
   /// save or wait_for_checkpoint(). A failed write is thrown there.
   Task<void> save_sharded_async(std::string dir, CheckpointMetadata metadata);
+  /// Finishes a pending save_sharded_async() (writes the manifest, throws its errors); returns at
+  /// once when none is pending. Collective.
   Task<void> wait_for_checkpoint();
   /// Loads a sharded checkpoint saved on any world size, strategy or shard group: each rank reads
   /// the pieces it owns (checksums checked). Collective; returns the saved metadata. Errors name
@@ -131,15 +144,21 @@ class Engine {
   Task<void> synchronize();
   /// "<phase> <unit> <collective>" in issue order, for tests of the schedule (cleared by clear).
   const std::vector<std::string>& issue_log() const noexcept;
+  /// Empties issue_log().
   void clear_issue_log();
+  /// What the engine holds now: sharded state on the device and on the host, and the pool.
   MemoryReport memory_report() const;
   /// Also exported as coshard_exposed_communication_seconds_total and coshard_overlap_ratio
   /// (updated at every optimizer step).
   CommStats comm_stats() const;
+  /// Number of units: the indices run_forward() and unit_name() take are below it.
   std::size_t unit_count() const noexcept;
+  /// The name of unit `unit` (the order create() was given); std::out_of_range past the end.
   const std::string& unit_name(std::size_t unit) const;
 
+  /// @cond INTERNAL
   struct Impl;
+  /// @endcond
 
  private:
   explicit Engine(std::unique_ptr<Impl> impl);

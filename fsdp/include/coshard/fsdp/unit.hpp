@@ -23,21 +23,27 @@ namespace coshard::fsdp {
 /// index: the model is never materialised whole on one rank.
 using InitFn = std::function<void(std::span<float> out, std::int64_t first)>;
 
+/// One parameter of a unit: what the engine needs to allocate, initialise and optimise it.
 struct ParamSpec {
   std::string name;  ///< unique in the model, e.g. "h.0.attn.c_attn.weight"
-  Shape shape;
+  Shape shape;       ///< global (unsharded) shape; every dimension positive
   InitFn init{};              ///< empty: zeros
   bool weight_decay = true;   ///< false for biases and norms
 };
 
+/// What a unit's phase gets from the engine: views of its unsharded parameters and gradients, and
+/// the compute stream. Valid only while the phase runs.
 class Scope {
  public:
+  /// Built by the engine for each phase; `grads` is null in forward.
   Scope(Runtime& rt, Stream& compute, const std::vector<Tensor>* params, const std::vector<Tensor>* grads,
         int phase = 0)
       : rt_(rt), compute_(compute), params_(params), grads_(grads), phase_(phase) {}
+  /// The runtime the engine runs on (allocator, telemetry).
   Runtime& runtime() noexcept { return rt_; }
   /// Which of the unit's phases runs (0 for single-phase units; see Unit::phases).
   int phase() const noexcept { return phase_; }
+  /// The stream the unit's kernels run on; publish Readbacks on it after them.
   Stream& compute() noexcept { return compute_; }
   /// Unsharded parameter i of the unit (f32), in params() order.
   std::span<float> param(std::size_t i) const;
@@ -54,12 +60,20 @@ class Scope {
   int phase_;
 };
 
+/// One shardable piece of a model, implemented by the model: its parameters and its forward and
+/// backward phases.
 class Unit {
  public:
   virtual ~Unit() = default;
+  /// Unique in the model; names the unit in errors, checkpoints and explicit prefetch lists.
   virtual std::string name() const = 0;
+  /// The unit's parameters, in the order Scope::param() indexes them; the same on every rank.
   virtual std::vector<ParamSpec> params() const = 0;
+  /// Enqueues phase scope.phase() of the forward on the compute stream and returns without
+  /// waiting for it.
   virtual Task<void> forward(Scope& scope) = 0;
+  /// Enqueues phase scope.phase() of the backward, accumulating into scope.grad(); returns
+  /// without waiting for it.
   virtual Task<void> backward(Scope& scope) = 0;
   /// A unit may run more than once per step, like FSDP's root that wraps the others: phase 0 of
   /// forward before the units after it, later phases after them (a GPT-2 whose LM head is tied to

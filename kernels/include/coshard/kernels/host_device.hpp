@@ -15,7 +15,8 @@
 
 namespace coshard::kernels {
 
-/// std::bit_cast is not callable from device code; the intrinsics compile to a register move.
+/// The bit pattern of `x`. std::bit_cast is not callable from device code; the intrinsics compile
+/// to a register move.
 COSHARD_HD inline std::uint32_t float_to_bits(float x) noexcept {
 #if defined(__CUDA_ARCH__)
   return __float_as_uint(x);
@@ -24,6 +25,7 @@ COSHARD_HD inline std::uint32_t float_to_bits(float x) noexcept {
 #endif
 }
 
+/// The float whose bit pattern is `u`; the inverse of float_to_bits.
 COSHARD_HD inline float bits_to_float(std::uint32_t u) noexcept {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(u);

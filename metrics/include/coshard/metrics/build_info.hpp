@@ -4,6 +4,7 @@
 
 namespace coshard::metrics {
 
+/// The versions this binary was built with and loaded: the labels of coshard_build_info.
 struct BuildInfo {
   std::string version;  ///< coshard's CMake project version, e.g. "0.1.0"
   std::string cuda;     ///< CUDA runtime version, e.g. "13.0"; "none" in a build without CUDA

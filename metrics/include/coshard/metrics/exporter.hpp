@@ -12,14 +12,20 @@ class Registry;
 
 namespace coshard::metrics {
 
+/// Serves one Prometheus registry over HTTP at /metrics, on threads of its own, while it lives.
+/// RankMetrics uses it; use it directly for an endpoint without ranks.
 class Exporter {
  public:
+  /// Starts serving at once. Port 0 picks a free port; throws Error(io) naming the address, the
+  /// port and why when it cannot bind.
   Exporter(std::shared_ptr<prometheus::Registry> registry, const std::string& bind_address, std::uint16_t port);
   ~Exporter();
   Exporter(const Exporter&) = delete;
   Exporter& operator=(const Exporter&) = delete;
 
+  /// The port it listens on: the one picked when 0 was asked.
   std::uint16_t port() const noexcept { return port_; }
+  /// "http://ADDRESS:PORT/metrics", with the real port.
   std::string url() const;
 
  private:

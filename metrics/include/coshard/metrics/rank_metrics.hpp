@@ -24,18 +24,24 @@ namespace coshard::metrics {
 class Exporter;
 class Timeline;
 
+/// The metrics service of one rank: telemetry whose series carry its rank, served over HTTP on
+/// port + local_rank between start() and stop().
 class RankMetrics {
  public:
+  /// How the rank is labelled and where it serves; suits designated initialisers.
   struct Options {
-    int rank = 0;
-    int local_rank = 0;
+    int rank = 0;        ///< value of the constant label rank; not negative
+    int local_rank = 0;  ///< value of the constant label local_rank; also offsets the port
     /// Base port: this rank serves on port + local_rank. 0 picks a free port (read it with port()).
     std::uint16_t port = 9400;
-    std::string bind_address = "127.0.0.1";
+    std::string bind_address = "127.0.0.1";  ///< "0.0.0.0" lets a Prometheus on another host scrape
     Timeline* timeline = nullptr;  ///< not owned; spans are recorded there when set
   };
+  /// Whether the HTTP endpoint is open.
   enum class State : std::uint8_t { stopped, serving };
 
+  /// Registers coshard_build_info; serves nothing until start(). Throws Error(bad_config) for a
+  /// negative rank or local rank.
   explicit RankMetrics(Options options);
   ~RankMetrics();  ///< stop()
   RankMetrics(const RankMetrics&) = delete;
@@ -47,17 +53,23 @@ class RankMetrics {
   void start();
   /// Closes the endpoint (joins its threads). Idempotent; start() may be called again.
   void stop() noexcept;
+  /// Whether the endpoint is open now. Thread-safe.
   State state() const noexcept;
+  /// state() == State::serving.
   bool serving() const noexcept { return state() == State::serving; }
 
+  /// The Telemetry to hand the Runtime; lives as long as this object, across stop() and start().
   PrometheusTelemetry& telemetry() noexcept { return *telemetry_; }
   std::uint16_t port() const noexcept;  ///< the bound port while serving, else 0
   std::string url() const;              ///< "http://127.0.0.1:9400/metrics" while serving, else ""
+  /// The options it was made with.
   const Options& options() const noexcept { return options_; }
+  /// What its coshard_build_info reports.
   const BuildInfo& build_info() const noexcept { return build_; }
 
   /// Sets coshard_allocator_{allocated,reserved,peak}_bytes{device=...} from the stats. Thread-safe.
   void update(const AllocatorStats& stats, std::string_view device);
+  /// update() with the allocator's stats, labelled with its device (e.g. "cpu:0").
   void update(const Allocator& allocator);
 
  private:

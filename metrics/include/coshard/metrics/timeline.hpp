@@ -20,13 +20,21 @@ namespace coshard::metrics {
 /// optimizer, scheduler.
 std::span<const std::string_view> stream_order() noexcept;
 
+/// A bounded, thread-safe collection of spans, written as Chrome trace JSON. Give it to
+/// RankMetrics or PrometheusTelemetry to record every stream operation.
 class Timeline {
  public:
+  /// Keeps at most `max_spans` spans; later ones are only counted (dropped()).
   explicit Timeline(std::size_t max_spans = 1'000'000);
+  /// Records one span, or counts it as dropped when full. Thread-safe.
   void add(Span span);
+  /// Spans held.
   std::size_t size() const;
+  /// Forgets the spans and the dropped count.
   void clear();
+  /// Spans not kept because the timeline was full, since creation or clear().
   std::size_t dropped() const;
+  /// The spans as Chrome trace event JSON, as write() writes them.
   std::string chrome_trace_json() const;
   /// Written atomically: a temporary file, then rename.
   void write(const std::string& path) const;

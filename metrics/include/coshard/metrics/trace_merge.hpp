@@ -10,6 +10,7 @@
 
 namespace coshard::metrics {
 
+/// One rank's Chrome trace, as merge_chrome_traces() takes it.
 struct TraceInput {
   std::string name;  ///< names the input in errors, e.g. its path
   std::string json;  ///< {"traceEvents": [...]} or a bare event array

@@ -34,15 +34,21 @@ namespace coshard::ops::cuda {
 /// FP32 GEMMs use CUBLAS_DEFAULT_MATH (no TF32).
 class Blas {
  public:
+  /// Creates the handle on the current device, bound to `stream` (a cudaStream_t).
   explicit Blas(void* stream);
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
+  /// Takes over `other`'s handle; `other` is left without one.
   Blas(Blas&& other) noexcept;
+  /// Destroys this handle and takes over `other`'s.
   Blas& operator=(Blas&& other) noexcept;
   ~Blas();
 
+  /// Rebinds the handle to `stream`; later GEMMs run there. Throws on a moved-from handle.
   void set_stream(void* stream);
+  /// The stream the handle is bound to (a cudaStream_t).
   void* stream() const noexcept { return stream_; }
+  /// The cublasHandle_t, for calling cuBLAS directly.
   void* native() const noexcept { return handle_; }  // the cublasHandle_t
 
  private:
@@ -50,65 +56,82 @@ class Blas {
   void* stream_ = nullptr;
 };
 
-/// ---- linear (cuBLAS SGEMM; row-major buffers mapped onto column-major GEMMs) ----
+// ---- linear (cuBLAS SGEMM; row-major buffers mapped onto column-major GEMMs) ----
+/// ops::linear_forward on `blas`'s stream: y written.
 void linear_forward(Blas& blas, std::span<const float> x, std::span<const float> w, std::span<const float> b,
                     std::span<float> y, std::size_t rows, std::size_t in, std::size_t out,
                     WeightLayout layout = WeightLayout::in_out);
+/// ops::linear_backward on `blas`'s stream: dx written; dw and db accumulated (any may be empty).
 void linear_backward(Blas& blas, std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout = WeightLayout::in_out);
 
-/// ---- embedding (ids are validated on the device; a bad id throws after a stream sync) ----
-/// The forward checks the ids after its kernel (out is unspecified when it throws); the backward
-/// checks them before accumulating, so dwte/dwpe are untouched when it throws.
+// ---- embedding (ids are validated on the device; a bad id throws after a stream sync) ----
+/// ops::embedding_forward on `stream`. Checks the ids after its kernel: out is unspecified when it
+/// throws.
 void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::span<const float> wte,
                        std::span<const float> wpe, std::span<float> out, std::size_t B, std::size_t T, std::size_t C,
                        std::size_t V);
+/// ops::embedding_backward on `stream`. Checks the ids before accumulating, so dwte and dwpe are
+/// untouched when it throws.
 void embedding_backward(void* stream, std::span<const float> dout, std::span<const std::int32_t> tokens,
                         std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C,
                         std::size_t V);
 
-/// ---- layernorm ----
+// ---- layernorm ----
+/// ops::layernorm_forward on `stream`: y, mean and rstd written.
 void layernorm_forward(void* stream, std::span<const float> x, std::span<const float> weight,
                        std::span<const float> bias, std::span<float> y, std::span<float> mean, std::span<float> rstd,
                        std::size_t rows, std::size_t C, float eps = layernorm_eps);
+/// ops::layernorm_backward on `stream`: dx written; dweight and dbias accumulated (either may be empty).
 void layernorm_backward(void* stream, std::span<const float> dy, std::span<const float> x,
                         std::span<const float> weight, std::span<const float> mean, std::span<const float> rstd,
                         std::span<float> dx, std::span<float> dweight, std::span<float> dbias, std::size_t rows,
                         std::size_t C);
 
-/// ---- GELU (tanh approximation) ----
+// ---- GELU (tanh approximation) ----
+/// ops::gelu_forward on `stream`.
 void gelu_forward(void* stream, std::span<const float> x, std::span<float> y);
+/// ops::gelu_backward on `stream`: dx = dy * gelu'(x), written.
 void gelu_backward(void* stream, std::span<const float> dy, std::span<const float> x, std::span<float> dx);
 
-/// ---- residual ----
+// ---- residual ----
+/// out = a + b on `stream`; out may be a or b.
 void residual_forward(void* stream, std::span<const float> a, std::span<const float> b, std::span<float> out);
+/// acc += x on `stream`; joins gradients on the residual stream.
 void accumulate(void* stream, std::span<float> acc, std::span<const float> x);
 
-/// ---- causal attention (att [B, NH, T, T] kept, as on the CPU) ----
+// ---- causal attention (att [B, NH, T, T] kept, as on the CPU) ----
+/// ops::attention_forward on `stream`: out and the probabilities att written.
 void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
                        std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+/// ops::attention_backward on `stream`: dqkv written.
 void attention_backward(void* stream, std::span<const float> dout, std::span<const float> qkv,
                         std::span<const float> att, std::span<float> dqkv, std::size_t B, std::size_t T,
                         std::size_t C, std::size_t NH);
 
-/// ---- softmax cross-entropy ----
-/// Returns the mean loss (summed in double on the device); synchronises the stream. A bad target
-/// throws, naming the first bad position, as on the CPU.
+// ---- softmax cross-entropy ----
+/// ops::cross_entropy_forward on `stream`. Returns the mean loss (summed in double on the device);
+/// synchronises the stream. A bad target throws, naming the first bad position, as on the CPU.
 float cross_entropy_forward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<float> lse, std::size_t N, std::size_t V);
-/// Writes dlogits, then synchronises to check the targets (dlogits is unspecified when it throws).
+/// ops::cross_entropy_backward on `stream`. Writes dlogits, then synchronises to check the targets
+/// (dlogits is unspecified when it throws).
 void cross_entropy_backward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<const float> lse, std::span<float> dlogits, std::size_t N, std::size_t V,
                             float dloss = 1.0f);
 
-/// ---- casts (bitwise equal to coshard::ops' scalar casts) ----
+// ---- casts (bitwise equal to coshard::ops' scalar casts) ----
+/// fp32 to bf16 on `stream`, as ops::cast_f32_to_bf16.
 void cast_f32_to_bf16(void* stream, std::span<const float> in, std::span<std::uint16_t> out);
+/// bf16 to fp32 on `stream`, as ops::cast_bf16_to_f32.
 void cast_bf16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<float> out);
+/// fp32 to fp16 on `stream`, as ops::cast_f32_to_f16.
 void cast_f32_to_f16(void* stream, std::span<const float> in, std::span<std::uint16_t> out);
+/// fp16 to fp32 on `stream`, as ops::cast_f16_to_f32.
 void cast_f16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<float> out);
 
-/// ---- gradient norm ----
+// ---- gradient norm ----
 /// Enqueues the partial (sum of squares, sum of |x|, or max |x|; in double, NaN propagating) of all
 /// buffers into partial[0] (device memory, one double), without a host sync: the input of a
 /// cross-rank reduction (sum, sum, max). norm_finish / clip_coefficient are coshard::ops' host ones.
@@ -116,10 +139,13 @@ void norm_partial(void* stream, std::span<const std::span<const float>> buffers,
                   std::span<double> partial);
 /// The same, returned to the host (synchronises the stream).
 double norm_partial(void* stream, std::span<const std::span<const float>> buffers, NormType type);
+/// ops::grad_norm of buffers all on this rank, returned to the host (synchronises the stream).
 double grad_norm(void* stream, std::span<const std::span<const float>> buffers, NormType type);
+/// buffer *= s on `stream` (applies a clip coefficient).
 void scale_inplace(void* stream, std::span<float> buffer, float s);
 
-/// ---- optimizers (scalars in double on the host, applied in float, as the CPU versions) ----
+// ---- optimizers (scalars in double on the host, applied in float, as the CPU versions) ----
+/// ops::adamw_update of one range on `stream`, with the buffers in device memory.
 void adamw_update(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> exp_avg,
                   std::span<float> exp_avg_sq, std::int64_t step, double lr, double beta1, double beta2, double eps,
                   double weight_decay);
@@ -130,6 +156,7 @@ void adamw_step(void* stream, std::span<float> param, std::span<const float> gra
                 std::span<float> exp_avg_sq, std::int64_t& step, const AdamWOptions& opt,
                 std::span<const ParamRange> ranges = {});
 
+/// ops::sgd_update of one range on `stream`, with the buffers in device memory.
 void sgd_update(void* stream, std::span<float> param, std::span<const float> grad, std::span<float> momentum_buffer,
                 bool first_step, double lr, double momentum, double dampening, double weight_decay, bool nesterov);
 /// momentum_buffer in device memory (may be empty when momentum == 0); has_buffer is the host flag

@@ -7,6 +7,7 @@
 
 namespace coshard::ops {
 
+/// Which norm to compute: torch's norm_type 2, 1 and inf.
 enum class NormType { l2, l1, inf };
 
 /// l2: sum of squares; l1: sum of absolute values; inf: max absolute value. NaN propagates.

@@ -7,6 +7,7 @@
 
 namespace coshard::ops {
 
+/// torch.nn.LayerNorm's default eps, added to the variance inside the square root.
 inline constexpr float layernorm_eps = 1e-5f;
 
 /// x, y [rows, C]; weight, bias [C]; mean, rstd [rows] (written).

@@ -11,6 +11,7 @@
 
 namespace coshard::ops {
 
+/// How a weight is stored: in_out is W[in, out] (GPT-2's Conv1D), out_in is W[out, in] (nn.Linear).
 enum class WeightLayout { in_out, out_in };
 
 /// x [rows, in], w [in, out] (or [out, in]), b [out] or empty for no bias, y [rows, out].

@@ -15,9 +15,10 @@
 
 namespace coshard {
 
+/// How an Asio operation ended: what its completion handler received.
 struct IoResult {
-  std::error_code ec;
-  std::size_t bytes = 0;
+  std::error_code ec;     ///< the error Asio reported; false (no error) on success
+  std::size_t bytes = 0;  ///< bytes transferred; 0 for operations that report none
 };
 
 namespace detail {
@@ -27,12 +28,14 @@ struct IoWaiter final : Waiter {
 };
 }  // namespace detail
 
+/// The awaitable that asio_op() returns; the task resumes on its scheduler with an IoResult.
 template <class Start, class Cancel>
 struct AsioOp {
-  Start start;
-  Cancel cancel;
-  std::shared_ptr<detail::IoWaiter> waiter{};
+  Start start;    ///< begins the operation, given the handler `(std::error_code, std::size_t = 0)`
+  Cancel cancel;  ///< run on the scheduler thread when the task is asked to stop (e.g. socket.cancel())
+  std::shared_ptr<detail::IoWaiter> waiter{};  ///< set when suspended: the operation's wait
 
+  /// @cond INTERNAL
   bool await_ready() const noexcept { return false; }
   template <class P>
   void await_suspend(std::coroutine_handle<P> h) {
@@ -50,8 +53,12 @@ struct AsioOp {
     waiter->rethrow_if_failed();
     return waiter->result;
   }
+  /// @endcond
 };
 
+/// `co_await asio_op(start, cancel)` starts an Asio operation and yields its IoResult. If the task
+/// is asked to stop, `cancel` runs on the scheduler thread first and the await throws
+/// Errc::cancelled.
 template <class Start, class Cancel>
 AsioOp<Start, Cancel> asio_op(Start start, Cancel cancel) {
   return {std::move(start), std::move(cancel)};

@@ -13,6 +13,7 @@
 
 namespace coshard {
 
+/// A bounded async queue of T between tasks on one scheduler thread; not thread-safe.
 template <class T>
 class Channel {
   struct RecvWaiter final : detail::Waiter {
@@ -25,10 +26,12 @@ class Channel {
   };
 
  public:
+  /// A channel buffering up to `capacity` values; 0 makes every send wait for a receiver.
   explicit Channel(std::size_t capacity) : capacity_(capacity) {}
   Channel(const Channel&) = delete;
   Channel& operator=(const Channel&) = delete;
 
+  /// @cond INTERNAL
   struct RecvAwaiter {
     Channel& ch;
     std::optional<T> ready{};
@@ -77,11 +80,18 @@ class Channel {
       if (waiter) waiter->rethrow_if_failed();
     }
   };
+  /// @endcond
 
+  /// `co_await ch.recv()` yields the next value, suspending while the channel is empty; std::nullopt
+  /// once it is closed and drained. Throws Errc::cancelled if the task is asked to stop meanwhile.
   RecvAwaiter recv() { return RecvAwaiter{*this}; }
+  /// `co_await ch.send(v)` queues `v`, suspending while the buffer is full. Throws
+  /// Errc::invalid_argument when the channel is (or becomes) closed, or Errc::cancelled if the
+  /// task is asked to stop meanwhile.
   SendAwaiter send(T value) { return SendAwaiter{*this, std::move(value)}; }
 
-  /// Non-suspending variants; try_send leaves `value` untouched when it returns false.
+  /// Non-suspending send: hands `value` to a waiting receiver or the buffer. Returns false, leaving
+  /// `value` untouched, when neither has room; throws when the channel is closed.
   bool try_send(T& value) {
     throw_if_closed();
     while (!receivers_.empty()) {
@@ -89,7 +99,7 @@ class Channel {
       receivers_.pop_front();
       w->slot = std::move(value);
       if (w->complete()) return true;
-      value = std::move(*w->slot);  ///< that receiver was cancelled: take the value back
+      value = std::move(*w->slot);  // that receiver was cancelled: take the value back
     }
     if (buffer_.size() < capacity_) {
       buffer_.push_back(std::move(value));
@@ -97,17 +107,19 @@ class Channel {
     }
     return false;
   }
+  /// Takes a buffered value (or one from a suspended sender) without suspending; std::nullopt when
+  /// there is none.
   std::optional<T> try_recv() {
     std::optional<T> out;
     if (!buffer_.empty()) {
       out.emplace(std::move(buffer_.front()));
       buffer_.pop_front();
     }
-    /// Refill from a suspended sender: into the buffer, or straight out when unbuffered.
+    // Refill from a suspended sender: into the buffer, or straight out when unbuffered.
     while (!senders_.empty() && (buffer_.size() < capacity_ || !out)) {
       auto w = std::move(senders_.front());
       senders_.pop_front();
-      if (!w->complete()) continue;  ///< cancelled: its value was never sent
+      if (!w->complete()) continue;  // cancelled: its value was never sent
       if (out) {
         buffer_.push_back(std::move(*w->value));
       } else {
@@ -117,6 +129,8 @@ class Channel {
     return out;
   }
 
+  /// Ends the channel: waiting receivers get std::nullopt, waiting senders an error; later recv()s
+  /// drain the buffer first, later send()s throw.
   void close() {
     closed_ = true;
     while (!receivers_.empty()) {
@@ -130,7 +144,9 @@ class Channel {
       w->complete(std::make_exception_ptr(closed_error()));
     }
   }
+  /// True once close() was called.
   bool closed() const noexcept { return closed_; }
+  /// The number of buffered values (not counting suspended senders).
   std::size_t size() const noexcept { return buffer_.size(); }
 
  private:

@@ -10,8 +10,9 @@
 
 namespace coshard::cuda {
 
+/// What probe() found.
 struct Probe {
-  int devices = 0;
+  int devices = 0;     ///< visible CUDA devices
   std::string reason;  ///< why there is no usable device, when devices == 0
 };
 /// Asks the runtime how many devices there are. No driver, no device or a build without CUDA
@@ -22,18 +23,25 @@ Probe probe();
 /// (which post to their scheduler). One per device; a service with start/stop.
 class EventPoller {
  public:
+  /// Polling pace: the pause starts at min_backoff after progress and doubles while idle.
   struct Options {
-    std::chrono::microseconds min_backoff{5};
-    std::chrono::microseconds max_backoff{500};
+    std::chrono::microseconds min_backoff{5};    ///< pause after an event completed
+    std::chrono::microseconds max_backoff{500};  ///< longest pause between polls
   };
+  /// A stopped poller for CUDA `device` with default Options.
   explicit EventPoller(Device device);
+  /// A stopped poller for CUDA `device`. Throws Error(invalid_argument) for a CPU device, and
+  /// Error(bad_config) in a build without CUDA.
   EventPoller(Device device, Options options);
   EventPoller(const EventPoller&) = delete;
   EventPoller& operator=(const EventPoller&) = delete;
-  ~EventPoller();
+  ~EventPoller();  ///< calls stop()
+  /// Starts the polling thread; a no-op when already running.
   void start();
+  /// Joins the thread; pending waiters complete with Error(cancelled). Safe to call twice.
   void stop();
   struct Impl;
+  /// The backend state, for the CUDA streams that register their events here.
   Impl& impl() noexcept { return *impl_; }
 
  private:

@@ -5,8 +5,10 @@
 
 namespace coshard {
 
+/// Element type of a tensor or buffer.
 enum class DType : std::uint8_t { f32, bf16, f16, i32, i64 };
 
+/// Bytes per element of `t`.
 constexpr std::size_t size_of(DType t) noexcept {
   switch (t) {
     case DType::f32: return 4;
@@ -18,6 +20,7 @@ constexpr std::size_t size_of(DType t) noexcept {
   return 0;
 }
 
+/// The short name of `t` ("f32", "bf16", ...), as used in messages; "?" for an invalid value.
 constexpr std::string_view to_string(DType t) noexcept {
   switch (t) {
     case DType::f32: return "f32";

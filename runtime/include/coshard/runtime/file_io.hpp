@@ -13,6 +13,7 @@ namespace coshard {
 
 /// Writes the concatenation of `parts` to `path` atomically.
 void write_atomic(const std::filesystem::path& path, std::span<const std::span<const std::byte>> parts);
+/// Writes `text` to `path` atomically.
 void write_atomic(const std::filesystem::path& path, std::string_view text);
 
 /// Size of a regular file.

@@ -7,6 +7,7 @@
 
 namespace coshard {
 
+/// `s` escaped for use between the quotes of a JSON string; the quotes are not added.
 inline std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);

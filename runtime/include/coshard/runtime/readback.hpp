@@ -22,6 +22,7 @@
 
 namespace coshard {
 
+/// A value computed by stream work for the host, read with `co_await get()` once that work ran.
 template <class T>
 class Readback {
  public:
@@ -35,6 +36,7 @@ class Readback {
     latest_ = std::move(slot);
   }
 
+  /// True once publish() was called: get() would not throw for lack of a value.
   bool published() const noexcept { return static_cast<bool>(latest_); }
 
   /// The latest published value, once the work that computed it has run; rethrows that stream's

@@ -18,33 +18,36 @@ namespace cuda {
 class EventPoller;
 }
 
+/// The services of one rank, started in the constructor and stopped by stop() or the destructor.
 class Runtime {
  public:
+  /// What to run on and how to label it.
   struct Options {
-    std::string name = "coshard";
-    int rank = 0;
-    Device device = Device::cpu();
+    std::string name = "coshard";   ///< prefix of the scheduler's name (NAME/rankN)
+    int rank = 0;                   ///< this process's rank: scheduler name, stream spans
+    Device device = Device::cpu();  ///< CPU or CUDA device for the allocator and streams
     std::size_t memory_cap_bytes = 0;  ///< 0: no cap
     Telemetry* telemetry = nullptr;     ///< not owned; nullptr: no-op
     /// CPU device: allocations of at least `shared_host_min_bytes` are memfd segments that other
     /// ranks on this host can map (shared_memory.hpp), so that collectives between them copy once.
     bool shared_host_memory = true;
-    std::size_t shared_host_min_bytes = std::size_t{1} << 20;
+    std::size_t shared_host_min_bytes = std::size_t{1} << 20;  ///< see shared_host_memory
   };
 
+  /// Starts the services; throws Error(device) when a CUDA device is asked for but not visible.
   explicit Runtime(Options options);
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
-  ~Runtime();
+  ~Runtime();  ///< calls stop()
 
   /// Stops streams (draining their work), then the scheduler, then the poller. Idempotent.
   void stop();
 
-  Scheduler& scheduler() noexcept { return *scheduler_; }
-  Telemetry& telemetry() noexcept { return *telemetry_; }
-  Allocator& allocator() noexcept { return *allocator_; }
-  Device device() const noexcept { return options_.device; }
-  int rank() const noexcept { return options_.rank; }
+  Scheduler& scheduler() noexcept { return *scheduler_; }     ///< runs this rank's tasks
+  Telemetry& telemetry() noexcept { return *telemetry_; }     ///< the given sink, or a no-op one
+  Allocator& allocator() noexcept { return *allocator_; }     ///< the caching allocator of device()
+  Device device() const noexcept { return options_.device; }  ///< Options::device
+  int rank() const noexcept { return options_.rank; }         ///< Options::rank
 
   /// The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
   /// scheduler thread or before tasks run: the map is not locked.

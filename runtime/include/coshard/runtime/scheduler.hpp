@@ -24,12 +24,16 @@ class io_context;
 
 namespace coshard {
 
+/// Lifecycle of a Scheduler: created until start(), stopping during stop(), failed when control
+/// code threw out of a handler on the scheduler thread.
 enum class Health { created, running, stopping, stopped, failed };
 
+/// One thread running an Asio io_context, where a rank's control tasks run without locks.
 class Scheduler {
  public:
+  /// Settings fixed at construction.
   struct Options {
-    std::string name = "coshard";
+    std::string name = "coshard";  ///< names the scheduler in errors and logs
     /// How long stop() lets spawned tasks finish after asking them to stop.
     std::chrono::milliseconds drain_timeout{5000};
     /// After running work, keep polling (yielding the CPU) this long before sleeping. A sleeping
@@ -38,28 +42,38 @@ class Scheduler {
     std::chrono::microseconds poll_before_sleep{50};
   };
 
+  /// A scheduler with default Options; not started.
   Scheduler();
+  /// A scheduler with `options`; its thread runs only after start().
   explicit Scheduler(Options options);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
   ~Scheduler();  ///< stop()s if still running
 
+  /// Starts the thread. Throws Errc::invalid_argument when called twice: a stopped scheduler does
+  /// not restart, create a new one.
   void start();
   /// Asks every spawned task to stop, waits up to drain_timeout for them, then joins the thread.
   /// Returns false when some task did not finish in time (its frame is leaked, not resumed).
   bool stop();
+  /// Where the scheduler is in its lifecycle; thread-safe.
   Health health() const noexcept;
+  /// Options::name.
   const std::string& name() const noexcept;
 
   /// Thread-safe. Runs `fn` on the scheduler thread.
   void post(std::function<void()> fn);
+  /// Thread-safe. Resumes `h` on the scheduler thread.
   void post(std::coroutine_handle<> h);
+  /// True on the scheduler's own thread: where control code, channels and semaphores must run.
   bool running_in_this_thread() const noexcept;
   /// For services that drive Asio I/O on this thread (sockets, timers); see asio_await.hpp.
   asio::io_context& io_context() noexcept;
 
   /// Starts `task` on the scheduler, detached. A failure is recorded (first_error) and logged.
   void spawn(Task<void> task);
+  /// The first failure of a spawned task (cancellation is not one) or of the scheduler thread
+  /// itself; null when none. Thread-safe.
   std::exception_ptr first_error() const;
 
   /// Runs `task` on the scheduler and blocks the calling (non-scheduler) thread until it ends.
@@ -83,34 +97,40 @@ class Scheduler {
 /// Suspends the current task for `d` (resumes on its scheduler). Throws Errc::cancelled if asked
 /// to stop meanwhile.
 struct Scheduler::SleepAwaiter {
-  std::chrono::nanoseconds duration;
-  std::shared_ptr<detail::Waiter> waiter;
+  std::chrono::nanoseconds duration;       ///< how long to sleep
+  std::shared_ptr<detail::Waiter> waiter;  ///< set when suspended: the timer's wait
 
+  /// @cond INTERNAL
   bool await_ready() const noexcept { return false; }
   template <class P>
   void await_suspend(std::coroutine_handle<P> h) {
     start(detail::scheduler_of(h, "sleep_for"), h, detail::stop_token_of(h));
   }
   void await_resume() const { waiter->rethrow_if_failed(); }
+  /// @endcond
 
  private:
   void start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token);
 };
 
+/// `co_await sleep_for(d)` suspends the current task for `d`; see Scheduler::SleepAwaiter.
 inline Scheduler::SleepAwaiter sleep_for(std::chrono::nanoseconds d) { return {d, nullptr}; }
 
 /// Resumes the current task from the scheduler's queue, letting other ready work run first.
 struct yield_now {
+  /// @cond INTERNAL
   bool await_ready() const noexcept { return false; }
   template <class P>
   void await_suspend(std::coroutine_handle<P> h) {
     detail::scheduler_of(h, "yield_now").post(std::coroutine_handle<>(h));
   }
   void await_resume() const noexcept {}
+  /// @endcond
 };
 
 /// Throws Errc::cancelled when the current task was asked to stop.
 struct check_cancelled {
+  /// @cond INTERNAL
   bool stop = false;
   bool await_ready() const noexcept { return false; }
   template <class P>
@@ -121,6 +141,7 @@ struct check_cancelled {
   void await_resume() const {
     if (stop) detail::throw_cancelled("check_cancelled");
   }
+  /// @endcond
 };
 
 template <class T>
@@ -143,7 +164,7 @@ T Scheduler::sync_wait(Task<T> task) {
   };
   launch(body(std::move(task), &result), [&](std::exception_ptr e) {
     std::lock_guard lock(m);
-    error = std::move(e);  ///< no reference stays behind on the scheduler thread
+    error = std::move(e);  // no reference stays behind on the scheduler thread
     finished = true;
     cv.notify_all();
   });

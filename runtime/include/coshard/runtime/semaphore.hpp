@@ -9,12 +9,15 @@
 
 namespace coshard {
 
+/// A counting semaphore whose acquire() suspends the task; use it on one scheduler thread only.
 class Semaphore {
  public:
+  /// A semaphore holding `permits` permits.
   explicit Semaphore(std::size_t permits) : permits_(permits) {}
   Semaphore(const Semaphore&) = delete;
   Semaphore& operator=(const Semaphore&) = delete;
 
+  /// @cond INTERNAL
   struct AcquireAwaiter {
     Semaphore& sem;
     std::shared_ptr<detail::Waiter> waiter;
@@ -28,12 +31,18 @@ class Semaphore {
       if (waiter) waiter->rethrow_if_failed();
     }
   };
+  /// @endcond
 
+  /// `co_await sem.acquire()` takes a permit, suspending in FIFO order until one is released.
+  /// Throws Errc::cancelled if the task is asked to stop meanwhile (it then takes no permit).
   AcquireAwaiter acquire() noexcept { return AcquireAwaiter{*this, nullptr}; }
+  /// Takes a permit if one is free and nobody is queued ahead; never suspends.
   bool try_acquire() noexcept;
   /// Hands the permit to the oldest waiter, or returns it to the pool.
   void release(std::size_t n = 1);
+  /// Permits free right now.
   std::size_t available() const noexcept { return permits_; }
+  /// Tasks suspended in acquire().
   std::size_t waiting() const noexcept { return waiters_.size(); }
 
  private:

@@ -49,22 +49,26 @@ class StreamImpl {
 
 class Event;
 
+/// An in-order queue of device work on one device; move-only. Runtime::stream() hands out named ones.
 class Stream {
  public:
+  /// Settings of a CPU stream.
   struct Options {
     Telemetry* telemetry = nullptr;  ///< timeline spans for labelled work, when it is tracing
-    int rank = 0;
+    int rank = 0;                    ///< rank shown on those spans
   };
   /// A CPU stream: an in-order worker thread with a queue.
   static Stream cpu(Device device, std::string name);
+  /// A CPU stream whose labelled work is traced per `options`.
   static Stream cpu(Device device, std::string name, Options options);
+  /// Wraps a backend implementation (how cuda::make_stream builds its streams).
   explicit Stream(std::unique_ptr<detail::StreamImpl> impl) : impl_(std::move(impl)) {}
-  Stream(Stream&&) noexcept = default;
-  Stream& operator=(Stream&&) noexcept = default;
+  Stream(Stream&&) noexcept = default;             ///< moves the handle; the source no longer owns the stream
+  Stream& operator=(Stream&&) noexcept = default;  ///< moves the handle; the stream held before is destroyed
   ~Stream();  ///< finishes queued work, then joins
 
-  Device device() const noexcept { return impl_->device(); }
-  const std::string& name() const noexcept { return impl_->name(); }
+  Device device() const noexcept { return impl_->device(); }          ///< where its work runs
+  const std::string& name() const noexcept { return impl_->name(); }  ///< for messages and the timeline
 
   /// Host work in stream order (CPU backend; on CUDA it is a host callback in stream order).
   /// A non-empty `span` names the work on the timeline.
@@ -80,29 +84,34 @@ class Stream {
   /// stream-side waits (how long this stream waited on others: exposed communication, when this
   /// is the compute stream). CPU backend; zero on CUDA.
   std::chrono::nanoseconds busy() const noexcept { return impl_->busy(); }
-  std::chrono::nanoseconds stalled() const noexcept { return impl_->stalled(); }
+  std::chrono::nanoseconds stalled() const noexcept { return impl_->stalled(); }  ///< time blocked in waits; see busy()
 
+  /// The backend behind the handle, for backends and transports (e.g. the native CUDA stream).
   detail::StreamImpl& impl() noexcept { return *impl_; }
 
  private:
   std::unique_ptr<detail::StreamImpl> impl_;
 };
 
+/// A point in a stream that tasks can co_await and other streams can wait on; copyable, cheap.
 class Event {
  public:
+  /// An unrecorded event for streams of `device`.
   explicit Event(Device device = Device::cpu()) : device_(device) {}
 
   /// Captures all work enqueued on `stream` so far. Re-recording moves the event to a new point;
   /// tasks already awaiting the old point are unaffected.
   void record(Stream& stream);
-  bool recorded() const noexcept { return static_cast<bool>(point_); }
+  bool recorded() const noexcept { return static_cast<bool>(point_); }  ///< whether record() was called
   /// True once the recorded point is reached (with or without error). Throws if never recorded.
   bool query() const;
   /// The error of the work before this point, if any.
   std::exception_ptr error() const;
-  Device device() const noexcept { return device_; }
+  Device device() const noexcept { return device_; }  ///< streams it may be recorded on and waited by
+  /// The recorded point (null before record()), for the allocator's and backends' bookkeeping.
   const std::shared_ptr<detail::Completion>& point() const noexcept { return point_; }
 
+  /// @cond INTERNAL
   struct Awaiter {
     std::shared_ptr<detail::Completion> point;
     std::shared_ptr<detail::Waiter> waiter{};
@@ -116,6 +125,7 @@ class Event {
    private:
     void start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token);
   };
+  /// @endcond
   /// Suspends until the recorded point is reached; rethrows the stream's error. Cancellable.
   Awaiter operator co_await() const;
 

@@ -16,8 +16,8 @@ class Scheduler;
 
 /// What a running task carries: the scheduler it must resume on and the token that asks it to stop.
 struct TaskContext {
-  Scheduler* scheduler = nullptr;
-  std::stop_token stop;
+  Scheduler* scheduler = nullptr;  ///< where the task resumes after an await; null outside a scheduler
+  std::stop_token stop;            ///< asks the task to end early; its awaits then throw Errc::cancelled
 };
 
 namespace detail {
@@ -64,9 +64,12 @@ void inherit_context(std::coroutine_handle<Awaiting> awaiting, PromiseBase& chil
 
 }  // namespace detail
 
+/// A lazy, move-only coroutine producing a T (or nothing). It starts when awaited and inherits the
+/// awaiter's context; its result or exception comes out of the co_await.
 template <class T = void>
 class [[nodiscard]] Task {
  public:
+  /// @cond INTERNAL
   struct promise_type : detail::PromiseBase {
     Task get_return_object() noexcept { return Task(std::coroutine_handle<promise_type>::from_promise(*this)); }
     template <class U>
@@ -82,10 +85,14 @@ class [[nodiscard]] Task {
    private:
     std::optional<T> value_;
   };
-  using value_type = T;
+  /// @endcond
+  using value_type = T;  ///< what `co_await task` yields
 
+  /// An empty task: owns no coroutine, not valid().
   Task() noexcept = default;
+  /// Moves the handle; the source no longer owns a coroutine.
   Task(Task&& o) noexcept : h_(std::exchange(o.h_, {})) {}
+  /// Destroys the coroutine this task owns (if any), then takes over `o`'s.
   Task& operator=(Task&& o) noexcept {
     if (this != &o) {
       reset();
@@ -95,11 +102,15 @@ class [[nodiscard]] Task {
   }
   Task(const Task&) = delete;
   Task& operator=(const Task&) = delete;
+  /// Destroys the coroutine frame, whether it ran or not.
   ~Task() { reset(); }
 
+  /// True while the task owns a coroutine (not moved from or default-constructed).
   bool valid() const noexcept { return static_cast<bool>(h_); }
+  /// True once the coroutine has finished, or when there is none.
   bool done() const noexcept { return !h_ || h_.done(); }
 
+  /// @cond INTERNAL
   struct Awaiter {
     std::coroutine_handle<promise_type> h;
     bool await_ready() const noexcept { return !h || h.done(); }
@@ -111,6 +122,9 @@ class [[nodiscard]] Task {
     }
     T await_resume() { return h.promise().take(); }
   };
+  /// @endcond
+  /// `co_await std::move(task)` starts the task with the awaiter's context and resumes the awaiter
+  /// when it ends, yielding its value or rethrowing its exception.
   Awaiter operator co_await() && noexcept { return Awaiter{h_}; }
 
   /// For combinators: the handle stays owned by this Task.
@@ -124,15 +138,18 @@ class [[nodiscard]] Task {
   std::coroutine_handle<promise_type> h_;
 };
 
+/// @cond INTERNAL
 template <>
 struct Task<void>::promise_type : detail::PromiseBase {
   Task get_return_object() noexcept { return Task(std::coroutine_handle<promise_type>::from_promise(*this)); }
   void return_void() noexcept {}
   void take() { rethrow_if_failed(); }
 };
+/// @endcond
 
 /// `co_await current_context()` yields the running task's context without suspending.
 struct current_context {
+  /// @cond INTERNAL
   TaskContext ctx;
   bool await_ready() const noexcept { return false; }
   template <class P>
@@ -142,6 +159,7 @@ struct current_context {
     return false;
   }
   TaskContext await_resume() noexcept { return std::move(ctx); }
+  /// @endcond
 };
 
 }  // namespace coshard

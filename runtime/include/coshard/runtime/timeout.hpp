@@ -15,6 +15,8 @@ inline Task<void> sleep_task(std::chrono::nanoseconds d) { co_await sleep_for(d)
 [[noreturn]] void throw_timeout(const std::string& op, std::chrono::nanoseconds limit);
 }  // namespace detail
 
+/// Runs `task` with a deadline of `limit`: its result if it ends first, otherwise it is cancelled,
+/// awaited, and Errc::timeout is thrown naming `op`.
 template <class T>
 Task<T> with_timeout(Task<T> task, std::chrono::nanoseconds limit, std::string op) {
   auto r = co_await when_any(std::move(task), detail::sleep_task(limit));

@@ -16,6 +16,7 @@
 
 namespace coshard {
 
+/// The result type of a Task<T> in a combinator: T, or std::monostate for void.
 template <class T>
 using value_or_monostate = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
 
@@ -142,6 +143,7 @@ Task<std::tuple<value_or_monostate<Ts>...>> when_all(Task<Ts>... tasks) {
   co_return std::apply([](auto&... s) { return std::tuple<value_or_monostate<Ts>...>(std::move(*s)...); }, slots);
 }
 
+/// Runs every task of `tasks` concurrently; returns their results in order, like the variadic form.
 template <class T>
 Task<std::vector<value_or_monostate<T>>> when_all(std::vector<Task<T>> tasks) {
   detail::Join join(tasks.size());

@@ -23,31 +23,42 @@
 
 namespace coshard::transport {
 
+/// How reduce_scatter and all_reduce combine the ranks' values (see Reduction).
 enum class ReduceOp : std::uint8_t { sum, avg, max, premul_sum };
 
+/// The reduction of a reduce_scatter or all_reduce: the op and, for premul_sum, its factor.
 struct Reduction {
-  ReduceOp op = ReduceOp::sum;
+  ReduceOp op = ReduceOp::sum;  ///< how the ranks' values are combined
   double factor = 1.0;  ///< premul_sum: every input is multiplied by it before summing
+  /// Element-wise sum over the ranks (the default).
   static Reduction sum() { return {}; }
+  /// The sum divided by the number of ranks (gradient averaging).
   static Reduction avg() { return {ReduceOp::avg, 1.0}; }
+  /// Element-wise maximum over the ranks.
   static Reduction max() { return {ReduceOp::max, 1.0}; }
+  /// Every input multiplied by `f`, then summed: averaging by a divisor other than the rank count.
   static Reduction premul_sum(double f) { return {ReduceOp::premul_sum, f}; }
 };
 
+/// The kinds of operation a communicator runs; named in errors, timeline spans and flight records.
 enum class CollectiveOp : std::uint8_t { all_gather, reduce_scatter, all_reduce, broadcast, barrier, send, recv };
+/// The operation's name as errors and flight records write it, e.g. "all_gather".
 std::string_view to_string(CollectiveOp op) noexcept;
+/// The reduction's name as errors write it, e.g. "premul_sum".
 std::string_view to_string(ReduceOp op) noexcept;
 
 /// What one operation is; handed to hooks and kept by the flight recorder.
 struct OpInfo {
-  CollectiveOp op = CollectiveOp::barrier;
+  CollectiveOp op = CollectiveOp::barrier;  ///< which operation
   std::uint64_t seq = 0;  ///< per communicator (collectives) or per peer (send/recv)
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  ///< element type of the buffers
   std::int64_t count = 0;  ///< elements per rank: the shard for all_gather/reduce_scatter, the buffer otherwise
-  ReduceOp reduce = ReduceOp::sum;
+  ReduceOp reduce = ReduceOp::sum;  ///< reduction of reduce_scatter and all_reduce; sum for the others
   int peer = -1;  ///< root of a broadcast, peer of send/recv
   std::string label;  ///< what the caller gathers or reduces (an FSDP unit's name): spans, flight records
+  /// Bytes per rank: `count` elements of `dtype`.
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(count) * size_of(dtype); }
+  /// An OpInfo with these fields set and the rest at their defaults (no peer, no label).
   static OpInfo of(CollectiveOp op, std::uint64_t seq, DType dtype, std::int64_t count) {
     OpInfo i;
     i.op = op;
@@ -58,6 +69,7 @@ struct OpInfo {
   }
 };
 
+/// Settings of one communicator, given when it is created or split.
 struct CommOptions {
   std::string name = "world";                   ///< names keys in the store, streams and errors
   std::chrono::milliseconds timeout{300000};    ///< per operation, from the moment it starts running
@@ -67,12 +79,18 @@ struct CommOptions {
   std::function<void(const OpInfo&)> before_op;
 };
 
+/// Collectives over a group of ranks, the interface of both backends (UCX, NCCL). Every call is
+/// ordered after the work on `after`, runs on the communicator's own stream and returns an Event;
+/// a failed operation fails every later one too.
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
+  /// This rank's index in the group, 0 to size() - 1.
   virtual int rank() const noexcept = 0;
+  /// Number of ranks in the group.
   virtual int size() const noexcept = 0;
+  /// CommOptions::name: prefixes the communicator's store keys and names its stream and errors.
   virtual const std::string& name() const noexcept = 0;
   virtual std::string_view backend() const noexcept = 0;  ///< "ucx", "nccl"
   /// The stream the operations run on (for timelines and for waiting on all of them).
@@ -86,10 +104,16 @@ class Communicator {
   /// f32, bf16 and f16; low-precision sums accumulate in f32 and are rounded once.
   virtual Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after,
                                std::string label = {}) = 0;
+  /// Reduces `inout` over the ranks in place: every rank ends with the whole result.
   virtual Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label = {}) = 0;
+  /// Copies rank `root`'s `inout` into `inout` on every other rank.
   virtual Event broadcast(Tensor inout, int root, Stream& after, std::string label = {}) = 0;
+  /// Completes once every rank of the group has reached its barrier.
   virtual Event barrier(Stream& after) = 0;
+  /// Sends `input` to rank `peer`; the sends to a peer pair in order with that peer's recv calls.
+  /// A large send completes only when the peer has received it.
   virtual Event send(Tensor input, int peer, Stream& after) = 0;
+  /// Receives the matching send of rank `peer` into `output`.
   virtual Event recv(Tensor output, int peer, Stream& after) = 0;
 
   /// Collective over this communicator: ranks with the same color form a new communicator, ordered
@@ -102,8 +126,10 @@ class Communicator {
     o.name = std::move(name);
     return split(color, key, std::move(o));
   }
+  /// split() under the name "<name>/<color>", with this communicator's options.
   /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   Task<std::unique_ptr<Communicator>> split(int color, int key) { return split(color, key, std::string()); }
+  /// The options this communicator was created with.
   virtual const CommOptions& options() const noexcept = 0;
 
   /// Fails the operation in flight and every later one with `reason`. Thread-safe, idempotent.

@@ -15,35 +15,44 @@
 
 namespace coshard::transport {
 
+/// Where a recorded operation is: queued behind others, running on the stream, done or failed.
 enum class OpState : std::uint8_t { queued, running, done, failed };
+/// The state's name as the flight record writes it, e.g. "running".
 std::string_view to_string(OpState s) noexcept;
 
+/// One operation in the flight recorder: what it is, how far it got, and when.
 struct OpRecord {
-  OpInfo info;
-  OpState state = OpState::queued;
-  std::chrono::system_clock::time_point queued_at{};
-  std::chrono::system_clock::time_point started_at{};
-  std::chrono::system_clock::time_point ended_at{};
-  std::string error;
+  OpInfo info;                                         ///< the operation as it was issued
+  OpState state = OpState::queued;                     ///< how far it got
+  std::chrono::system_clock::time_point queued_at{};   ///< when the caller issued it
+  std::chrono::system_clock::time_point started_at{};  ///< when it began to run; unset (null in the JSON) until then
+  std::chrono::system_clock::time_point ended_at{};    ///< when it finished or failed; unset until then
+  std::string error;                                   ///< why it failed; empty unless state is failed
   std::string algorithm;  ///< how it ran, e.g. "ring" or "direct" (UCX); empty when not said
 };
 
+/// A communicator's last operations in a fixed-size ring, dumped as JSON on a failure so that the
+/// ranks' records can be compared. Thread-safe.
 class FlightRecorder {
  public:
+  /// Keeps the last `capacity` operations (at least 1); older records are overwritten.
   explicit FlightRecorder(std::size_t capacity = 64) : capacity_(capacity == 0 ? 1 : capacity) {}
 
   /// Returns the record's id for the updates below.
   std::uint64_t queued(const OpInfo& info);
+  /// Marks operation `id` running and stamps started_at; ignored once its record was overwritten.
   void started(std::uint64_t id);
+  /// Marks operation `id` done, or failed with `error` when that is not empty, and stamps ended_at.
   void finished(std::uint64_t id, const std::string& error = {});
   /// Says how operation `id` ran; also counted over the communicator's life (algorithm_counts()).
   void set_algorithm(std::uint64_t id, const std::string& algorithm);
+  /// How many operations ran with each algorithm over the recorder's life, not only those in the ring.
   std::map<std::string, std::uint64_t> algorithm_counts() const;
 
   std::vector<OpRecord> snapshot() const;  ///< oldest first
   /// {"comm":..., "rank":..., "size":..., "backend":..., "algorithms":{"ring":N,...}, "ops":[{...}, ...]}
   std::string json(const std::string& comm, int rank, int size, std::string_view backend) const;
-  /// Writes json() to `dir`/coshard-flight-<comm>-rank<r>.json (dir: $COSHARD_FLIGHT_DIR, else
+  /// Writes json() to `<dir>/coshard-flight-<comm>-rank<r>.json` (dir: $COSHARD_FLIGHT_DIR, else
   /// the temp dir) and returns the path, or an empty string when it could not be written.
   std::string dump(const std::string& comm, int rank, int size, std::string_view backend) const;
 

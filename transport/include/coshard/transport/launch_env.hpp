@@ -12,19 +12,21 @@
 
 namespace coshard::transport {
 
+/// This process's place in the job, as resolve_launch_env() read it from the launcher's variables.
 struct LaunchEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
+  int rank = 0;                ///< this rank, 0 to world_size - 1 (RANK or the launcher's equivalent)
+  int world_size = 1;          ///< ranks in the job (WORLD_SIZE or the launcher's equivalent)
+  int local_rank = 0;          ///< this rank's index on its host (LOCAL_RANK; 0 when not given)
+  int local_world_size = 1;    ///< ranks on this host (LOCAL_WORLD_SIZE or the launcher's equivalent)
   std::string master_addr;     ///< empty for a single rank
-  std::uint16_t master_port = 0;
+  std::uint16_t master_port = 0;  ///< port of the rendezvous store (MASTER_PORT); 0 for a single rank
   std::string token;           ///< COSHARD_TOKEN: required by the rendezvous store when set
   std::string source = "none";  ///< torchrun | openmpi | pmi | slurm | none
   bool store_hosted = false;    ///< COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
   int restart_count = 0;        ///< COSHARD_RESTART_COUNT (coshard-run --max-restarts) or TORCHELASTIC_RESTART_COUNT
 };
 
+/// Looks up one environment variable: its value, or nothing when it is not set (tests pass a map).
 using EnvLookup = std::function<std::optional<std::string>(std::string_view)>;
 
 /// Reads the process environment.

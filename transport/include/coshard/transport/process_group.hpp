@@ -13,26 +13,36 @@
 
 namespace coshard::transport {
 
+/// How ProcessGroup joins the job and sets up its communicators.
 struct ProcessGroupOptions {
-  RendezvousOptions rendezvous;
+  RendezvousOptions rendezvous;  ///< deadline and bind address of the rendezvous
   CommOptions world;  ///< options of the world communicator (its name: "world")
-  UcxOptions ucx;
+  UcxOptions ucx;     ///< backend settings of the world communicator and of new_communicator()
 };
 
+/// The ranks of a job: the rendezvous store, the "world" communicator over every rank, and further
+/// communicators on demand (UCX backend). Rank 0 may serve the store, so call finish() at the end.
 class ProcessGroup {
  public:
   /// Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options);
+  /// Joins the job described by `env` (rendezvous) and creates the world communicator.
   static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options);
+  /// from_env() with default options.
   /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime) {
     return from_env(runtime, ProcessGroupOptions());
   }
 
+  /// The launch environment this group was created from.
   const LaunchEnv& env() const noexcept { return rv_.env; }
+  /// This process's rank in the job.
   int rank() const noexcept { return rv_.env.rank; }
+  /// Ranks in the job (the world size).
   int size() const noexcept { return rv_.env.world_size; }
+  /// The communicator over every rank, created with ProcessGroupOptions::world.
   Communicator& world() noexcept { return *world_; }
+  /// The rendezvous store's client; null for a single rank.
   StoreClient* store() noexcept { return rv_.store.get(); }
 
   /// A further communicator over every rank; every rank creates the same ones in the same order.
@@ -41,6 +51,7 @@ class ProcessGroup {
   /// Every rank waits here for all the others before it leaves, so that rank 0, which may serve
   /// the store, outlives everyone's last use of it. Call once, at the end of the job.
   Task<void> finish(std::chrono::milliseconds timeout);
+  /// finish() with a 5-minute timeout.
   Task<void> finish() { return finish(std::chrono::minutes(5)); }
 
  private:
@@ -55,10 +66,10 @@ class ProcessGroup {
 /// (FSDP shards within it); the replicate group holds the ranks with the same s (gradients of a
 /// shard are all-reduced across it).
 struct DeviceMesh {
-  int replicate = 1;
-  int shard = 1;
-  std::unique_ptr<Communicator> shard_group;
-  std::unique_ptr<Communicator> replicate_group;
+  int replicate = 1;  ///< number of replicas (ranks in a replicate group)
+  int shard = 1;      ///< ranks each replica is sharded over (ranks in a shard group)
+  std::unique_ptr<Communicator> shard_group;      ///< this rank's replica: `<world>.shard`
+  std::unique_ptr<Communicator> replicate_group;  ///< the ranks holding this rank's shard: `<world>.replicate`
 
   /// Collective over `world`; `replicate * shard` must equal world.size().
   static Task<DeviceMesh> create(Communicator& world, int replicate, int shard);

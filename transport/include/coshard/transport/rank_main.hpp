@@ -12,6 +12,9 @@
 
 namespace coshard::transport {
 
+/// The main() of one rank: resolves the launch environment, runs `body` on a Runtime for this rank
+/// (options.rank set) and returns its exit code; 2 for a bad environment, 1 for an error escaping
+/// `body`, each printed with `program`'s name.
 int run_rank(std::string_view program, Runtime::Options options,
              const std::function<Task<int>(Runtime&, const LaunchEnv&)>& body);
 

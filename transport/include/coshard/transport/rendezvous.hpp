@@ -13,19 +13,22 @@
 
 namespace coshard::transport {
 
+/// Deadline and address of a rendezvous.
 struct RendezvousOptions {
   std::chrono::milliseconds timeout{120000};  ///< for connecting and for every rank to arrive
   std::string bind_address;                   ///< rank 0's store; empty: MASTER_ADDR if numeric, else 0.0.0.0
 };
 
+/// What rendezvous() hands back: the environment and the store, which the ranks' communicators use.
 struct Rendezvous {
-  LaunchEnv env;
+  LaunchEnv env;                        ///< this rank's environment; all ranks were checked to share its world size
   std::unique_ptr<StoreServer> server;  ///< on rank 0 when the launcher does not serve the store
   std::unique_ptr<StoreClient> store;   ///< null for a single rank
 };
 
 /// Runs on the scheduler of the calling task.
 Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options);
+/// rendezvous() with default options.
 /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
 inline Task<Rendezvous> rendezvous(LaunchEnv env) { return rendezvous(std::move(env), RendezvousOptions()); }
 

@@ -16,17 +16,20 @@
 
 namespace coshard::transport {
 
+/// Bounds that the store's server and clients both enforce.
 struct StoreLimits {
   std::size_t max_message_bytes = 16u << 20;  ///< a frame above this is refused
 };
 
+/// Serves the store on a scheduler's thread (on rank 0, or in the launcher); stops when destroyed.
 class StoreServer {
  public:
+  /// Where the server listens and whom it admits.
   struct Options {
     std::string bind_address = "127.0.0.1";  ///< loopback for one host; 0.0.0.0 or an interface across hosts
     std::uint16_t port = 0;                  ///< 0: pick a free port
     std::string token;                       ///< clients must present it (empty: any client)
-    StoreLimits limits;
+    StoreLimits limits;                      ///< a client sending a larger frame is dropped
     std::chrono::milliseconds handshake_timeout{10000};  ///< a silent connection is dropped after this
   };
 
@@ -36,15 +39,18 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
   ~StoreServer();  ///< stop()
 
+  /// The port it listens on: the one picked when Options::port was 0.
   std::uint16_t port() const noexcept;
   /// Closes the listener and every connection, and waits (bounded) for the sessions to end.
   /// From a thread other than the scheduler's.
   void stop();
 
+  /// The server's counters, for tests and diagnostics.
   struct Stats {
     std::size_t connections = 0;  ///< sessions now
     std::size_t rejected = 0;     ///< dropped for a bad token, garbage or a bound
   };
+  /// The counters now.
   Stats stats() const;
 
   struct State;
@@ -53,15 +59,17 @@ class StoreServer {
   std::shared_ptr<State> state_;
 };
 
+/// One rank's connection to the store. Every call has a deadline; the errors name the store's address.
 class StoreClient {
  public:
+  /// Where the store is, the token to present, and how long to wait.
   struct Options {
-    std::string host = "127.0.0.1";
-    std::uint16_t port = 0;
-    std::string token;
+    std::string host = "127.0.0.1";  ///< the store's address (MASTER_ADDR)
+    std::uint16_t port = 0;          ///< the store's port (MASTER_PORT)
+    std::string token;               ///< the server's token, if it has one (COSHARD_TOKEN)
     std::chrono::milliseconds connect_timeout{30000};  ///< retries with back-off until then
     std::chrono::milliseconds op_timeout{300000};      ///< any one call
-    StoreLimits limits;
+    StoreLimits limits;                                ///< larger frames are refused, both ways
   };
 
   /// Connects (retrying while the server is not up yet) and presents the token.
@@ -70,11 +78,14 @@ class StoreClient {
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
 
+  /// Sets `key` to `value`, replacing any earlier value, and wakes the ranks waiting for it.
   Task<void> set(std::string key, std::string value);
+  /// The value at `key`, or nothing when it is missing; does not wait for it (see wait()).
   Task<std::optional<std::string>> get(std::string key);
   /// Waits until every key exists and returns their values in order; Errc::timeout names the
   /// missing keys when `timeout` (nothing: op_timeout) passes first.
   Task<std::vector<std::string>> wait(std::vector<std::string> keys, std::optional<std::chrono::milliseconds> timeout);
+  /// wait() with the client's op_timeout.
   /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   Task<std::vector<std::string>> wait(std::vector<std::string> keys) { return wait(std::move(keys), std::nullopt); }
   /// Adds `delta` to the integer at `key` (missing: 0) and returns the new value.

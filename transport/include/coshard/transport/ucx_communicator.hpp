@@ -21,12 +21,16 @@
 
 namespace coshard::transport {
 
+/// Settings of the UCX backend, shared by the communicators a ProcessGroup creates.
 struct UcxOptions {
+  /// How a dead peer is detected: peer (UCX reports it; TCP only), none (shared memory allowed;
+  /// liveness checks and deadlines find it), or automatic (none on one host, peer across hosts).
   enum class ErrorMode { automatic, peer, none };
-  ErrorMode error_mode = ErrorMode::automatic;
+  ErrorMode error_mode = ErrorMode::automatic;  ///< `COSHARD_UCX_ERROR_MODE=peer|none|auto` overrides it
   /// Messages are cut into pieces of this size so that forwarding and reduction of one piece
   /// overlap the transfer of the next.
   std::size_t pipeline_bytes = 1u << 20;
+  /// How often a waiting operation checks that the peers it waits on, those on this host, still run.
   std::chrono::milliseconds liveness_interval{250};
   /// Address exchange and connection set-up.
   std::chrono::milliseconds connect_timeout{120000};
@@ -35,6 +39,7 @@ struct UcxOptions {
   /// are shared segments (Runtime::Options::shared_host_memory). COSHARD_UCX_DIRECT=0|1 overrides
   /// `direct`, COSHARD_UCX_DIRECT_MIN_BYTES the threshold.
   bool direct = true;
+  /// Smallest message per rank that takes the direct path; the ranks use the largest any of them sets.
   std::size_t direct_min_bytes = std::size_t{32} << 10;
 };
 
