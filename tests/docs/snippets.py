@@ -2,7 +2,8 @@
 """Turns every C++ block of the README and docs/ into a source file that the build compiles, so a
 snippet cannot drift from the API.
 
-The line before each ```cpp fence names what surrounds the block:
+Blocks are fenced with ``` or ~~~ and tagged cpp, c++, cxx, cc, h or hpp (any case, indented
+or not). The line before each fence names what surrounds the block:
     <!-- snippet: CONTEXT -->
 CONTEXT is tests/docs/contexts/CONTEXT.cpp, whose line `// @snippet` is replaced by the block
 (inside a coroutine with the names the prose assumes), or `file` for a block that is a whole
@@ -15,9 +16,10 @@ import os
 import re
 import sys
 
-FENCE = re.compile(r"^```(cpp|c\+\+)\s*$")
+FENCE = re.compile(r"^(\s*)(```|~~~)\s*(cpp|c\+\+|cxx|cc|h|hpp)(?![\w+]).*$", re.IGNORECASE)
 MARK = re.compile(r"^<!--\s*snippet:\s*([\w-]+)\s*-->\s*$")
 CONTEXTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contexts")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def blocks(path):
@@ -25,12 +27,15 @@ def blocks(path):
     lines = open(path, encoding="utf-8").read().split("\n")
     i = 0
     while i < len(lines):
-        if FENCE.match(lines[i]):
-            mark = MARK.match(lines[i - 1]) if i > 0 else None
+        fence = FENCE.match(lines[i])
+        if fence:
+            indent, marker = fence.group(1), fence.group(2)
+            mark = MARK.match(lines[i - 1].strip()) if i > 0 else None
             end = i + 1
-            while end < len(lines) and not lines[end].startswith("```"):
+            while end < len(lines) and not lines[end].strip().startswith(marker):
                 end += 1
-            yield i + 2, (mark.group(1) if mark else None), "\n".join(lines[i + 1:end])
+            code = [l[len(indent):] if l.startswith(indent) else l for l in lines[i + 1:end]]
+            yield i + 2, (mark.group(1) if mark else None), "\n".join(code)
             i = end
         i += 1
 
@@ -62,7 +67,7 @@ def main(argv):
     known = {f[:-4] for f in os.listdir(CONTEXTS) if f.endswith(".cpp")} | {"file"}
     made, errors = [], []
     for doc in docs:
-        stem = re.sub(r"\W", "_", os.path.basename(doc).rsplit(".", 1)[0])
+        stem = re.sub(r"\W", "_", os.path.relpath(os.path.abspath(doc), ROOT).rsplit(".", 1)[0])
         for line, context, code in blocks(doc):
             if context not in known:
                 why = "has no <!-- snippet: CONTEXT --> line before it" if context is None else \

@@ -22,8 +22,11 @@ run "$work/build.log" cmake --build "$work/cmake"
 run "$work/cmake-run.log" "$prefix/bin/coshard-run" --nproc-per-node 2 -- "$work/cmake/minimal"
 tail -n 2 "$work/cmake-run.log"
 
-echo "== pkg-config: $prefix/lib/pkgconfig/coshard.pc"
-flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs coshard)
+pc=$(find "$prefix" -name coshard.pc -path '*/pkgconfig/*' | head -n 1)
+[[ -n "$pc" ]] || { echo "install test: failed: no coshard.pc under $prefix"; exit 1; }
+echo "== pkg-config: $pc"
+flags=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs coshard) \
+  || { echo "install test: failed: pkg-config --cflags --libs coshard"; exit 1; }
 run "$work/pc-build.log" g++ -std=c++20 -O1 "$source_dir/examples/minimal/main.cpp" -o "$work/minimal-pc" $flags
 run "$work/pc-run.log" "$prefix/bin/coshard-run" --nproc-per-node 2 -- "$work/minimal-pc"
 tail -n 2 "$work/pc-run.log"

@@ -22,14 +22,20 @@ class ReadbackTest : public ::testing::Test {
 
 Task<float> read(Readback<float>& r) { co_return co_await r.get(); }
 
-Task<float> read_both(Readback<float>& r, Stream& s, std::atomic<bool>& gate, float& first) {
+// Reads the first publish while the second is held behind a gate on the stream, then the second.
+Task<float> read_both(Readback<float>& r, Stream& s, std::atomic<bool>& gate, float& first, bool& second_ran_early) {
   Task<float> earlier = r.get();  // holds the first publish
   s.enqueue([&gate] {
     while (!gate) std::this_thread::sleep_for(1ms);
   });
-  r.publish(s, [] { return 2.0f; });
-  gate = true;
+  bool second_ran = false;
+  r.publish(s, [&second_ran] {
+    second_ran = true;
+    return 2.0f;
+  });
   first = co_await std::move(earlier);
+  second_ran_early = second_ran;  // the gate is still closed: the second compute cannot have run
+  gate = true;
   co_return co_await r.get();
 }
 
@@ -64,8 +70,10 @@ TEST_F(ReadbackTest, EachPublishHasItsOwnValue) {
   loss.publish(stream, [] { return 1.0f; });
   std::atomic<bool> gate{false};
   float first = 0;
-  EXPECT_EQ(sched.sync_wait(read_both(loss, stream, gate, first)), 2.0f);
+  bool second_ran_early = true;
+  EXPECT_EQ(sched.sync_wait(read_both(loss, stream, gate, first, second_ran_early)), 2.0f);
   EXPECT_EQ(first, 1.0f);
+  EXPECT_FALSE(second_ran_early);
 }
 
 TEST_F(ReadbackTest, AFailedComputeIsRethrownByGet) {

@@ -9,7 +9,8 @@
 //
 // Each publish writes into storage of its own, so the host may read one step's value while the
 // next step's work is already queued. `compute` runs on the stream's thread in stream order (on
-// CUDA as a host callback: it must not call CUDA; copy a device value to pinned memory first).
+// CUDA as a host callback: it must not call CUDA or throw; copy a device value to pinned memory
+// first).
 #include <functional>
 #include <memory>
 #include <optional>
