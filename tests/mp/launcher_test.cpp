@@ -36,7 +36,7 @@ TEST_P(Ranks, EveryRankRendezvousesAndExchanges) {
 }
 
 // Named by the rank count: Launcher/Ranks.EveryRankRendezvousesAndExchanges/ranks8.
-INSTANTIATE_TEST_SUITE_P(Launcher, Ranks, ::testing::Values(1, 2, 3, 4, 8),
+INSTANTIATE_TEST_SUITE_P(Launcher, Ranks, ::testing::Values(1, 2, 3, 4, 8, 16),
                          [](const ::testing::TestParamInfo<int>& p) { return "ranks" + std::to_string(p.param); });
 
 TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {

@@ -1,5 +1,8 @@
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
-
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <random>
@@ -226,6 +229,40 @@ TEST_F(StoreTest, UnreachableStoreFailsWithinTheDeadline) {
     EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos);
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+// A store whose accept queue is full drops new SYNs, so a connect attempt hangs in the kernel
+// (which retries for about two minutes); the client's deadline must still hold.
+TEST_F(StoreTest, AStoreThatDropsConnectionsFailsWithinTheDeadline) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);  // never accepted: fills at once
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {  // fill the queue (non-blocking: the later ones stay pending)
+    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    (void)::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    fillers.push_back(s);
+  }
+  std::this_thread::sleep_for(50ms);
+  auto o = client_options(ntohs(addr.sin_port));
+  o.connect_timeout = 1500ms;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    client_sched.sync_wait(StoreClient::connect(o));
+    ADD_FAILURE() << "connected to a store that never accepts";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot reach the rendezvous store"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
+  for (int s : fillers) ::close(s);
+  ::close(listener);
 }
 
 TEST_F(StoreTest, PortInUseNamesThePort) {

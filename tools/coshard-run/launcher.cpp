@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/store.hpp"
+#include "spawn.hpp"
 #include "supervisor.hpp"
 
 namespace coshard::run {
@@ -35,28 +35,6 @@ std::string random_token() {
     hex += buf;
   }
   return hex;
-}
-
-pid_t spawn(const Options& o, int local_rank, const std::vector<std::string>& env, int out_fd, int err_fd,
-            const sigset_t& old_mask) {
-  std::vector<char*> argv;
-  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw Error(Errc::io, std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);                    // the launcher decides who gets which signal
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks with it
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    ::dup2(out_fd, STDOUT_FILENO);
-    ::dup2(err_fd, STDERR_FILENO);
-    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "coshard-run: cannot start '%s' for local rank %d: %s\n", argv[0], local_rank,
-                 std::strerror(errno));
-    ::_exit(127);
-  }
-  return pid;
 }
 
 // Signals arrive through a descriptor, so the supervision loop sees them in order with child output.
@@ -127,13 +105,15 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
                                const sigset_t& old_mask, int restart) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+    const int rank = o.node_rank * o.nproc_per_node + lr;
+    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart));
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
     }
     auto& c = children[static_cast<std::size_t>(lr)];
-    c.rank = o.node_rank * o.nproc_per_node + lr;
-    c.pid = spawn(o, lr, rank_env(o, c.rank, lr, port, token, restart), out_pipe[1], err_pipe[1], old_mask);
+    c.rank = rank;
+    c.pid = spawn_child(command, out_pipe[1], err_pipe[1], old_mask);
     c.running = true;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
@@ -160,6 +140,12 @@ int run_ranks(const Options& o, const std::string& token, BlockedSignals& signal
 }  // namespace
 
 int launch(const Options& o) {
+  try {
+    (void)find_program(o.command.at(0));  // before any store or rank exists
+  } catch (const Error& e) {
+    std::fprintf(stderr, "coshard-run: %s\n", e.what());
+    return 127;  // what a shell returns for a command it cannot run
+  }
   BlockedSignals signals = block_signals();
   const std::string token = o.token.empty() ? random_token() : o.token;
   for (int restart = 0;; ++restart) {

@@ -93,8 +93,21 @@ wire::Status status_of(wire::Reader& r) {
   return h ? static_cast<wire::Status>(*h) : wire::Status::bad_request;
 }
 
+Task<std::error_code> connect_once(StoreClient::Impl& impl, tcp::resolver::results_type endpoints) {
+  auto r = co_await asio_op(
+      [&](auto h) {
+        asio::async_connect(impl.socket, endpoints,
+                            [h = std::move(h)](std::error_code e, const tcp::endpoint&) mutable { h(e, 0); });
+      },
+      [&] { impl.socket.cancel(); });
+  co_return r.ec;
+}
+
+// Every attempt has a deadline of its own: a SYN that is dropped (a full accept queue, a host
+// that is not there) is otherwise retried by the kernel for about two minutes, past any deadline.
 Task<void> connect_with_retry(StoreClient::Impl& impl) {
   using clock = std::chrono::steady_clock;
+  constexpr auto kAttemptLimit = std::chrono::seconds(2);
   auto deadline = clock::now() + impl.options.connect_timeout;
   auto pause = std::chrono::milliseconds(10);
   std::string last_error;
@@ -104,14 +117,17 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
     // A synchronous lookup, once per rank at start-up; numeric addresses never touch DNS.
     auto endpoints = resolver.resolve(impl.options.host, std::to_string(impl.options.port), ec);
     if (!ec) {
-      auto r = co_await asio_op(
-          [&](auto h) {
-            asio::async_connect(impl.socket, endpoints,
-                                [h = std::move(h)](std::error_code e, const tcp::endpoint&) mutable { h(e, 0); });
-          },
-          [&] { impl.socket.cancel(); });
-      ec = r.ec;
-      if (!ec) co_return;
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now());
+      try {
+        ec = co_await with_timeout(connect_once(impl, std::move(endpoints)), std::min<std::chrono::nanoseconds>(left, kAttemptLimit),
+                                   "store connect attempt");
+        if (!ec) co_return;
+      } catch (const Error& e) {
+        if (e.code() != Errc::timeout) throw;
+        std::error_code ignored;
+        impl.socket.close(ignored);
+        ec = asio::error::timed_out;
+      }
     }
     last_error = ec.message();
     if (clock::now() + pause >= deadline) break;
