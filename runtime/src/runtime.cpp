@@ -45,4 +45,26 @@ Stream& Runtime::stream(std::string_view name) {
   return streams_.emplace(std::string(name), std::move(s)).first->second;
 }
 
+std::uint64_t Runtime::add_diagnostic(std::function<void()> write) {
+  std::lock_guard lock(diagnostics_m_);
+  diagnostics_.emplace(next_diagnostic_, std::move(write));
+  return next_diagnostic_++;
+}
+
+void Runtime::remove_diagnostic(std::uint64_t id) noexcept {
+  std::lock_guard lock(diagnostics_m_);
+  diagnostics_.erase(id);
+}
+
+void Runtime::write_diagnostics() noexcept {
+  std::lock_guard lock(diagnostics_m_);
+  for (auto& [id, write] : diagnostics_) {
+    try {
+      write();
+    } catch (...) {
+      // a diagnostic that fails must not keep the others from being written
+    }
+  }
+}
+
 }  // namespace coshard

@@ -20,7 +20,12 @@
 // In a build without a sanitizer (which brings an allocator of its own), this test program's
 // malloc, calloc and realloc wrap glibc's and end a forked child that allocates before exec with
 // status 99: the old launcher's putenv() fails that check every time, not once in a thousand.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)  // clang 14 says so only this way
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define COSHARD_SANITIZED_ALLOCATOR 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(COSHARD_SANITIZED_ALLOCATOR)
 #define COSHARD_ALLOCATION_GUARD 0
 #else
 #define COSHARD_ALLOCATION_GUARD 1

@@ -21,38 +21,14 @@
 
 #include "coshard/gpt2/safetensors.hpp"
 #include "support/run_command.hpp"
+#include "train/trainer_support.hpp"
 
 namespace {
 
 using coshard::testing::run_command;
+using namespace coshard::testing::train;
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-const std::string kRun = COSHARD_RUN_BIN;
-const std::string kTrain = GPT2_TRAIN_BIN;
-
-std::string launch(int ranks, const std::string& args) {
-  return kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kTrain + " --metrics-port 0 --samples 0 " + args;
-}
-
-fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("coshard-train-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-// The JSON step records rank 0 wrote to stdout (--log-json -), in order.
-std::vector<json> step_records(const std::string& output) {
-  std::vector<json> out;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);) {
-    auto at = line.find("{\"step\":");
-    if (at == std::string::npos) continue;
-    out.push_back(json::parse(line.substr(at)));
-  }
-  return out;
-}
 
 TEST(Trainer, DefaultRunLearnsAndLogsEveryStep) {
   auto d = temp_dir("learn");

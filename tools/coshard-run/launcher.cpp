@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,11 +19,14 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/store.hpp"
+#include "hang_report.hpp"
 #include "spawn.hpp"
 #include "supervisor.hpp"
 
 namespace coshard::run {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string random_token() {
   std::ifstream urandom("/dev/urandom", std::ios::binary);
@@ -84,10 +89,31 @@ StoreHost host_store(const Options& o, const std::string& token) {
   return h;
 }
 
+// Where this attempt's ranks write their flight records: a fresh folder under $COSHARD_FLIGHT_DIR
+// (or the temp dir), so the report reads only this attempt's; removed when it stayed empty.
+struct FlightDir {
+  std::string path;
+  explicit FlightDir(int attempt) {
+    const char* base = std::getenv("COSHARD_FLIGHT_DIR");
+    std::error_code ec;
+    fs::path dir = base && *base ? fs::path(base) : fs::temp_directory_path(ec);
+    dir /= "coshard-run-" + std::to_string(::getpid()) + "-attempt" + std::to_string(attempt);
+    fs::create_directories(dir, ec);
+    path = dir.string();
+  }
+  ~FlightDir() {
+    std::error_code ec;
+    fs::remove(path, ec);  // only when empty: records of a failure are kept for the user
+  }
+  FlightDir(const FlightDir&) = delete;
+  FlightDir& operator=(const FlightDir&) = delete;
+};
+
 // What a rank learns from its environment (torchrun's names, and the store's token).
 std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, std::uint16_t port,
-                                  const std::string& token, int restart) {
+                                  const std::string& token, int restart, const std::string& flight_dir) {
   return {
+      "COSHARD_FLIGHT_DIR=" + flight_dir,
       "COSHARD_RESTART_COUNT=" + std::to_string(restart),
       "RANK=" + std::to_string(rank),
       "WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc_per_node),
@@ -102,11 +128,11 @@ std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, st
 }
 
 std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::string& token,
-                               const sigset_t& old_mask, int restart) {
+                               const sigset_t& old_mask, int restart, const std::string& flight_dir) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     const int rank = o.node_rank * o.nproc_per_node + lr;
-    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart));
+    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart, flight_dir));
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
@@ -127,14 +153,23 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
 // One attempt: a fresh store (nothing of a failed attempt is read again) and every local rank.
 int run_ranks(const Options& o, const std::string& token, BlockedSignals& signals, int restart, bool& interrupted) {
   StoreHost store = host_store(o, token);
-  std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask, restart);
+  const FlightDir flight(restart);
+  std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask, restart, flight.path);
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
                o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(store.port));
   Supervisor supervisor(o, children);
   supervisor.watch(signals.fd.get());
   store.stop();
   interrupted = supervisor.interrupted();
-  return supervisor.result();
+  const int rc = supervisor.result();
+  if (rc != 0) {
+    std::vector<int> local;
+    for (const auto& c : children) local.push_back(c.rank);
+    const auto report = flight_report(flight.path, local);
+    if (!report.empty()) std::fprintf(stderr, "coshard-run: flight records (in %s):\n", flight.path.c_str());
+    for (const auto& line : report) std::fprintf(stderr, "coshard-run:   %s\n", line.c_str());
+  }
+  return rc;
 }
 
 }  // namespace

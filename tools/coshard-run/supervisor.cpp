@@ -1,5 +1,7 @@
 #include "supervisor.hpp"
 
+#include "hang_report.hpp"
+
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -55,6 +57,10 @@ void Supervisor::watch(int sigfd) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
     }
     reap();
+    if (stop_at_ && Clock::now() >= *stop_at_) {
+      stop_at_.reset();
+      stop_all(SIGTERM);
+    }
     kill_late_ranks();
   }
 }
@@ -93,10 +99,28 @@ bool Supervisor::any_running() const {
 
 void Supervisor::stop_all(int sig) {
   for (auto& c : children_) {
-    if (c.running) ::kill(-c.pid, sig);
+    if (!c.running) continue;
+    ::kill(-c.pid, sig);
+    ::kill(-c.pid, SIGCONT);  // a stopped rank acts on the signal only once continued
   }
   if (!kill_at_) {
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
+  }
+}
+
+// The ranks still running write where they are before they are stopped, so the report can say
+// who is behind; SIGTERM follows a second later (at once when no rank takes SIGUSR1).
+void Supervisor::ask_for_flight_records() {
+  bool asked = false;
+  for (const auto& c : children_) {
+    if (c.running && process_state(c.pid) != 'T' && takes_sigusr1(c.pid)) {
+      asked = ::kill(c.pid, SIGUSR1) == 0 || asked;
+    }
+  }
+  if (asked) {
+    stop_at_ = Clock::now() + std::chrono::seconds(1);
+  } else {
+    stop_all(SIGTERM);
   }
 }
 
@@ -107,6 +131,7 @@ void Supervisor::take_signals(int sigfd) {
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
       if (!interrupted_by_) interrupted_by_ = sig;
+      stop_at_.reset();
       stop_all(sig);
     }
   }
@@ -142,7 +167,8 @@ void Supervisor::reap() {
       exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
-      stop_all(SIGTERM);
+      for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());
+      ask_for_flight_records();
     }
   }
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Watches the local ranks until every one has ended and its output is drained: relays their output
-// and the launcher's SIGINT/SIGTERM, and when a rank fails stops the others (SIGTERM, then SIGKILL
-// after the grace period).
+// and the launcher's SIGINT/SIGTERM, and when a rank fails stops the others: SIGUSR1 first to the
+// ranks that take it (they write their flight records; a second later SIGTERM, then SIGKILL after
+// the grace period).
 #include <poll.h>
 
 #include <chrono>
@@ -31,6 +32,7 @@ class Supervisor {
   std::vector<Output*> open_outputs(std::vector<pollfd>& fds);
   bool any_running() const;
   void stop_all(int sig);
+  void ask_for_flight_records();
   void take_signals(int sigfd);
   void relay(Output& out);
   void reap();
@@ -38,6 +40,7 @@ class Supervisor {
 
   const Options& o_;
   std::vector<Child>& children_;
+  std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
   bool killed_ = false;
   int exit_code_ = 0;

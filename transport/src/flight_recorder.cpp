@@ -108,9 +108,10 @@ std::string micros(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
-std::string FlightRecorder::json(const std::string& comm, int rank, int size, std::string_view backend) const {
-  std::string out = "{\"comm\":\"" + json_escape(comm) + "\",\"rank\":" + std::to_string(rank) +
-                    ",\"size\":" + std::to_string(size) + ",\"backend\":\"" + json_escape(backend) + "\",\"algorithms\":{";
+std::string FlightRecorder::json(const Owner& owner) const {
+  std::string out = "{\"comm\":\"" + json_escape(owner.comm) + "\",\"rank\":" + std::to_string(owner.rank) +
+                    ",\"size\":" + std::to_string(owner.size) + ",\"job_rank\":" + std::to_string(owner.job_rank) +
+                    ",\"backend\":\"" + json_escape(owner.backend) + "\",\"algorithms\":{";
   bool first = true;
   for (const auto& [name, n] : algorithm_counts()) {
     if (!first) out += ",";
@@ -132,7 +133,7 @@ std::string FlightRecorder::json(const std::string& comm, int rank, int size, st
   return out + "]}";
 }
 
-std::string FlightRecorder::dump(const std::string& comm, int rank, int size, std::string_view backend) const {
+std::string FlightRecorder::dump(const Owner& owner) const {
   std::error_code ec;
   std::filesystem::path dir;
   if (const char* d = std::getenv("COSHARD_FLIGHT_DIR"); d && *d) {
@@ -142,11 +143,11 @@ std::string FlightRecorder::dump(const std::string& comm, int rank, int size, st
     if (ec) return {};
   }
   std::filesystem::create_directories(dir, ec);
-  std::string safe = comm;
+  std::string safe = owner.comm;
   std::replace_if(safe.begin(), safe.end(), [](char c) { return c == '/' || c == ' '; }, '_');
-  auto path = dir / ("coshard-flight-" + safe + "-rank" + std::to_string(rank) + ".json");
+  auto path = dir / ("coshard-flight-" + safe + "-rank" + std::to_string(owner.job_rank) + ".json");
   std::ofstream f(path, std::ios::trunc);
-  f << json(comm, rank, size, backend) << '\n';
+  f << json(owner) << '\n';
   f.close();
   return f ? path.string() : std::string{};
 }

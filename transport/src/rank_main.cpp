@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "coshard/transport/diagnostics_signal.hpp"
+
 namespace coshard::transport {
 
 int run_rank(std::string_view program, Runtime::Options options,
@@ -16,7 +18,9 @@ int run_rank(std::string_view program, Runtime::Options options,
   const LaunchEnv& e = env.value();
   try {
     options.rank = e.rank;
+    DiagnosticsSignal diagnostics;
     Runtime rt(std::move(options));
+    auto serving = diagnostics.serve(rt);
     return rt.scheduler().sync_wait(body(rt, e));
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "%s: rank %d: %s\n", name.c_str(), e.rank, ex.what());

@@ -19,6 +19,7 @@
 #include "coshard/metrics/rank_metrics.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/diagnostics_signal.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "job.hpp"
 #include "results.hpp"
@@ -88,6 +89,7 @@ fsdp::Options engine_options(const train::TrainOptions& o, int world) {
   fo.optimizer = fsdp::AdamW{{.lr = o.lr, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = o.weight_decay}};
   if (o.clip > 0) fo.clip = fsdp::Clip{o.clip, 2.0};
   if (o.offload) fo.offload.params = fo.offload.grads = fo.offload.optimizer = true;
+  fo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.collective_timeout * 1000));
   // Micro-batch gradients add up: divide by their number as well as by the ranks.
   if (o.grad_accum > 1) fo.gradient_divide_factor = static_cast<double>(world) * o.grad_accum;
   return fo;
@@ -95,6 +97,7 @@ fsdp::Options engine_options(const train::TrainOptions& o, int world) {
 
 Task<int> run(Runtime& rt, train::Job& job) {
   transport::ProcessGroupOptions po;
+  po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
@@ -112,6 +115,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
 // Prepares the inputs, then trains with the metrics endpoint up (and --metrics-linger seconds
 // after, for a last scrape).
 int prepare_and_run(train::Job& job) {
+  transport::DiagnosticsSignal diagnostics;  // SIGUSR1 writes the flight records
   job.in = prepare(job.o);
   if (!job.o.checkpoint_dir.empty()) {
     job.checkpoints = std::make_unique<train::CheckpointDir>(job.o.checkpoint_dir);
@@ -135,6 +139,7 @@ int prepare_and_run(train::Job& job) {
   int rc = 0;
   {
     Runtime rt({.name = "gpt2-train", .rank = job.env.rank, .telemetry = &m.telemetry()});
+    auto serving = diagnostics.serve(rt);
     rc = rt.scheduler().sync_wait(run(rt, job));
     m.update(rt.allocator());
   }

@@ -31,6 +31,7 @@ struct TrainOptions {
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::pre;
   DType param_dtype = DType::f32;
   bool offload = false;
+  double collective_timeout = 300;  // seconds a collective may wait for its peers
   std::string init;
   std::string save;
   int eval_every = 0;

@@ -66,9 +66,11 @@ class NcclCommunicator final : public Communicator {
       : rt_(rt), store_(store), comm_(comm), rank_(rank), size_(size), options_(std::move(options)),
         stream_(rt.stream("nccl:" + options_.name)) {
     watchdog_ = std::thread([this] { watch(); });
+    diagnostic_ = rt_.add_diagnostic([this] { recorder_.dump(record_owner()); });
   }
 
   ~NcclCommunicator() override {
+    rt_.remove_diagnostic(diagnostic_);
     {
       std::lock_guard lock(m_);
       stopping_ = true;
@@ -203,7 +205,8 @@ class NcclCommunicator final : public Communicator {
     abort_now(reason.message());
   }
 
-  std::string flight_record_json() const override { return recorder_.json(options_.name, rank_, size_, backend()); }
+  FlightRecorder::Owner record_owner() const { return {options_.name, rank_, size_, backend(), rt_.rank()}; }
+  std::string flight_record_json() const override { return recorder_.json(record_owner()); }
 
  private:
   struct Pending {
@@ -287,7 +290,8 @@ class NcclCommunicator final : public Communicator {
 
   void abort_now(const std::string& why) {
     if (aborted_.exchange(true)) return;
-    recorder_.dump(options_.name, rank_, size_, backend());
+    recorder_.dump(record_owner());
+    rt_.write_diagnostics();  // the rank's other communicators too
     std::fprintf(stderr, "coshard: aborting NCCL communicator '%s' (rank %d): %s\n", options_.name.c_str(), rank_,
                  why.c_str());
     ncclCommAbort(comm_);
@@ -326,6 +330,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Runtime& rt_;
+  std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
   StoreClient* store_;
   ncclComm_t comm_;
   int rank_, size_;

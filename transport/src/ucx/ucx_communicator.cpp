@@ -88,9 +88,11 @@ class UcxCommunicator final : public Communicator {
       errors_.push_back(&t.counter("coshard_comm_errors_total", "Failed collectives by kind",
                                    {{"kind", kind}, {"transport", "ucx"}}));
     }
+    diagnostic_ = rt_.add_diagnostic([this] { recorder_.dump(record_owner()); });
   }
 
   ~UcxCommunicator() override {
+    rt_.remove_diagnostic(diagnostic_);
     stream_.reset();  // drains the queued operations first: they use the wire
     direct_.reset();  // unmaps the peers' segments
     wire_.reset();
@@ -216,8 +218,10 @@ class UcxCommunicator final : public Communicator {
 
   void abort(const Error& reason) override { wire_->abort(reason); }
 
+  FlightRecorder::Owner record_owner() const { return {options_.name, rank(), size(), backend(), rt_.rank()}; }
+
   std::string flight_record_json() const override {
-    return recorder_.json(options_.name, rank(), size(), backend());
+    return recorder_.json(record_owner());
   }
 
  private:
@@ -357,7 +361,8 @@ class UcxCommunicator final : public Communicator {
                        : e.code() == Errc::invalid_argument ? 2 : 3;
     errors_[kind]->add();
     if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
-    std::string path = recorder_.dump(options_.name, rank(), size(), backend());
+    std::string path = recorder_.dump(record_owner());
+    rt_.write_diagnostics();  // the rank's other communicators too: where each of them stood
     Error failed(e.code(),
                  e.message() + (path.empty() ? "" : " [flight record of the last operations: " + path + "]"),
                  ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});
@@ -367,6 +372,7 @@ class UcxCommunicator final : public Communicator {
   }
 
   Runtime& rt_;
+  std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
   StoreClient* store_;
   std::shared_ptr<detail::UcxContext> ctx_;
   std::unique_ptr<Wire> wire_;

@@ -2,7 +2,10 @@
 // Runtime owns the services of one rank: telemetry sink, scheduler, the device's event poller,
 // allocator and named streams. It starts them in dependency order and stops them in reverse.
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -53,6 +56,15 @@ class Runtime {
   /// scheduler thread or before tasks run: the map is not locked.
   Stream& stream(std::string_view name);
 
+  /// Registers `write`, run by write_diagnostics() (on SIGUSR1 under transport::run_rank): a
+  /// communicator writes its flight record. Returns the id to remove it with. Thread-safe.
+  std::uint64_t add_diagnostic(std::function<void()> write);
+  /// Unregisters a writer; after it returns the writer is not running and will not run. Thread-safe.
+  void remove_diagnostic(std::uint64_t id) noexcept;
+  /// Runs every registered writer, in registration order; a writer's exception is swallowed so
+  /// that the others still write. Thread-safe.
+  void write_diagnostics() noexcept;
+
  private:
   Options options_;
   NoopTelemetry noop_;
@@ -61,6 +73,9 @@ class Runtime {
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, Stream, std::less<>> streams_;
+  std::mutex diagnostics_m_;  // held while writers run, so removal waits for a running one
+  std::uint64_t next_diagnostic_ = 0;
+  std::map<std::uint64_t, std::function<void()>> diagnostics_;
 };
 
 }  // namespace coshard

@@ -50,11 +50,21 @@ class FlightRecorder {
   std::map<std::string, std::uint64_t> algorithm_counts() const;
 
   std::vector<OpRecord> snapshot() const;  ///< oldest first
-  /// {"comm":..., "rank":..., "size":..., "backend":..., "algorithms":{"ring":N,...}, "ops":[{...}, ...]}
-  std::string json(const std::string& comm, int rank, int size, std::string_view backend) const;
-  /// Writes json() to `<dir>/coshard-flight-<comm>-rank<r>.json` (dir: $COSHARD_FLIGHT_DIR, else
-  /// the temp dir) and returns the path, or an empty string when it could not be written.
-  std::string dump(const std::string& comm, int rank, int size, std::string_view backend) const;
+  /// Who a record belongs to: the communicator, this rank in it and in the job.
+  struct Owner {
+    std::string comm;          ///< the communicator's name
+    int rank = 0;              ///< this process's rank in the communicator
+    int size = 0;              ///< ranks in the communicator
+    std::string_view backend;  ///< "ucx", "nccl"
+    int job_rank = 0;          ///< this process's rank in the job (unique across communicators' groups)
+  };
+  /// {"comm":..., "rank":..., "size":..., "job_rank":..., "backend":..., "algorithms":{"ring":N,...},
+  /// "ops":[{...}, ...]}
+  std::string json(const Owner& owner) const;
+  /// Writes json() to `<dir>/coshard-flight-<comm>-rank<job_rank>.json` (dir: $COSHARD_FLIGHT_DIR,
+  /// which coshard-run sets and reads after a failure, else the temp dir) and returns the path, or an
+  /// empty string when it could not be written.
+  std::string dump(const Owner& owner) const;
 
  private:
   OpRecord* find(std::uint64_t id);

@@ -1,0 +1,138 @@
+#include "hang_report.hpp"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <optional>
+
+namespace coshard::run {
+namespace fs = std::filesystem;
+
+char process_state(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  // "pid (comm) S ...": the command may hold spaces and parentheses, so look after the last ')'.
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+bool takes_sigusr1(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  const unsigned long long bit = 1ull << (SIGUSR1 - 1);
+  bool takes = false;  // caught or ignored: either way it survives the signal
+  for (std::string line; std::getline(f, line);) {
+    if (line.starts_with("SigCgt:") || line.starts_with("SigIgn:")) {
+      takes = takes || (std::stoull(line.substr(7), nullptr, 16) & bit) != 0;
+    }
+  }
+  return takes;
+}
+
+std::vector<std::string> stopped_ranks(const std::vector<Child>& children) {
+  std::vector<std::string> lines;
+  for (const auto& c : children) {
+    if (!c.running) continue;
+    const char s = process_state(c.pid);
+    if (s == 'T' || s == 't') {
+      lines.push_back("rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) + ") is " +
+                      (s == 'T' ? "stopped (SIGSTOP or job control)" : "stopped by a debugger") +
+                      ": it cannot answer its peers, who fail at their collective deadline");
+    }
+  }
+  return lines;
+}
+
+namespace {
+
+// Where one rank was in one communicator: its last operation that did not complete, else its last.
+struct Position {
+  std::uint64_t seq = 0;
+  std::string op, state, error;
+};
+
+std::string join_ranks(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string first_sentence(const std::string& s) {
+  auto end = s.find(". ");
+  return end == std::string::npos ? s : s.substr(0, end);
+}
+
+std::optional<Position> position_of(const nlohmann::json& record) {
+  std::optional<Position> at;
+  for (const auto& op : record.at("ops")) {
+    Position p{op.at("seq").get<std::uint64_t>(), op.at("op").get<std::string>(), op.at("state").get<std::string>(),
+               op.value("error", std::string())};
+    if (p.state != "done") return p;  // the first that did not complete is where the rank is stuck
+    at = p;
+  }
+  return at;
+}
+
+}  // namespace
+
+std::vector<std::string> flight_report(const std::string& dir, const std::vector<int>& local_ranks) {
+  std::map<std::string, std::map<int, Position>> comms;  // comm -> rank -> position
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (!name.starts_with("coshard-flight-") || e.path().extension() != ".json") continue;
+    try {
+      std::ifstream f(e.path());
+      auto record = nlohmann::json::parse(f);
+      const auto comm = record.at("comm").get<std::string>();
+      const int rank = record.contains("job_rank") ? record.at("job_rank").get<int>() : record.at("rank").get<int>();
+      if (auto p = position_of(record)) comms[comm][rank] = *p;
+    } catch (const std::exception&) {
+      // a record cut short by a dying rank is skipped, not fatal
+    }
+  }
+  std::vector<std::string> lines;
+  for (const auto& [comm, ranks] : comms) {
+    bool stuck = false;  // a communicator whose every recorded op completed says nothing of the hang
+    for (const auto& [r, p] : ranks) stuck = stuck || p.state != "done";
+    if (!stuck) continue;
+    std::map<std::pair<std::uint64_t, std::string>, std::vector<int>> groups;  // (seq, op state) -> ranks
+    std::uint64_t newest = 0;
+    for (const auto& [r, p] : ranks) {
+      groups[{p.seq, p.op + "#" + std::to_string(p.seq) + " (" + p.state + ")"}].push_back(r);
+      newest = std::max(newest, p.seq);
+    }
+    std::string line = "communicator '" + comm + "':";
+    for (const auto& [key, rs] : groups) line += " " + join_ranks(rs) + " in " + key.second + ";";
+    std::vector<int> silent;
+    for (int r : local_ranks) {
+      if (!ranks.count(r)) silent.push_back(r);
+    }
+    if (!silent.empty()) line += " " + join_ranks(silent) + " wrote no record";
+    lines.push_back(line);
+    for (const auto& [r, p] : ranks) {
+      if (p.state == "failed" && !p.error.empty()) {
+        lines.push_back("  rank " + std::to_string(r) + ": " + first_sentence(p.error));
+        break;  // one example: the others say the same of their own peers
+      }
+    }
+    std::vector<int> behind;
+    for (const auto& [r, p] : ranks) {
+      if (p.seq < newest) behind.push_back(r);
+    }
+    if (!silent.empty()) {
+      lines.push_back("  behind: " + join_ranks(silent) + " (no record: it did not answer, so it is stopped, hung "
+                      "or dead; the likely cause)");
+    }
+    if (!behind.empty()) {
+      lines.push_back("  behind: " + join_ranks(behind) + " (not yet at #" + std::to_string(newest) + ")");
+    }
+  }
+  return lines;
+}
+
+}  // namespace coshard::run

@@ -1,0 +1,33 @@
+#pragma once
+// What the launcher says about a job that failed: which ranks were stopped when the failure came,
+// and from the ranks' flight records, which collective each rank was in and who is behind (the
+// analysis PyTorch's flight recorder script does after the fact, printed at once).
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "child.hpp"
+
+namespace coshard::run {
+
+// The one-letter state of a process from /proc/PID/stat ('R', 'S', 'D', 'T' stopped, 't' traced,
+// 'Z'...), or '?' when it cannot be read.
+char process_state(pid_t pid);
+
+// True when `pid` catches SIGUSR1, so asking it for its flight records cannot kill it (a rank with
+// a transport::DiagnosticsSignal, as under transport::run_rank and gpt2-train, writes its records).
+bool takes_sigusr1(pid_t pid);
+
+// Lines naming the still-running ranks that are stopped or traced: such a rank cannot answer its
+// peers, which then fail at their collective deadline.
+std::vector<std::string> stopped_ranks(const std::vector<Child>& children);
+
+// Reads every flight record (coshard-flight-<comm>-rank<r>.json, which a rank writes when one of its
+// collectives fails, and on SIGUSR1) in `dir` and returns lines that say, per communicator with an
+// operation that did not complete, which operation (op#seq and state) each rank was last in, which
+// of `local_ranks` wrote no record, and which ranks are behind the others. Ranks are job ranks.
+// Empty when no communicator was stuck.
+std::vector<std::string> flight_report(const std::string& dir, const std::vector<int>& local_ranks);
+
+}  // namespace coshard::run

@@ -1,0 +1,52 @@
+#pragma once
+// SIGUSR1 asks a rank for its diagnostics (Runtime::write_diagnostics: every communicator's flight
+// record, into $COSHARD_FLIGHT_DIR). coshard-run sends it to the other ranks when one fails, and a
+// user may send it to a rank that seems hung. A handler wakes a thread of its own, so the records
+// are written even when the scheduler thread is stuck.
+#include <atomic>
+#include <thread>
+
+#include "coshard/runtime/runtime.hpp"
+
+namespace coshard::transport {
+
+/// Serves SIGUSR1 for a rank while it lives: the signal's handler (a process-wide setting, so at
+/// most one DiagnosticsSignal exists at a time) wakes a thread that runs
+/// `Runtime::write_diagnostics()`. Blocking the signal would not do: threads that libraries start
+/// before main() (OpenBLAS's) do not block it, and the kernel may pick one of them, whose default
+/// action ends the process. transport::run_rank makes one for its body.
+class DiagnosticsSignal {
+ public:
+  /// Installs the handler; throws Error(internal) if another DiagnosticsSignal exists.
+  DiagnosticsSignal();
+  /// Stops serving; SIGUSR1 is ignored from then on (coshard-run may still ask a rank that is
+  /// exiting, which must not die of it).
+  ~DiagnosticsSignal();
+  DiagnosticsSignal(const DiagnosticsSignal&) = delete;
+  DiagnosticsSignal& operator=(const DiagnosticsSignal&) = delete;
+
+  /// Serving SIGUSR1 for one Runtime; stops when destroyed, so declare it after the Runtime.
+  class [[nodiscard]] Serving {
+   public:
+    explicit Serving(DiagnosticsSignal& d) : d_(d) {}
+    ~Serving() { d_.stop(); }
+    Serving(const Serving&) = delete;
+    Serving& operator=(const Serving&) = delete;
+
+   private:
+    DiagnosticsSignal& d_;
+  };
+
+  /// From now on SIGUSR1 runs `rt.write_diagnostics()` on a thread of this object's and prints
+  /// "rank R: flight records written (SIGUSR1)" on stderr, until the result is destroyed.
+  Serving serve(Runtime& rt);
+  /// Stops serving (a SIGUSR1 arriving later is counted and dropped). Idempotent.
+  void stop() noexcept;
+
+ private:
+  int wake_[2] = {-1, -1};  // the handler writes a byte to wake_[1]
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace coshard::transport
