@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <prometheus/collectable.h>
 #include <prometheus/exposer.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -35,6 +37,24 @@ std::string why_not_bindable(const std::string& address, std::uint16_t port) {
   return "the server could not start (the port was busy a moment ago)";
 }
 
+// A collectable that contributes nothing and runs a function: the Exposer collects in the order
+// of registration, so registered before the registry it runs right before the registry is read.
+class ScrapeHook final : public prometheus::Collectable {
+ public:
+  explicit ScrapeHook(std::function<void()> f) : f_(std::move(f)) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    try {
+      f_();
+    } catch (...) {
+      // a scrape serves what it has rather than failing
+    }
+    return {};
+  }
+
+ private:
+  std::function<void()> f_;
+};
+
 }  // namespace
 
 namespace detail {
@@ -42,7 +62,7 @@ int thread_stack_floor_linked();
 }  // namespace detail
 
 Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::string& bind_address,
-                   std::uint16_t port)
+                   std::uint16_t port, std::function<void()> before_scrape)
     : bind_(bind_address) {
   (void)detail::thread_stack_floor_linked();  // keeps the civetweb stack fix in static links
   const std::string where = bind_address + ":" + std::to_string(port);
@@ -52,6 +72,10 @@ Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::st
     throw Error(Errc::io, "cannot serve metrics on " + where + ": " + why_not_bindable(bind_address, port) +
                               ". Choose another port with --metrics-port (0 picks a free one) or another "
                               "--metrics-bind address");
+  }
+  if (before_scrape) {
+    hook_ = std::make_shared<ScrapeHook>(std::move(before_scrape));
+    exposer_->RegisterCollectable(hook_);
   }
   exposer_->RegisterCollectable(registry);
   auto ports = exposer_->GetListeningPorts();

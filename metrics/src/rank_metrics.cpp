@@ -37,7 +37,10 @@ void RankMetrics::start() {
     port = static_cast<std::uint16_t>(p);
   }
   try {
-    exporter_ = std::make_unique<Exporter>(telemetry_->registry(), options_.bind_address, port);
+    exporter_ = std::make_unique<Exporter>(telemetry_->registry(), options_.bind_address, port, [this] {
+      std::lock_guard watch(watch_m_);
+      if (watched_) update(*watched_);
+    });
   } catch (const Error& e) {
     ErrorContext ctx;
     ctx.rank = options_.rank;
@@ -87,5 +90,19 @@ void RankMetrics::update(const AllocatorStats& stats, std::string_view device) {
 }
 
 void RankMetrics::update(const Allocator& allocator) { update(allocator.stats(), allocator.device().to_string()); }
+
+RankMetrics::Watching RankMetrics::watch(const Allocator& allocator) {
+  std::lock_guard lock(watch_m_);
+  if (watched_) throw Error(Errc::invalid_argument, "metrics: an allocator is already watched; end that first");
+  watched_ = &allocator;
+  update(allocator);
+  return Watching(*this);
+}
+
+RankMetrics::Watching::~Watching() {
+  std::lock_guard lock(m_.watch_m_);
+  if (m_.watched_) m_.update(*m_.watched_);
+  m_.watched_ = nullptr;
+}
 
 }  // namespace coshard::metrics

@@ -181,6 +181,33 @@ TEST(RankMetrics, AllocatorGaugesFollowTheStats) {
   EXPECT_EQ(fams["coshard_allocator_reserved_bytes"].samples.size(), 2u);
 }
 
+// The allocated bytes a scrape of `port` serves (the body of the HTTP reply, parsed).
+double served_allocated(std::uint16_t port) {
+  const auto response = scrape(port);
+  const auto fams = coshard::testing::parse_exposition(response.substr(response.find("\r\n\r\n") + 4));
+  const auto it = fams.find("coshard_allocator_allocated_bytes");
+  return it == fams.end() || it->second.samples.empty() ? -1 : it->second.samples[0].second;
+}
+
+TEST(RankMetrics, AWatchedAllocatorIsReadAtEveryScrapeAndItsLastFiguresStay) {
+  RankMetrics m(on_port(0, 0, 0));
+  m.start();
+  Allocator alloc(cpu_memory());
+  auto a = alloc.allocate(1 << 20);
+  {
+    auto watching = m.watch(alloc);
+    EXPECT_EQ(served_allocated(m.port()), double(alloc.stats().allocated_bytes));
+    auto b = alloc.allocate(2 << 20);  // no update() call: the scrape reads it
+    EXPECT_EQ(served_allocated(m.port()), double(alloc.stats().allocated_bytes));
+    EXPECT_GE(served_allocated(m.port()), double(3 << 20));
+    EXPECT_THROW((void)m.watch(alloc), Error);
+  }
+  const double last = served_allocated(m.port());
+  EXPECT_EQ(last, double(alloc.stats().allocated_bytes));  // b was freed before the watch ended
+  auto c = alloc.allocate(4 << 20);
+  EXPECT_EQ(served_allocated(m.port()), last) << "no longer watched: the figures stay as they were";
+}
+
 TEST(RankMetrics, SpansGoToTheTimeline) {
   Timeline tl;
   RankMetrics::Options o = on_port(1, 0, 0);

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
+#include "metrics/catalogue.hpp"
 #include "support/prometheus_server.hpp"
 #include "support/run_command.hpp"
 
@@ -77,6 +79,21 @@ TEST(TrainerE2E, PrometheusScrapesEveryRankOfATrainingRun) {
   };
   const auto steps_later = by_rank(prom.wait_for(steps_q, grew(steps_first), left()));
   const auto bytes_later = by_rank(prom.wait_for(bytes_q, grew(bytes_first), left()));
+  // Mid-run, every metric of the catalogue is served by every rank (the allocator gauges too:
+  // they are read at each scrape, not set once after training).
+  for (const char* rank : {"0", "1"}) {
+    std::set<std::string> served;
+    for (const auto& s : prom.query("count by (__name__) ({job=\"coshard\",rank=\"" + std::string(rank) + "\"})")) {
+      served.insert(s["metric"]["__name__"].get<std::string>());
+    }
+    for (const auto& e : coshard::testing::read_catalogue(std::string(COSHARD_SOURCE_DIR) + "/docs/metrics.md")) {
+      if (e.pending) continue;
+      EXPECT_TRUE(served.count(e.name) || served.count(e.name + "_count"))
+          << e.name << " is not served by rank " << rank << " in the middle of the run";
+    }
+  }
+  const auto allocated = by_rank(prom.query("coshard_allocator_allocated_bytes{job=\"coshard\"}"));
+  EXPECT_GT(allocated.at("0"), 0) << "the allocator gauges must be live while training";
   trainer.join();
   ASSERT_EQ(run.rc, 0) << run.output;
   ASSERT_EQ(steps_first.size(), 2u) << prom.targets_report() << "\n" << run.output;

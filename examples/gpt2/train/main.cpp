@@ -140,8 +140,8 @@ int prepare_and_run(train::Job& job) {
   {
     Runtime rt({.name = "gpt2-train", .rank = job.env.rank, .telemetry = &m.telemetry()});
     auto serving = diagnostics.serve(rt);
+    auto watching = m.watch(rt.allocator());  // live allocator gauges; the last figures stay served
     rc = rt.scheduler().sync_wait(run(rt, job));
-    m.update(rt.allocator());
   }
   if (job.o.metrics_linger > 0) std::this_thread::sleep_for(std::chrono::duration<double>(job.o.metrics_linger));
   m.stop();

@@ -8,7 +8,7 @@
 //   m.start();                                   // throws Error naming the port and --metrics-port
 //   std::cout << "metrics: " << m.url() << "\n";  // the real port, also when port 0 picked one
 //   Runtime rt({.rank = env.rank, .telemetry = &m.telemetry()});
-//   ... each step: m.update(rt.allocator());
+//   auto watching = m.watch(rt.allocator());     // allocator gauges read at every scrape
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,12 +72,30 @@ class RankMetrics {
   /// update() with the allocator's stats, labelled with its device (e.g. "cpu:0").
   void update(const Allocator& allocator);
 
+  /// Watching an allocator: its gauges are read at every scrape. Ends (with a last update, so the
+  /// final figures stay served) when destroyed, so declare it after the allocator's Runtime.
+  class [[nodiscard]] Watching {
+   public:
+    explicit Watching(RankMetrics& m) : m_(m) {}
+    ~Watching();
+    Watching(const Watching&) = delete;
+    Watching& operator=(const Watching&) = delete;
+
+   private:
+    RankMetrics& m_;
+  };
+  /// Makes every scrape update the allocator gauges from `allocator` first, until the result is
+  /// destroyed: live figures while training, not only after it. One allocator at a time.
+  Watching watch(const Allocator& allocator);
+
  private:
   Options options_;
   BuildInfo build_;
   std::unique_ptr<PrometheusTelemetry> telemetry_;
   mutable std::mutex m_;
   std::unique_ptr<Exporter> exporter_;
+  std::mutex watch_m_;  // held while a scrape reads the watched allocator, so unwatching waits
+  const Allocator* watched_ = nullptr;
 };
 
 }  // namespace coshard::metrics
