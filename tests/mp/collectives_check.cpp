@@ -4,6 +4,8 @@
 //   --mode mismatch   rank 1 passes a different size to an all_gather: every rank must fail naming it
 //   --mode die        rank --die-rank exits in the middle of a stream of all-reduces; the others
 //                     ignore SIGTERM (so the launcher cannot end them) and must report the dead peer
+//   --mode straggler  rank --slow-rank enters each of 20 all-reduces --slow-ms late; every rank
+//                     prints its coshard_peer_wait_seconds_total series
 //   --mode bench      (unused by tests) nothing
 //   --timeout-ms T    per-operation deadline
 //   --big N           elements of the largest buffers
@@ -20,9 +22,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "coshard/metrics/prometheus_telemetry.hpp"
 #include "coshard/ops/cast.hpp"
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/process_group.hpp"
@@ -40,6 +45,8 @@ struct Flags {
   std::int64_t die_elems = 1 << 16;
   std::size_t shared_min = std::size_t{1} << 20;
   std::size_t direct_min = 0;  // 0: UcxOptions' default
+  int slow_rank = 2;
+  int slow_ms = 50;
 };
 
 // How many operations of `c` ran on `algorithm`, from its flight record's counts.
@@ -323,6 +330,9 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   ProcessGroupOptions o;
   o.world.timeout = std::chrono::milliseconds(f.timeout_ms);
   if (f.direct_min) o.ucx.direct_min_bytes = f.direct_min;
+  if (f.mode == "straggler" && env.rank == f.slow_rank) {
+    o.world.before_op = [ms = f.slow_ms](const OpInfo&) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+  }
   auto pg = co_await ProcessGroup::create(rt, env, o);
   Communicator& w = pg->world();
   Checker ck{w.rank()};
@@ -339,6 +349,16 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
       std::printf("rank %d: expected error: %s\n", w.rank(), e.what());
       co_return 4;
     }
+  }
+  if (f.mode == "straggler") {
+    Tensor buf = Tensor::empty(rt.allocator(), DType::f32, {1024});
+    for (int k = 0; k < 20; ++k) co_await w.all_reduce(buf, Reduction::sum(), s);
+    co_await pg->finish();
+    std::istringstream text(dynamic_cast<metrics::PrometheusTelemetry&>(rt.telemetry()).serialize());
+    for (std::string line; std::getline(text, line);) {
+      if (line.starts_with("coshard_peer_wait_seconds_total{")) std::printf("%s\n", line.c_str());
+    }
+    co_return 0;
   }
   if (f.mode == "die") {
     Tensor buf = Tensor::empty(rt.allocator(), DType::f32, {f.die_elems});
@@ -393,6 +413,8 @@ int main(int argc, char** argv) {
     else if (k == "--die-elems") f.die_elems = std::atoll(v.c_str());
     else if (k == "--shared-min") f.shared_min = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--direct-min") f.direct_min = std::strtoull(v.c_str(), nullptr, 10);
+    else if (k == "--slow-rank") f.slow_rank = std::atoi(v.c_str());
+    else if (k == "--slow-ms") f.slow_ms = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "collectives_check: unknown flag %s\n", k.c_str());
       return 2;
@@ -410,6 +432,8 @@ int main(int argc, char** argv) {
     ro.name = "check";
     ro.rank = env.value().rank;
     ro.shared_host_min_bytes = f.shared_min;
+    metrics::PrometheusTelemetry telemetry;  // --mode straggler reads its series
+    ro.telemetry = &telemetry;
     Runtime rt(ro);
     int rc = rt.scheduler().sync_wait(run(rt, env.value(), f));
     std::fflush(stdout);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <map>
+#include <regex>
 #include <string>
 
 #include "support/run_command.hpp"
@@ -56,6 +59,28 @@ TEST(CollectivesRingOnly, EveryCollectiveMatchesWithCoshardUcxDirectOff) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": collectives ok ("), std::string::npos) << r.output;
   }
   EXPECT_NE(r.output.find(", 0 direct)"), std::string::npos) << r.output;
+}
+
+// A straggler: rank 2 of 4 enters each of 20 all-reduces 50 ms late. Its peers' wait metrics must
+// name it: the largest per-peer wait of any rank is for peer 2, and about the injected delay.
+TEST(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
+  auto r = run_command(launch(4, "--mode straggler --slow-rank 2 --slow-ms 50 --timeout-ms 60000"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::regex series(R"re(coshard_peer_wait_seconds_total\{[^}]*peer="(\d+)"[^}]*\} ([0-9.e+-]+))re");
+  std::map<int, double> worst;  // peer -> the largest wait any rank measured for it
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), series); it != std::sregex_iterator(); ++it) {
+    const int peer = std::stoi((*it)[1]);
+    worst[peer] = std::max(worst[peer], std::stod((*it)[2]));
+  }
+  ASSERT_EQ(worst.size(), 4u) << r.output;
+  for (const auto& [peer, s] : worst) {
+    if (peer == 2) {
+      EXPECT_GT(s, 0.5 * 20 * 0.050) << r.output;  // about 1 s injected
+      EXPECT_LT(s, 3 * 20 * 0.050) << r.output;
+    } else {
+      EXPECT_LT(s, 0.25 * worst[2]) << "peer " << peer << " is not the slow one\n" << r.output;
+    }
+  }
 }
 
 TEST(CollectiveErrors, MismatchedSizesAreNamedOnEveryRank) {

@@ -25,13 +25,18 @@ bool peer_mode_for(const std::vector<PeerIdentity>& peers, const std::string& my
   return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
 }
 
-std::string pack(const PeerIdentity& id) { return id.host + "\n" + std::to_string(id.pid) + "\n" + id.address; }
+// "host\npid\njob rank\naddress": the address is binary and last.
+std::string pack(const PeerIdentity& id) {
+  return id.host + "\n" + std::to_string(id.pid) + "\n" + std::to_string(id.job_rank) + "\n" + id.address;
+}
 
 PeerIdentity unpack(const std::string& s, const std::string& key) {
   auto a = s.find('\n');
   auto b = a == std::string::npos ? a : s.find('\n', a + 1);
-  if (b == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
-  return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), s.substr(b + 1)};
+  auto c = b == std::string::npos ? b : s.find('\n', b + 1);
+  if (c == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
+  return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), std::atoi(s.substr(b + 1, c - b - 1).c_str()),
+          s.substr(c + 1)};
 }
 
 }  // namespace
@@ -49,6 +54,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   }
   auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
   auto me = wire->self();
+  me.job_rank = rt.rank();
   std::vector<PeerIdentity> peers(static_cast<std::size_t>(size));
   peers[static_cast<std::size_t>(rank)] = me;
   if (size > 1) {

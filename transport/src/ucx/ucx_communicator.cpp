@@ -88,6 +88,8 @@ class UcxCommunicator final : public Communicator {
       errors_.push_back(&t.counter("coshard_comm_errors_total", "Failed collectives by kind",
                                    {{"kind", kind}, {"transport", "ucx"}}));
     }
+    telemetry_ = &t;
+    peer_wait_.assign(static_cast<std::size_t>(size()), nullptr);  // made for the peers heard from
     diagnostic_ = rt_.add_diagnostic([this] { recorder_.dump(record_owner()); });
   }
 
@@ -342,6 +344,7 @@ class UcxCommunicator final : public Communicator {
     }
     recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record);
+    count_peer_waits();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     auto& ins = ops_[static_cast<std::size_t>(info.op)];
     ins.duration->observe(seconds);
@@ -350,6 +353,23 @@ class UcxCommunicator final : public Communicator {
       double total = static_cast<double>(info.bytes());
       if (info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter) total *= size();
       ins.busbw->set(total / seconds * bus_factor(info.op, size()));
+    }
+  }
+
+  // Per peer heard from, how late it entered the operation. A series exists only for the peers a
+  // rank hears from first (its ring neighbour, direct-path peers): a few per rank, not the world.
+  // Named by job rank, so that the slow rank is named whichever group it is in.
+  void count_peer_waits() {
+    const auto& waits = wire_->peer_waits();
+    for (std::size_t p = 0; p < waits.size() && p < peer_wait_.size(); ++p) {
+      if (waits[p] <= 0) continue;
+      if (!peer_wait_[p]) {
+        peer_wait_[p] = &telemetry_->counter(
+            "coshard_peer_wait_seconds_total",
+            "Time collectives waited for a peer's first message after this rank entered them: how late it was",
+            {{"peer", std::to_string(wire_->peer(static_cast<int>(p)).job_rank)}, {"transport", "ucx"}});
+      }
+      peer_wait_[p]->add(waits[p]);
     }
   }
 
@@ -373,6 +393,8 @@ class UcxCommunicator final : public Communicator {
 
   Runtime& rt_;
   std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
+  Telemetry* telemetry_ = nullptr;
+  std::vector<Counter*> peer_wait_;  // per comm rank; null until heard from
   StoreClient* store_;
   std::shared_ptr<detail::UcxContext> ctx_;
   std::unique_ptr<Wire> wire_;

@@ -93,7 +93,7 @@ PeerIdentity Wire::self() const {
   ucp_address_t* addr = nullptr;
   std::size_t len = 0;
   if (auto st = ucp_worker_get_address(worker_, &addr, &len); st != UCS_OK) throw_ucx(st, "ucp_worker_get_address");
-  PeerIdentity me{host_, static_cast<int>(::getpid()), std::string(reinterpret_cast<const char*>(addr), len)};
+  PeerIdentity me{host_, static_cast<int>(::getpid()), -1, std::string(reinterpret_cast<const char*>(addr), len)};
   ucp_worker_release_address(worker_, addr);
   return me;
 }
@@ -138,7 +138,10 @@ std::string Wire::peer_name(int peer) const {
 void Wire::begin(WaitContext wait) {
   requests_.clear();
   wait_ = std::move(wait);
-  next_liveness_ = Clock::now() + options_.liveness_interval;
+  begun_ = Clock::now();
+  next_liveness_ = begun_ + options_.liveness_interval;
+  heard_.assign(static_cast<std::size_t>(size_), false);
+  waited_.assign(static_cast<std::size_t>(size_), 0.0);
 }
 
 Wire::RequestId Wire::send(int peer, const void* data, std::size_t bytes, std::uint64_t tag) {
@@ -195,6 +198,10 @@ bool Wire::done(RequestId id) {
 
 void Wire::finish(Request& r, ucs_status_t status) {
   const auto peer = static_cast<std::size_t>(r.peer);
+  if (status == UCS_OK && r.is_recv && peer < heard_.size() && !heard_[peer]) {
+    heard_[peer] = true;  // seen when polled: while this rank waits, that is when it arrived
+    waited_[peer] = std::chrono::duration<double>(Clock::now() - begun_).count();
+  }
   if (status == UCS_OK) {
     if (r.is_recv && r.info.length != r.expected) {
       throw Error(Errc::invalid_argument,

@@ -39,6 +39,7 @@ class UcxContext {
 struct PeerIdentity {
   std::string host;
   int pid = 0;
+  int job_rank = -1;    // its rank in the job (metrics name peers by it)
   std::string address;  // packed ucp worker address
 };
 
@@ -84,6 +85,9 @@ class Wire {
 
   // Starts an operation: forgets the requests of the previous one.
   void begin(WaitContext wait);
+  // Per peer, how long the current (or last) operation waited from begin() until that peer's first
+  // message arrived: how much later the peer entered the operation. 0 for peers not heard from.
+  const std::vector<double>& peer_waits() const noexcept { return waited_; }
   // After a failure: cancels what is still posted and waits (bounded) until UCX lets go of the
   // buffers, so that the caller may free them.
   void cancel_all() noexcept;
@@ -125,6 +129,9 @@ class Wire {
   std::vector<ucs_status_t> peer_status_;  // set by UCX's error callback (PEER mode)
   std::vector<Request> requests_;
   WaitContext wait_;
+  std::chrono::steady_clock::time_point begun_;
+  std::vector<bool> heard_;     // per peer: a message of the current operation arrived
+  std::vector<double> waited_;  // see peer_waits()
   std::chrono::steady_clock::time_point next_liveness_;
   std::atomic<bool> abort_flag_{false};
   mutable std::mutex abort_m_;
