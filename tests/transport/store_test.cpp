@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -70,6 +71,23 @@ TEST_F(StoreTest, SetGetAddCompareSetErase) {
     co_return ok;
   };
   EXPECT_TRUE(client_sched.sync_wait(body(client_options(server->port()))));
+}
+
+TEST_F(StoreTest, AnAddThatOverflowsIsRefusedAndTheValueKept) {
+  auto server = serve();
+  auto r = client_sched.sync_wait([](StoreClient::Options o) -> Task<std::string> {
+    auto c = co_await StoreClient::connect(o);
+    co_await c->add("n", std::numeric_limits<std::int64_t>::max());
+    std::string why;
+    try {
+      co_await c->add("n", 1);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    co_return why + "|" + (co_await c->get("n")).value_or("?");
+  }(client_options(server->port())));
+  EXPECT_NE(r.find("overflows a 64-bit integer"), std::string::npos) << r;
+  EXPECT_NE(r.find("|" + std::to_string(std::numeric_limits<std::int64_t>::max())), std::string::npos) << r;
 }
 
 TEST_F(StoreTest, WaitReturnsOnceAnotherClientSetsTheKeys) {

@@ -151,7 +151,7 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
       case wire::Op::wait: {
         auto request = read_wait(r);
         if (!request) co_return std::nullopt;
-        co_return co_await wait_keys(std::move(request->keys), request->timeout);
+        co_return co_await wait_keys(std::move(request->keys), std::min(request->timeout, options.limits.max_wait));
       }
       case wire::Op::add: co_return add_to_key(r);
       case wire::Op::compare_set: co_return compare_set_key(r);
@@ -217,7 +217,11 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
         return w;
       }
     }
-    value += *delta;
+    if (__builtin_add_overflow(value, *delta, &value)) {  // found by tests/fuzz/store_protocol
+      auto w = status(wire::Status::bad_request);
+      w.str("adding " + std::to_string(*delta) + " to '" + *key + "' overflows a 64-bit integer");
+      return w;
+    }
     kv[*key] = std::to_string(value);
     changed();
     auto w = status(wire::Status::ok);

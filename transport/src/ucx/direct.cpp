@@ -76,7 +76,7 @@ bool Direct::ready(const OpInfo& info, const void* p, std::size_t bytes, bool us
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     const Ready& t = theirs[static_cast<std::size_t>(q)];
-    check_header(wire_, false, info, mine.header, t.header, q);
+    check_header(r, false, info, mine.header, t.header, q);
     all = all && t.shared != 0;
   }
   if (!all) return false;
@@ -89,16 +89,20 @@ bool Direct::ready(const OpInfo& info, const void* p, std::size_t bytes, bool us
   return true;
 }
 
+void check_segment_ref(const OpInfo& info, int peer, const SegmentRef& ref, std::size_t bytes) {
+  if (ref.offset > ref.size || bytes > ref.size - ref.offset) {
+    throw Error(Errc::internal, op_name(info) + ": rank " + std::to_string(peer) + " named " + std::to_string(bytes) +
+                                    " bytes at offset " + std::to_string(ref.offset) + " of a segment of " +
+                                    std::to_string(ref.size) + " bytes");
+  }
+}
+
 void Direct::map_peers(const OpInfo& info, std::size_t bytes) {
   const int n = wire_.size(), r = wire_.rank();
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     const SegmentRef& ref = refs_[static_cast<std::size_t>(q)];
-    if (ref.offset > ref.size || bytes > ref.size - ref.offset) {
-      throw Error(Errc::internal, op_name(info) + ": rank " + std::to_string(q) + " named " + std::to_string(bytes) +
-                                      " bytes at offset " + std::to_string(ref.offset) + " of a segment of " +
-                                      std::to_string(ref.size) + " bytes");
-    }
+    check_segment_ref(info, q, ref, bytes);
     peer_[static_cast<std::size_t>(q)] = cache_.map(q, ref) + ref.offset;
   }
 }

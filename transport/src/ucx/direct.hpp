@@ -53,6 +53,9 @@ class SegmentCache {
   std::map<std::pair<int, std::uint64_t>, std::list<Entry>::iterator> index_;
 };
 
+// Throws when `ref` (a peer's message: any bytes) does not hold `bytes` bytes past its offset.
+void check_segment_ref(const OpInfo& info, int peer, const SegmentRef& ref, std::size_t bytes);
+
 class Direct {
  public:
   Direct(Wire& wire, std::size_t cache_entries) : wire_(wire), cache_(cache_entries) {}

@@ -99,15 +99,15 @@ void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from
   if (from >= 0) wire.recv(from, &theirs, sizeof theirs, make_tag(p2p, mine.seq, from, kHeaderStep, 0));
   wire.wait_all();
   if (from < 0) return;
-  check_header(wire, p2p, mine, ours, theirs, from);
+  check_header(wire.rank(), p2p, mine, ours, theirs, from);
 }
 
-void check_header(const Wire& wire, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from) {
+void check_header(int my_rank, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from) {
   // A receive pairs with the peer's send to us; a collective with the same operation.
   bool same = theirs.magic == ours.magic && theirs.dtype == ours.dtype && theirs.count == ours.count &&
               theirs.seq == ours.seq;
   if (p2p) {
-    same = same && theirs.op == static_cast<std::uint8_t>(CollectiveOp::send) && theirs.root == wire.rank();
+    same = same && theirs.op == static_cast<std::uint8_t>(CollectiveOp::send) && theirs.root == my_rank;
   } else {
     same = same && theirs.op == ours.op && theirs.reduce == ours.reduce && theirs.root == ours.root;
   }
@@ -116,7 +116,7 @@ void check_header(const Wire& wire, bool p2p, const OpInfo& mine, const Header& 
                                                       : describe(theirs, p2p);
     throw Error(Errc::invalid_argument,
                 describe(ours, p2p) + ": rank " + std::to_string(from) + " issued " + what + " where rank " +
-                    std::to_string(wire.rank()) + " issued " + describe(ours, p2p) +
+                    std::to_string(my_rank) + " issued " + describe(ours, p2p) +
                     ". Every rank must issue the same collectives, with the same sizes and dtypes, in the same order",
                 op_context(std::string(to_string(mine.op)) + "#" + std::to_string(mine.seq)));
   }

@@ -50,7 +50,9 @@ Header header_of(const OpInfo& info);
 // Sends ours to `to`, receives `from`'s, and throws naming both when they differ.
 void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from);
 // Throws naming both ranks when `theirs` (from rank `from`) does not match `ours`.
-void check_header(const Wire& wire, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from);
+// Throws naming both operations when `theirs` (from rank `from`, as received: any bytes) does not
+// match `ours`. `my_rank` is this rank's index in the communicator.
+void check_header(int my_rank, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from);
 
 struct Scratch {
   std::vector<float> a, b;

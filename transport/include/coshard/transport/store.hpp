@@ -19,6 +19,9 @@ namespace coshard::transport {
 /// Bounds that the store's server and clients both enforce.
 struct StoreLimits {
   std::size_t max_message_bytes = 16u << 20;  ///< a frame above this is refused
+  /// The server answers a wait at this deadline at the latest, whatever the client asked, so that
+  /// a session never outlives its usefulness by hours.
+  std::chrono::milliseconds max_wait{std::chrono::hours(2)};
 };
 
 /// Serves the store on a scheduler's thread (on rank 0, or in the launcher); stops when destroyed.
