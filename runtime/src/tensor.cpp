@@ -6,9 +6,20 @@ std::int64_t numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto d : shape) {
     if (d < 0) throw Error(Errc::invalid_argument, "negative dimension in shape " + to_string(shape));
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n)) {
+      throw Error(Errc::invalid_argument, "shape " + to_string(shape) + " has more than 2^63 elements");
+    }
   }
   return n;
+}
+
+std::size_t bytes_of(std::int64_t numel, DType dtype) {
+  std::size_t bytes = 0;
+  if (numel < 0 || __builtin_mul_overflow(static_cast<std::size_t>(numel), size_of(dtype), &bytes)) {
+    throw Error(Errc::invalid_argument, std::to_string(numel) + " elements of " + std::string(to_string(dtype)) +
+                                            " do not fit in a 64-bit byte count");
+  }
+  return bytes;
 }
 
 std::string to_string(const Shape& shape) {
@@ -23,7 +34,7 @@ Tensor Tensor::empty(Allocator& alloc, DType dtype, Shape shape) {
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.device_ = alloc.device();
-  t.storage_ = std::make_shared<Buffer>(alloc.allocate(t.nbytes()));
+  t.storage_ = std::make_shared<Buffer>(alloc.allocate(bytes_of(t.numel_, dtype)));
   return t;
 }
 
@@ -33,7 +44,7 @@ void* Tensor::data() const noexcept {
 
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {
   auto n = coshard::numel(shape);
-  if (offset < 0 || offset + n > numel_) {
+  if (offset < 0 || n > numel_ || offset > numel_ - n) {  // never offset + n: it may overflow
     throw Error(Errc::invalid_argument, "view of " + to_string(shape) + " at offset " + std::to_string(offset) +
                                             " does not fit in a tensor of " + std::to_string(numel_) + " elements");
   }

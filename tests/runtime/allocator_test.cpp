@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -105,6 +107,22 @@ TEST(Tensor, ViewsShareStorageAndCheckBounds) {
   EXPECT_THROW(t.data_as<std::int32_t>(), Error);
   EXPECT_THROW(t.reshape({5, 8}), Error);
   EXPECT_EQ(t.reshape({32}).numel(), 32);
+}
+
+TEST(Tensor, SizesThatOverflowAreErrorsNotWrappedAllocations) {
+  Allocator alloc(cpu_memory());
+  const std::int64_t big = std::int64_t{1} << 40;
+  EXPECT_THROW((void)numel({big, big}), Error);  // 2^80 elements
+  try {
+    (void)Tensor::empty(alloc, DType::f32, {std::int64_t{1} << 62});  // 2^64 bytes: wraps to 0
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("do not fit in a 64-bit byte count"), std::string::npos) << e.what();
+  }
+  auto t = Tensor::empty(alloc, DType::f32, {16});
+  EXPECT_THROW((void)t.view(std::numeric_limits<std::int64_t>::max(), {2}), Error);  // offset + n wraps
+  EXPECT_EQ(bytes_of(3, DType::bf16), 6u);
 }
 
 TEST(Tensor, StorageReturnsToThePoolWhenTheLastViewGoes) {

@@ -16,6 +16,8 @@ using Shape = std::vector<std::int64_t>;
 
 /// Product of the dimensions; throws Error(invalid_argument) on a negative one.
 std::int64_t numel(const Shape& shape);
+/// Bytes of `numel` elements of `dtype`; throws Error(invalid_argument) when that overflows.
+std::size_t bytes_of(std::int64_t numel, DType dtype);
 /// "[2, 3]" style, for messages.
 std::string to_string(const Shape& shape);
 
