@@ -37,7 +37,7 @@ Task<void> make_post_forward_group(CommGroups& c, Context& ctx) {
   }
   if (*g == 1) co_return;
   ctx.reshard_group = *g;
-  c.post_forward = co_await c.all_gather->split(ctx.shard_rank / *g, ctx.shard_rank, comm_options(ctx, "all_gather"));
+  c.post_forward = co_await c.all_gather->split(ctx.shard_rank / *g, ctx.shard_rank, comm_options(ctx, "all_gather_post_forward"));
 }
 
 }  // namespace

@@ -6,7 +6,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -39,14 +42,16 @@ struct Server {
   }
 };
 
-// Sends `bytes`, closes the sending side and reads until the server closes (or 2 s pass).
+// Sends `bytes`, closes the sending side and reads until the server closes. The server answers a
+// wait within 20 ms and drops a silent client within 100 ms, so a connection still open after 5 s
+// (or a refused one) is a hung or dead server: abort, which libFuzzer reports with the input.
 void exchange(std::uint16_t port, const std::string& bytes) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{2, 0};
+  timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     for (std::size_t sent = 0; sent < bytes.size();) {
@@ -56,8 +61,16 @@ void exchange(std::uint16_t port, const std::string& bytes) {
     }
     ::shutdown(fd, SHUT_WR);
     char buf[4096];
-    while (::recv(fd, buf, sizeof buf, 0) > 0) {
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
     }
+    if (n < 0 && errno != ECONNRESET) {
+      std::fprintf(stderr, "the store kept the connection open for 5 s: %s\n", std::strerror(errno));
+      std::abort();
+    }
+  } else {
+    std::fprintf(stderr, "the store refused a connection: %s\n", std::strerror(errno));
+    std::abort();
   }
   ::close(fd);
 }

@@ -62,9 +62,13 @@ TEST(CollectivesRingOnly, EveryCollectiveMatchesWithCoshardUcxDirectOff) {
 }
 
 // A straggler: rank 2 of 4 enters each of 20 all-reduces 50 ms late. Its peers' wait metrics must
-// name it: the largest per-peer wait of any rank is for peer 2, and about the injected delay.
-TEST(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
-  auto r = run_command(launch(4, "--mode straggler --slow-rank 2 --slow-ms 50 --timeout-ms 60000"));
+// name it: the largest per-peer wait of any rank is for peer 2, and about the injected delay. On
+// the ring path and on the direct path (shared 4 KiB buffers), whose ready messages follow the
+// header exchange and so wait on the slow rank too: they must not blame its neighbours.
+class CollectiveStragglers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
+  auto r = run_command(launch(4, "--mode straggler --slow-rank 2 --slow-ms 50 --timeout-ms 60000 " + GetParam()));
   ASSERT_EQ(r.rc, 0) << r.output;
   const std::regex series(R"re(coshard_peer_wait_seconds_total\{[^}]*peer="(\d+)"[^}]*\} ([0-9.e+-]+))re");
   std::map<int, double> worst;  // peer -> the largest wait any rank measured for it
@@ -72,7 +76,7 @@ TEST(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
     const int peer = std::stoi((*it)[1]);
     worst[peer] = std::max(worst[peer], std::stod((*it)[2]));
   }
-  ASSERT_EQ(worst.size(), 4u) << r.output;
+  ASSERT_TRUE(worst.count(2)) << r.output;
   for (const auto& [peer, s] : worst) {
     if (peer == 2) {
       EXPECT_GT(s, 0.5 * 20 * 0.050) << r.output;  // about 1 s injected
@@ -82,6 +86,11 @@ TEST(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
     }
   }
 }
+
+// Named by the path: CollectiveStragglers/CollectiveStragglers.ThePeerWaitMetricNamesTheSlowRank/direct.
+INSTANTIATE_TEST_SUITE_P(CollectiveStragglers, CollectiveStragglers,
+                         ::testing::Values("", "--shared-min 4096 --direct-min 1024"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param.empty() ? "ring" : "direct"; });
 
 TEST(CollectiveErrors, MismatchedSizesAreNamedOnEveryRank) {
   auto r = run_command(launch(3, "--mode mismatch --timeout-ms 20000", "--grace 30"));

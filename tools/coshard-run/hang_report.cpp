@@ -21,16 +21,15 @@ char process_state(pid_t pid) {
   return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
 }
 
-bool takes_sigusr1(pid_t pid) {
+bool takes_sigusr1(pid_t pid, const std::string& flight_dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(flight_dir) / ("coshard-sigusr1-" + std::to_string(pid)), ec)) return false;
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   const unsigned long long bit = 1ull << (SIGUSR1 - 1);
-  bool takes = false;  // caught or ignored: either way it survives the signal
   for (std::string line; std::getline(f, line);) {
-    if (line.starts_with("SigCgt:") || line.starts_with("SigIgn:")) {
-      takes = takes || (std::stoull(line.substr(7), nullptr, 16) & bit) != 0;
-    }
+    if (line.starts_with("SigCgt:")) return (std::stoull(line.substr(7), nullptr, 16) & bit) != 0;
   }
-  return takes;
+  return false;
 }
 
 std::vector<std::string> stopped_ranks(const std::vector<Child>& children) {

@@ -103,6 +103,9 @@ struct FlightDir {
   }
   ~FlightDir() {
     std::error_code ec;
+    for (const auto& e : fs::directory_iterator(path, ec)) {  // markers of killed ranks
+      if (e.path().filename().string().starts_with("coshard-sigusr1-")) fs::remove(e.path(), ec);
+    }
     fs::remove(path, ec);  // only when empty: records of a failure are kept for the user
   }
   FlightDir(const FlightDir&) = delete;
@@ -157,7 +160,7 @@ int run_ranks(const Options& o, const std::string& token, BlockedSignals& signal
   std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask, restart, flight.path);
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
                o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(store.port));
-  Supervisor supervisor(o, children);
+  Supervisor supervisor(o, children, flight.path);
   supervisor.watch(signals.fd.get());
   store.stop();
   interrupted = supervisor.interrupted();

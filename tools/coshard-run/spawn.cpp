@@ -57,12 +57,14 @@ ChildCommand::ChildCommand(const std::vector<std::string>& command, const std::v
 }
 
 pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_t& mask) {
+  const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw Error(Errc::io, std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     // Async-signal-safe calls only, on memory laid out before the fork (see spawn.hpp).
     ::setpgid(0, 0);                     // the launcher decides who gets which signal
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks with it
+    if (::getppid() != parent) ::_exit(127);  // it died before the line above took effect
     ::sigprocmask(SIG_SETMASK, &mask, nullptr);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
@@ -72,6 +74,7 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
     (void)ignored;
     ::_exit(127);
   }
+  ::setpgid(pid, pid);  // also here: a signal to the group right after fork must find it
   return pid;
 }
 

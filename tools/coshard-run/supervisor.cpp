@@ -113,7 +113,7 @@ void Supervisor::stop_all(int sig) {
 void Supervisor::ask_for_flight_records() {
   bool asked = false;
   for (const auto& c : children_) {
-    if (c.running && process_state(c.pid) != 'T' && takes_sigusr1(c.pid)) {
+    if (c.running && process_state(c.pid) != 'T' && takes_sigusr1(c.pid, flight_dir_)) {
       asked = ::kill(c.pid, SIGUSR1) == 0 || asked;
     }
   }

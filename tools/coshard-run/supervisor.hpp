@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "child.hpp"
@@ -16,7 +17,9 @@ namespace coshard::run {
 
 class Supervisor {
  public:
-  Supervisor(const Options& o, std::vector<Child>& children) : o_(o), children_(children) {}
+  // `flight_dir`: where this attempt's ranks write their flight records (and say they take SIGUSR1).
+  Supervisor(const Options& o, std::vector<Child>& children, std::string flight_dir)
+      : o_(o), children_(children), flight_dir_(std::move(flight_dir)) {}
 
   // Returns once every rank has ended and its pipes are closed. `sigfd`: a signalfd for SIGINT,
   // SIGTERM and SIGCHLD.
@@ -40,6 +43,7 @@ class Supervisor {
 
   const Options& o_;
   std::vector<Child>& children_;
+  std::string flight_dir_;
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
   bool killed_ = false;

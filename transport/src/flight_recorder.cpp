@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "coshard/runtime/json_escape.hpp"
 
@@ -146,10 +148,17 @@ std::string FlightRecorder::dump(const Owner& owner) const {
   std::string safe = owner.comm;
   std::replace_if(safe.begin(), safe.end(), [](char c) { return c == '/' || c == ' '; }, '_');
   auto path = dir / ("coshard-flight-" + safe + "-rank" + std::to_string(owner.job_rank) + ".json");
-  std::ofstream f(path, std::ios::trunc);
+  // Written whole under a name of this thread's, then renamed: two threads may write the same
+  // record (a failing communicator and a SIGUSR1), and a rank may be killed mid-write; the report
+  // must never read half a record.
+  auto tmp = path;
+  tmp += ".tmp." + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  std::ofstream f(tmp, std::ios::trunc);
   f << json(owner) << '\n';
   f.close();
-  return f ? path.string() : std::string{};
+  if (!f) return {};
+  std::filesystem::rename(tmp, path, ec);
+  return ec ? std::string{} : path.string();
 }
 
 }  // namespace coshard::transport

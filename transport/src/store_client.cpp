@@ -1,5 +1,6 @@
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
+#include <memory>
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/semaphore.hpp"
@@ -93,13 +94,21 @@ wire::Status status_of(wire::Reader& r) {
   return h ? static_cast<wire::Status>(*h) : wire::Status::bad_request;
 }
 
+// One attempt on a socket of its own, kept alive by the operation's handler: when the attempt's
+// deadline cancels it, Asio still runs the handler later, and it must not find a socket that the
+// failed connect has destroyed with the client.
 Task<std::error_code> connect_once(StoreClient::Impl& impl, tcp::resolver::results_type endpoints) {
+  auto sock = std::make_shared<tcp::socket>(impl.sched.io_context());
   auto r = co_await asio_op(
       [&](auto h) {
-        asio::async_connect(impl.socket, endpoints,
-                            [h = std::move(h)](std::error_code e, const tcp::endpoint&) mutable { h(e, 0); });
+        asio::async_connect(*sock, endpoints,
+                            [h = std::move(h), sock](std::error_code e, const tcp::endpoint&) mutable { h(e, 0); });
       },
-      [&] { impl.socket.cancel(); });
+      [sock] {
+        std::error_code ignored;
+        sock->close(ignored);
+      });
+  if (!r.ec) impl.socket = std::move(*sock);
   co_return r.ec;
 }
 
@@ -124,8 +133,6 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
         if (!ec) co_return;
       } catch (const Error& e) {
         if (e.code() != Errc::timeout) throw;
-        std::error_code ignored;
-        impl.socket.close(ignored);
         ec = asio::error::timed_out;
       }
     }
@@ -153,7 +160,10 @@ Task<std::unique_ptr<StoreClient>> StoreClient::connect(Options options) {
   co_await connect_with_retry(*impl);
   auto hello = request(wire::Op::hello);
   hello.str(impl->options.token);
-  auto body = co_await impl->exchange(std::move(hello), "hello");
+  // Bounded like the connect: a store whose accept queue took the connection but that never
+  // serves it must not hold a rank for the 5 minutes of an ordinary call.
+  const std::chrono::milliseconds hello_limit = impl->options.connect_timeout;
+  auto body = co_await impl->exchange(std::move(hello), "hello", hello_limit);
   wire::Reader r(body);
   auto s = status_of(r);
   if (s == wire::Status::unauthorized) {

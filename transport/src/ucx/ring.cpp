@@ -96,7 +96,7 @@ void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from
   Header ours = header_of(mine);
   Header theirs{};
   if (to >= 0) wire.send(to, &ours, sizeof ours, make_tag(p2p, mine.seq, wire.rank(), kHeaderStep, 0));
-  if (from >= 0) wire.recv(from, &theirs, sizeof theirs, make_tag(p2p, mine.seq, from, kHeaderStep, 0));
+  if (from >= 0) wire.recv(from, &theirs, sizeof theirs, make_tag(p2p, mine.seq, from, kHeaderStep, 0), true);
   wire.wait_all();
   if (from < 0) return;
   check_header(wire.rank(), p2p, mine, ours, theirs, from);

@@ -381,8 +381,8 @@ class UcxCommunicator final : public Communicator {
                        : e.code() == Errc::invalid_argument ? 2 : 3;
     errors_[kind]->add();
     if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
-    std::string path = recorder_.dump(record_owner());
-    rt_.write_diagnostics();  // the rank's other communicators too: where each of them stood
+    rt_.write_diagnostics();  // every communicator of the rank: where each of them stood
+    std::string path = recorder_.dump(record_owner());  // this one's path, for the error
     Error failed(e.code(),
                  e.message() + (path.empty() ? "" : " [flight record of the last operations: " + path + "]"),
                  ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});

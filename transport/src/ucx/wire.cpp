@@ -163,10 +163,11 @@ Wire::RequestId Wire::send(int peer, const void* data, std::size_t bytes, std::u
   return id;
 }
 
-Wire::RequestId Wire::recv(int peer, void* data, std::size_t bytes, std::uint64_t tag) {
+Wire::RequestId Wire::recv(int peer, void* data, std::size_t bytes, std::uint64_t tag, bool times_peer) {
   Request r;
   r.peer = peer;
   r.is_recv = true;
+  r.times_peer = times_peer;
   r.expected = bytes;
   ucp_request_param_t p{};
   // Always a request: UCX 1.13 leaves recv_info unset on some immediate completions, and the
@@ -198,7 +199,7 @@ bool Wire::done(RequestId id) {
 
 void Wire::finish(Request& r, ucs_status_t status) {
   const auto peer = static_cast<std::size_t>(r.peer);
-  if (status == UCS_OK && r.is_recv && peer < heard_.size() && !heard_[peer]) {
+  if (status == UCS_OK && r.times_peer && peer < heard_.size() && !heard_[peer]) {
     heard_[peer] = true;  // seen when polled: while this rank waits, that is when it arrived
     waited_[peer] = std::chrono::duration<double>(Clock::now() - begun_).count();
   }

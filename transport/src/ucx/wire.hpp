@@ -74,7 +74,9 @@ class Wire {
 
   using RequestId = std::size_t;
   RequestId send(int peer, const void* data, std::size_t bytes, std::uint64_t tag);
-  RequestId recv(int peer, void* data, std::size_t bytes, std::uint64_t tag);
+  // `times_peer`: this message is the peer's first of the operation (its header), so its arrival
+  // says when the peer entered it (peer_waits()).
+  RequestId recv(int peer, void* data, std::size_t bytes, std::uint64_t tag, bool times_peer = false);
   // True once complete; throws when the request failed (peer lost, size mismatch, aborted).
   bool done(RequestId id);
 
@@ -85,8 +87,10 @@ class Wire {
 
   // Starts an operation: forgets the requests of the previous one.
   void begin(WaitContext wait);
-  // Per peer, how long the current (or last) operation waited from begin() until that peer's first
-  // message arrived: how much later the peer entered the operation. 0 for peers not heard from.
+  // Per peer, how long the current (or last) operation waited from begin() until that peer's header
+  // (a recv with times_peer) arrived: how much later the peer entered the operation. Only the
+  // header counts: a later message may wait on a third rank (the direct path's ready messages
+  // follow the ring's header exchange). 0 for peers not heard from.
   const std::vector<double>& peer_waits() const noexcept { return waited_; }
   // After a failure: cancels what is still posted and waits (bounded) until UCX lets go of the
   // buffers, so that the caller may free them.
@@ -101,6 +105,7 @@ class Wire {
     void* handle = nullptr;
     bool complete = false;
     bool is_recv = false;
+    bool times_peer = false;
     int peer = -1;
     std::size_t expected = 0;
     ucp_tag_recv_info_t info{};

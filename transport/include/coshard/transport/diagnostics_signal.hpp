@@ -4,6 +4,7 @@
 // user may send it to a rank that seems hung. A handler wakes a thread of its own, so the records
 // are written even when the scheduler thread is stuck.
 #include <atomic>
+#include <string>
 #include <thread>
 
 #include "coshard/runtime/runtime.hpp"
@@ -14,7 +15,10 @@ namespace coshard::transport {
 /// most one DiagnosticsSignal exists at a time) wakes a thread that runs
 /// `Runtime::write_diagnostics()`. Blocking the signal would not do: threads that libraries start
 /// before main() (OpenBLAS's) do not block it, and the kernel may pick one of them, whose default
-/// action ends the process. transport::run_rank makes one for its body.
+/// action ends the process. transport::run_rank makes one for its body. While it lives, the file
+/// `$COSHARD_FLIGHT_DIR/coshard-sigusr1-<pid>` tells coshard-run that this rank wants SIGUSR1 for
+/// this (programs that give SIGUSR1 another meaning, as some schedulers' requeue hooks do, do not
+/// get it from the launcher).
 class DiagnosticsSignal {
  public:
   /// Installs the handler; throws Error(internal) if another DiagnosticsSignal exists.
@@ -40,11 +44,12 @@ class DiagnosticsSignal {
   /// From now on SIGUSR1 runs `rt.write_diagnostics()` on a thread of this object's and prints
   /// "rank R: flight records written (SIGUSR1)" on stderr, until the result is destroyed.
   Serving serve(Runtime& rt);
-  /// Stops serving (a SIGUSR1 arriving later is counted and dropped). Idempotent.
+  /// Stops serving (a SIGUSR1 arriving later wakes nobody and is dropped). Idempotent.
   void stop() noexcept;
 
  private:
   int wake_[2] = {-1, -1};  // the handler writes a byte to wake_[1]
+  std::string marker_;      // the file that says this process takes SIGUSR1; empty: none
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
