@@ -77,7 +77,8 @@ class CpuStream final : public detail::StreamImpl {
   struct Wait {
     std::shared_ptr<CpuCompletion> point;
   };
-  using Item = std::variant<Work, Mark, Wait>;
+  struct Reset {};
+  using Item = std::variant<Work, Mark, Wait, Reset>;
 
  public:
   CpuStream(Device device, std::string name, Stream::Options options)
@@ -109,6 +110,7 @@ class CpuStream final : public detail::StreamImpl {
   void enqueue(std::function<void()> work, std::string span) override {
     push(Work{std::move(work), std::move(span)});
   }
+  void reset() override { push(Reset{}); }
   std::chrono::nanoseconds busy() const noexcept override {
     return std::chrono::nanoseconds(busy_ns_.load(std::memory_order_relaxed));
   }
@@ -166,17 +168,20 @@ class CpuStream final : public detail::StreamImpl {
         options_.telemetry->span({std::move(w.span), {}, name_, options_.rank, begin, std::chrono::steady_clock::now()});
       }
     } catch (const Error& e) {
-      poison_ = std::make_exception_ptr(e.with_context(op_context("stream " + name_)));
+      poison_ = std::make_exception_ptr(e.with_context(op_context(where(w))));
     } catch (const std::exception& e) {
-      poison_ = std::make_exception_ptr(Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" +
-                                                                name_ + "' failed: " + e.what(),
-                                              op_context("stream " + name_)));
+      poison_ = std::make_exception_ptr(Error(Errc::device, what(w) + " failed: " + e.what(), op_context(where(w))));
     } catch (...) {
-      poison_ = std::make_exception_ptr(
-          Error(Errc::device, "work item " + std::to_string(items_) + " on stream '" + name_ + "' threw",
-                op_context("stream " + name_)));
+      poison_ = std::make_exception_ptr(Error(Errc::device, what(w) + " threw", op_context(where(w))));
     }
   }
+  // "work item 12 ('forward h.3') on stream 'compute'": the operation, when the work was named.
+  std::string what(const Work& w) const {
+    return "work item " + std::to_string(items_) + (w.span.empty() ? "" : " ('" + w.span + "')") + " on stream '" +
+           name_ + "'";
+  }
+  std::string where(const Work& w) const { return "stream " + name_ + (w.span.empty() ? "" : ": " + w.span); }
+  void execute(Reset&) { poison_ = nullptr; }
   void execute(Mark& m) { m.point->finish(poison_); }
   void execute(Wait& w) {
     if (poison_) return;

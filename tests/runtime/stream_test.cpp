@@ -142,6 +142,46 @@ TEST_F(StreamTest, ThrowingWorkPoisonsLaterEventsInsteadOfHanging) {
   EXPECT_THROW(s.synchronize(), Error);
 }
 
+// The error names the work that failed (its span) and the stream; once handled, reset() lets
+// later work run while what was recorded before keeps the error.
+TEST_F(StreamTest, TheErrorNamesTheOperationAndResetLetsLaterWorkRun) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  s.enqueue([] { throw Error(Errc::invalid_argument, "bad shape"); }, "forward h.3");
+  bool skipped_ran = false;
+  s.enqueue([&] { skipped_ran = true; });
+  Event failed;
+  failed.record(s);
+  auto body = [](Event ev) -> Task<void> { co_await ev; };
+  try {
+    sched.sync_wait(body(failed));
+    FAIL() << "expected the stream's error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(err.what()).find("bad shape"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("stream compute: forward h.3"), std::string::npos) << err.what();
+  }
+  s.enqueue([] { throw std::runtime_error("nan in the loss"); }, "loss");  // skipped too: still poisoned
+  s.reset();
+  bool ran = false;
+  s.enqueue([&] { ran = true; });
+  Event after;
+  after.record(s);
+  EXPECT_NO_THROW(sched.sync_wait(body(after)));
+  EXPECT_TRUE(ran);
+  EXPECT_FALSE(skipped_ran);
+  EXPECT_THROW(sched.sync_wait(body(failed)), Error);  // the old point keeps its error
+  EXPECT_NO_THROW(s.synchronize());
+  s.enqueue([] { throw std::runtime_error("again"); }, "step 2");
+  try {
+    s.synchronize();
+    FAIL() << "expected the second error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("work item 5 ('step 2') on stream 'compute' failed: again"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 TEST_F(StreamTest, ErrorsFlowThroughStreamWaits) {
   auto a = Stream::cpu(Device::cpu(), "a");
   auto b = Stream::cpu(Device::cpu(), "b");

@@ -76,8 +76,8 @@ class RankMetrics {
   /// final figures stay served) when destroyed, so declare it after the allocator's Runtime.
   class [[nodiscard]] Watching {
    public:
-    explicit Watching(RankMetrics& m) : m_(m) {}
-    ~Watching();
+    explicit Watching(RankMetrics& m) : m_(m) {}  ///< made by RankMetrics::watch()
+    ~Watching();  ///< a last update, then scrapes no longer read the allocator
     Watching(const Watching&) = delete;
     Watching& operator=(const Watching&) = delete;
 

@@ -3,7 +3,8 @@
 // Host code never blocks on them: `co_await event` resumes the task on its scheduler once the
 // point is reached, and `stream.wait(event)` makes a stream (not the host) wait for another.
 // A failing work item poisons its stream: later work is skipped and later events complete with
-// that error, so no waiter hangs.
+// that error (naming the stream and the work's span), so no waiter hangs. Once the error is
+// handled, reset() lets the work enqueued after it run again.
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -39,6 +40,8 @@ class StreamImpl {
   virtual void wait(std::shared_ptr<Completion> c) = 0;
   virtual void enqueue(std::function<void()> work, std::string span) = 0;
   virtual void* native() noexcept { return nullptr; }  // cudaStream_t on CUDA
+  /// Work enqueued after this runs again after a failure (see Stream::reset).
+  virtual void reset() {}
   /// Time spent running work, and time stalled in stream-side waits for other streams (CPU
   /// backend; 0 where the device does not say).
   virtual std::chrono::nanoseconds busy() const noexcept { return {}; }
@@ -76,6 +79,10 @@ class Stream {
   /// Stream-side wait: work enqueued after this runs only once `event` has completed. Throws when
   /// the event was never recorded or belongs to another device.
   void wait(const Event& event);
+  /// After a failure was handled: the work enqueued from now on runs again (the work enqueued
+  /// before is still skipped, and events recorded before keep the error). CPU streams; on CUDA the
+  /// errors that poison a context (an illegal address) cannot be undone: recreate the Runtime.
+  void reset() { impl_->reset(); }
   /// Blocks the host until all work enqueued so far is done; throws Errc::timeout after `limit`,
   /// or the stream's error. For shutdown and tests; tasks co_await an event instead.
   void synchronize(std::chrono::nanoseconds limit = std::chrono::seconds(60));

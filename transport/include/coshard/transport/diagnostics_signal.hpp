@@ -32,8 +32,8 @@ class DiagnosticsSignal {
   /// Serving SIGUSR1 for one Runtime; stops when destroyed, so declare it after the Runtime.
   class [[nodiscard]] Serving {
    public:
-    explicit Serving(DiagnosticsSignal& d) : d_(d) {}
-    ~Serving() { d_.stop(); }
+    explicit Serving(DiagnosticsSignal& d) : d_(d) {}  ///< made by DiagnosticsSignal::serve()
+    ~Serving() { d_.stop(); }                            ///< stops serving
     Serving(const Serving&) = delete;
     Serving& operator=(const Serving&) = delete;
 
