@@ -3,13 +3,13 @@
 namespace coshard {
 
 std::int64_t numel(const Shape& shape) {
-  std::int64_t n = 1;
+  bool empty = false;  // a zero dimension: no elements, however large the others
   for (auto d : shape) {
     if (d < 0) throw Error(Errc::invalid_argument, "negative dimension in shape " + to_string(shape));
+    empty = empty || d == 0;
   }
-  for (auto d : shape) {
-    if (d == 0) return 0;  // however large the others: no elements
-  }
+  if (empty) return 0;
+  std::int64_t n = 1;
   for (auto d : shape) {
     if (__builtin_mul_overflow(n, d, &n)) {
       throw Error(Errc::invalid_argument, "shape " + to_string(shape) + " has more than 2^63 elements");

@@ -382,7 +382,9 @@ class UcxCommunicator final : public Communicator {
     errors_[kind]->add();
     if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
     rt_.write_diagnostics();  // every communicator of the rank: where each of them stood
-    std::string path = recorder_.dump(record_owner());  // this one's path, for the error
+    // This one's path, for the error; also its only record when it fails while being destroyed
+    // (no longer registered, so write_diagnostics skipped it).
+    std::string path = recorder_.dump(record_owner());
     Error failed(e.code(),
                  e.message() + (path.empty() ? "" : " [flight record of the last operations: " + path + "]"),
                  ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});
