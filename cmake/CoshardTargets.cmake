@@ -31,10 +31,15 @@ endfunction()
 
 # For targets whose loops are written to vectorise (kernels, reductions, optimizer, casts). GCC's
 # -O2 cost model ("very-cheap") skips every loop whose trip count is not a known multiple of the
-# vector width, i.e. all of them; and sqrt only vectorises when it need not set errno (nothing in
-# coshard reads errno).
+# vector width, i.e. all of them; sqrt only vectorises when it need not set errno (nothing in
+# coshard reads errno); and GCC if-converts a float comparison (the selects of a clamp, a mask,
+# a max) only when it may assume comparisons do not trap (nothing in coshard reads the floating
+# point exception flags; clang assumes this by default). Rounding stays IEEE: no -ffast-math, and
+# no contraction into FMA (clang's default), so a loop gives the same bits at every vector width
+# and on machines with and without FMA.
 function(coshard_hot_loops target)
-  target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-fvect-cost-model=dynamic> -fno-math-errno)
+  target_compile_options(${target} PRIVATE "$<$<CXX_COMPILER_ID:GNU>:-fvect-cost-model=dynamic;-fno-trapping-math>"
+    -fno-math-errno -ffp-contract=off)
 endfunction()
 
 # Public sanitizer flags must reach executables that link our libraries.

@@ -1,9 +1,9 @@
 #include "coshard/ops/layernorm.hpp"
 
-#include <cmath>
 #include <string>
 
 #include "check.hpp"
+#include "isa/cpu_kernels.hpp"
 
 namespace coshard::ops {
 
@@ -21,28 +21,8 @@ void layernorm_forward(std::span<const float> x, std::span<const float> weight, 
   detail::check_size(op, "rstd", rstd, rows, "[rows] = " + detail::dims({rows}));
   detail::check_disjoint(op, "y", y, "x", x);
 
-  const float inv_c = 1.0f / static_cast<float>(C);
-  const float* __restrict w = weight.data();
-  const float* __restrict bb = bias.data();
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* __restrict xr = x.data() + r * C;
-    float* __restrict yr = y.data() + r * C;
-    // Two passes (mean, then the mean of squared deviations): E[x^2] - E[x]^2 cancels
-    // catastrophically for rows with a large mean.
-    float m = 0.0f;
-    for (std::size_t i = 0; i < C; ++i) m += xr[i];
-    m *= inv_c;
-    float var = 0.0f;
-    for (std::size_t i = 0; i < C; ++i) {
-      const float dlt = xr[i] - m;
-      var += dlt * dlt;
-    }
-    var *= inv_c;
-    const float s = 1.0f / std::sqrt(var + eps);
-    for (std::size_t i = 0; i < C; ++i) yr[i] = (xr[i] - m) * s * w[i] + bb[i];
-    mean[r] = m;
-    rstd[r] = s;
-  }
+  detail::cpu_kernels().layernorm_forward(x.data(), weight.data(), bias.data(), y.data(), mean.data(), rstd.data(),
+                                          rows, C, eps);
 }
 
 void layernorm_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> weight,
@@ -64,38 +44,9 @@ void layernorm_backward(std::span<const float> dy, std::span<const float> x, std
   detail::check_disjoint(op, "dweight", dweight, "dy", dy);
   detail::check_disjoint(op, "dbias", dbias, "dy", dy);
 
-  const float inv_c = 1.0f / static_cast<float>(C);
-  const float* __restrict w = weight.data();
-  for (std::size_t r = 0; r < rows; ++r) {
-    const float* __restrict xr = x.data() + r * C;
-    const float* __restrict g = dy.data() + r * C;
-    float* __restrict dxr = dx.data() + r * C;
-    const float m = mean[r];
-    const float s = rstd[r];
-    // With n = (x - m) s and dn = dy w: dx = s (dn - mean(dn) - n mean(dn n)).
-    float sum_dn = 0.0f;
-    float sum_dn_n = 0.0f;
-    for (std::size_t i = 0; i < C; ++i) {
-      const float n = (xr[i] - m) * s;
-      const float dn = g[i] * w[i];
-      sum_dn += dn;
-      sum_dn_n += dn * n;
-    }
-    const float mean_dn = sum_dn * inv_c;
-    const float mean_dn_n = sum_dn_n * inv_c;
-    for (std::size_t i = 0; i < C; ++i) {
-      const float n = (xr[i] - m) * s;
-      dxr[i] = s * (g[i] * w[i] - mean_dn - n * mean_dn_n);
-    }
-    if (!dweight.empty()) {
-      float* __restrict dw = dweight.data();
-      for (std::size_t i = 0; i < C; ++i) dw[i] += g[i] * (xr[i] - m) * s;
-    }
-    if (!dbias.empty()) {
-      float* __restrict db = dbias.data();
-      for (std::size_t i = 0; i < C; ++i) db[i] += g[i];
-    }
-  }
+  detail::cpu_kernels().layernorm_backward(dy.data(), x.data(), weight.data(), mean.data(), rstd.data(), dx.data(),
+                                           dweight.empty() ? nullptr : dweight.data(),
+                                           dbias.empty() ? nullptr : dbias.data(), rows, C);
 }
 
 }  // namespace coshard::ops

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "isa/cpu_kernels.hpp"
 
 namespace coshard::ops {
 
@@ -35,25 +36,14 @@ void adamw_update(std::span<float> param, std::span<const float> grad, std::span
   const auto s = static_cast<double>(step);
   const double bc1 = 1.0 - std::pow(beta1, s);
   const double bc2 = 1.0 - std::pow(beta2, s);
-  const auto decay = static_cast<float>(1.0 - lr * weight_decay);
-  const auto w1 = static_cast<float>(1.0 - beta1);
-  const auto b2 = static_cast<float>(beta2);
-  const auto w2 = static_cast<float>(1.0 - beta2);
-  const auto step_size = static_cast<float>(lr / bc1);
-  const auto bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const auto e = static_cast<float>(eps);
-
-  float* __restrict p = param.data();
-  const float* __restrict g = grad.data();
-  float* __restrict m = exp_avg.data();
-  float* __restrict v = exp_avg_sq.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    p[i] *= decay;
-    m[i] += w1 * (g[i] - m[i]);  // torch's lerp with weight < 0.5
-    v[i] = v[i] * b2 + w2 * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / bc2_sqrt + e;
-    p[i] += -step_size * (m[i] / denom);
-  }
+  const detail::AdamWScalars k{.decay = static_cast<float>(1.0 - lr * weight_decay),
+                                .w1 = static_cast<float>(1.0 - beta1),
+                                .b2 = static_cast<float>(beta2),
+                                .w2 = static_cast<float>(1.0 - beta2),
+                                .step_size = static_cast<float>(lr / bc1),
+                                .bc2_sqrt = static_cast<float>(std::sqrt(bc2)),
+                                .eps = static_cast<float>(eps)};
+  detail::cpu_kernels().adamw(param.data(), grad.data(), exp_avg.data(), exp_avg_sq.data(), n, k);
 }
 
 void adamw_step(std::span<float> param, std::span<const float> grad, AdamWState& state, const AdamWOptions& opt,

@@ -346,15 +346,16 @@ void check_attention(void* stream, std::size_t B, std::size_t T, std::size_t C, 
                std::to_string(NH));
   auto qkv = random_floats(B * T * 3 * C, 1);
   auto dout = random_floats(B * T * C, 2);
-  std::vector<float> out(B * T * C), att(B * NH * T * T), dqkv(B * T * 3 * C);
-  cpu::attention_forward(qkv, out, att, B, T, C, NH);
-  cpu::attention_backward(dout, qkv, att, dqkv, B, T, C, NH);
+  // The CPU kernel is tiled and keeps only each row's log-sum-exp; the CUDA one keeps the
+  // probabilities. Outputs and gradients are compared.
+  std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * 3 * C);
+  cpu::attention_forward(qkv, out, lse, B, T, C, NH);
+  cpu::attention_backward(dout, qkv, out, lse, dqkv, B, T, C, NH);
 
   Dev<float> gqkv(qkv), gout(B * T * C), gatt(B * NH * T * T), gdout(dout), gdqkv(B * T * 3 * C);
   gpu::attention_forward(stream, gqkv.c(), gout.s(), gatt.s(), B, T, C, NH);
   gpu::attention_backward(stream, gdout.c(), gqkv.c(), gatt.c(), gdqkv.s(), B, T, C, NH);
   EXPECT_LT(rel(gout.host(), out), 1e-5);
-  EXPECT_LT(rel(gatt.host(), att), 1e-5);
   auto first = gdqkv.host();
   EXPECT_LT(rel(first, dqkv), 1e-5);
   // No atomics: a second run is bitwise identical.

@@ -5,6 +5,16 @@ foreach(suite linear layernorm gelu cross_entropy embedding attention optim grad
   coshard_test(ops_${suite}_test unit ops/${suite}_test.cpp LIBS coshard::ops)
 endforeach()
 
+# The kernels of every instruction set this CPU runs give the same bits; the process picks the widest
+# or what COSHARD_CPU_ISA asks for (run once as is, once asking for baseline, once for a bad name).
+coshard_test(ops_cpu_isa_test unit ops/cpu_isa_test.cpp LIBS coshard::ops)
+target_include_directories(ops_cpu_isa_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
+foreach(ask baseline no-such-isa)
+  add_test(NAME OpsCpuIsa.Asked.${ask}
+    COMMAND ops_cpu_isa_test --gtest_filter=OpsCpuIsa.TheProcessRunsTheWidestOrTheOneAsked)
+  set_tests_properties(OpsCpuIsa.Asked.${ask} PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=${ask})
+endforeach()
+
 # CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
 if(COSHARD_HAVE_CUDA)
   coshard_test(ops_cuda_test gpu ops/cuda_ops_test.cpp LIBS coshard::ops)

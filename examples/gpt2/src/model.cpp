@@ -62,7 +62,7 @@ void Activations::set_batch(std::span<const std::int32_t> tokens, std::span<cons
   for (auto& r : resid_) size(r, BT * C);
   for (auto& b : blocks_) {
     size(b.ln1, BT * C), size(b.ln1_mean, BT), size(b.ln1_rstd, BT), size(b.qkv, BT * 3 * C);
-    size(b.att, B * NH * T * T), size(b.atty, BT * C), size(b.res2, BT * C), size(b.ln2, BT * C);
+    size(b.att_lse, B * NH * T), size(b.atty, BT * C), size(b.res2, BT * C), size(b.ln2, BT * C);
     size(b.ln2_mean, BT), size(b.ln2_rstd, BT), size(b.fch, BT * 4 * C), size(b.fch_gelu, BT * 4 * C);
   }
   const auto V_ = static_cast<std::size_t>(c_.vocab);
@@ -83,7 +83,7 @@ void Activations::block_forward(std::size_t l, const BlockWeights& w) {
   const auto& x = resid_[l];
   ops::layernorm_forward(x, w[ln_1_weight], w[ln_1_bias], a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
   ops::linear_forward(a.ln1, w[c_attn_weight], w[c_attn_bias], a.qkv, BT, C, 3 * C);
-  ops::attention_forward(a.qkv, a.atty, a.att, B_, T_, C, NH);
+  ops::attention_forward(a.qkv, a.atty, a.att_lse, B_, T_, C, NH);
   ops::linear_forward(a.atty, w[attn_c_proj_weight], w[attn_c_proj_bias], tmp_, BT, C, C);
   ops::residual_forward(x, tmp_, a.res2);
   ops::layernorm_forward(a.res2, w[ln_2_weight], w[ln_2_bias], a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
@@ -132,7 +132,7 @@ void Activations::block_backward(std::size_t l, const BlockWeights& w, const Blo
   // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
   ops::linear_backward(dres2_, a.atty, w[attn_c_proj_weight], datty_, g[attn_c_proj_weight], g[attn_c_proj_bias], BT, C,
                        C);
-  ops::attention_backward(datty_, a.qkv, a.att, dqkv_, B_, T_, C, NH);
+  ops::attention_backward(datty_, a.qkv, a.atty, a.att_lse, dqkv_, B_, T_, C, NH);
   ops::linear_backward(dqkv_, a.ln1, w[c_attn_weight], dln_, g[c_attn_weight], g[c_attn_bias], BT, C, 3 * C);
   ops::layernorm_backward(dln_, resid_[l], w[ln_1_weight], a.ln1_mean, a.ln1_rstd, dresid_, g[ln_1_weight],
                           g[ln_1_bias], BT, C);

@@ -48,7 +48,7 @@ class Activations {
 
  private:
   struct Block {
-    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+    std::vector<float> ln1, ln1_mean, ln1_rstd, qkv, att_lse, atty, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
   };
   Config c_;
   std::size_t B_ = 0, T_ = 0;

@@ -1,0 +1,14 @@
+#pragma once
+// The instruction set of coshard's element-wise CPU kernels (GELU, layernorm, cross-entropy,
+// attention's softmax, AdamW). They are built for the x86-64 baseline, AVX2 (x86-64-v3) and
+// AVX-512 (x86-64-v4), and each process runs the widest its CPU supports; every choice gives the
+// same bits. The environment variable COSHARD_CPU_ISA=baseline|avx2|avx512 asks for a narrower one
+// (to compare speed, or to rule the choice out); one the CPU cannot run is an error naming the
+// ones it can. GEMMs are OpenBLAS's, which chooses its own kernels.
+namespace coshard::ops {
+
+/// "baseline", "avx2" or "avx512": the kernels this process runs (chosen on first use).
+/// Throws Errc::invalid_argument when COSHARD_CPU_ISA names one this CPU cannot run.
+const char* cpu_isa();
+
+}  // namespace coshard::ops

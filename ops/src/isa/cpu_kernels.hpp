@@ -1,0 +1,54 @@
+#pragma once
+// The loops of the element-wise CPU ops, compiled once per instruction set and chosen once per
+// process (as PyTorch's ATen compiles its CPU kernels for DEFAULT, AVX2 and AVX512): the ops keep
+// their argument checks and call through this table. OpenBLAS picks its own kernels the same way.
+//
+// kernels.cpp is built three times on x86-64: baseline (SSE2), x86-64-v3 (AVX2) and x86-64-v4
+// (AVX-512), each inside its own namespace (COSHARD_ISA_NS), and elsewhere once. Every table gives
+// the same bits: the loops are plain IEEE operations without contraction (-ffp-contract=off), the
+// reductions have a fixed order (vec_math.hpp), and only the vector width differs.
+#include <cstddef>
+#include <cstdint>
+
+namespace coshard::ops::detail {
+
+struct AdamWScalars {
+  float decay, w1, b2, w2, step_size, bc2_sqrt, eps;
+};
+
+struct CpuKernels {
+  const char* isa;  // "baseline", "avx2", "avx512"
+  void (*gelu_forward)(const float* x, float* y, std::size_t n);
+  void (*gelu_backward)(const float* dy, const float* x, float* dx, std::size_t n);
+  void (*layernorm_forward)(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                            std::size_t rows, std::size_t C, float eps);
+  // dw and db may be null (not wanted).
+  void (*layernorm_backward)(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
+                             float* dx, float* dw, float* db, std::size_t rows, std::size_t C);
+  // Per row of logits [N, V]: lse[n] = log sum exp z; returns sum_n (lse[n] - z[n, target[n]]) in double.
+  double (*cross_entropy_forward)(const float* z, const std::int32_t* targets, float* lse, std::size_t N,
+                                  std::size_t V);
+  void (*cross_entropy_backward)(const float* z, const std::int32_t* targets, const float* lse, float* d,
+                                 std::size_t N, std::size_t V, float scale);
+  // Attention tiles: one score row against a new running max (masked columns [vis, bc) become 0,
+  // acc [hs] is rescaled), the probabilities from a saved log-sum-exp, and dS = P (dP - delta) scale.
+  void (*attention_online_softmax)(float* row, std::size_t vis, std::size_t bc, float* m, float* l, float* acc,
+                                   std::size_t hs);
+  void (*attention_probabilities)(float* row, std::size_t vis, std::size_t bc, float lse);
+  void (*attention_score_grad)(const float* p, float* dp, std::size_t bc, float delta, float scale);
+  void (*adamw)(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s);
+};
+
+/// The table for this process: the widest instruction set that both the build and the CPU have,
+/// unless COSHARD_CPU_ISA (baseline, avx2, avx512) asks for a narrower one. Chosen on first use.
+const CpuKernels& cpu_kernels();
+
+/// Every table this build has and this CPU can run, baseline first (for the tests that check the
+/// tables agree bit for bit).
+struct CpuKernelList {
+  const CpuKernels* tables[3];
+  std::size_t size;
+};
+CpuKernelList runnable_cpu_kernels();
+
+}  // namespace coshard::ops::detail

@@ -1,0 +1,149 @@
+// The loops behind cpu_kernels.hpp. Built once per instruction set with COSHARD_ISA_NS naming the
+// namespace and COSHARD_ISA_NAME the table's name (ops/CMakeLists.txt); nothing here may depend on
+// anything that differs between the builds except the vector width.
+#include <algorithm>
+#include <cmath>
+
+#include "../vec_math.hpp"
+#include "cpu_kernels.hpp"
+
+#ifndef COSHARD_ISA_NS
+#error "COSHARD_ISA_NS must name the namespace of this build (see ops/CMakeLists.txt)"
+#endif
+
+namespace coshard::ops::detail::COSHARD_ISA_NS {
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kCoeff = 0.044715f;
+
+// GELU's tanh form through 0.5 (1 + tanh(u)) = sigmoid(2u): y = x sigmoid(2u), and
+// y' = s + 2 x s (1 - s) u' with s = sigmoid(2u), since 1 - tanh(u)^2 = 4 s (1 - s). One vectorised
+// exp per element instead of a libm tanh call.
+void gelu_forward(const float* __restrict x, float* __restrict y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
+    y[i] = v * sigmoid_approx(2.0f * u);
+  }
+}
+
+void gelu_backward(const float* __restrict dy, const float* __restrict x, float* __restrict dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
+    const float s = sigmoid_approx(2.0f * u);
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
+    dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
+  }
+}
+
+void layernorm_forward(const float* __restrict x, const float* __restrict w, const float* __restrict b,
+                       float* __restrict y, float* __restrict mean, float* __restrict rstd, std::size_t rows,
+                       std::size_t C, float eps) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    float* __restrict yr = y + r * C;
+    // Two passes (mean, then the mean of squared deviations): E[x^2] - E[x]^2 cancels
+    // catastrophically for rows with a large mean.
+    const float m = lane_sum(C, [&](std::size_t i) { return xr[i]; }) * inv_c;
+    const float var = lane_sum(C, [&](std::size_t i) { return (xr[i] - m) * (xr[i] - m); }) * inv_c;
+    const float s = 1.0f / std::sqrt(var + eps);
+    for (std::size_t i = 0; i < C; ++i) yr[i] = (xr[i] - m) * s * w[i] + b[i];
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+void layernorm_backward(const float* __restrict dy, const float* __restrict x, const float* __restrict w,
+                        const float* __restrict mean, const float* __restrict rstd, float* __restrict dx,
+                        float* __restrict dw, float* __restrict db, std::size_t rows, std::size_t C) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    const float* __restrict g = dy + r * C;
+    float* __restrict dxr = dx + r * C;
+    const float m = mean[r];
+    const float s = rstd[r];
+    // With n = (x - m) s and dn = dy w: dx = s (dn - mean(dn) - n mean(dn n)).
+    const float mean_dn = lane_sum(C, [&](std::size_t i) { return g[i] * w[i]; }) * inv_c;
+    const float mean_dn_n = lane_sum(C, [&](std::size_t i) { return g[i] * w[i] * ((xr[i] - m) * s); }) * inv_c;
+    for (std::size_t i = 0; i < C; ++i) dxr[i] = s * (g[i] * w[i] - mean_dn - (xr[i] - m) * s * mean_dn_n);
+    if (dw != nullptr) {
+      for (std::size_t i = 0; i < C; ++i) dw[i] += g[i] * (xr[i] - m) * s;
+    }
+    if (db != nullptr) {
+      for (std::size_t i = 0; i < C; ++i) db[i] += g[i];
+    }
+  }
+}
+
+double cross_entropy_forward(const float* __restrict z, const std::int32_t* targets, float* __restrict lse,
+                             std::size_t N, std::size_t V) {
+  // The mean of N per-position losses is summed in double: with N in the tens of thousands a
+  // float sum would lose the digits the loss curve is read from.
+  double total = 0.0;
+  for (std::size_t n = 0; n < N; ++n) {
+    const float* __restrict zr = z + n * V;
+    const float mx = lane_max(zr, V);
+    const float l = mx + std::log(lane_sum(V, [&](std::size_t v) { return exp_approx(zr[v] - mx); }));
+    lse[n] = l;
+    total += static_cast<double>(l) - static_cast<double>(zr[targets[n]]);
+  }
+  return total;
+}
+
+void cross_entropy_backward(const float* __restrict z, const std::int32_t* targets, const float* __restrict lse,
+                            float* __restrict d, std::size_t N, std::size_t V, float scale) {
+  for (std::size_t n = 0; n < N; ++n) {
+    const float* __restrict zr = z + n * V;
+    float* __restrict dr = d + n * V;
+    const float l = lse[n];
+    for (std::size_t v = 0; v < V; ++v) dr[v] = exp_approx(zr[v] - l) * scale;
+    dr[targets[n]] -= scale;
+  }
+}
+
+void attention_online_softmax(float* __restrict row, std::size_t vis, std::size_t bc, float* m, float* l,
+                              float* __restrict acc, std::size_t hs) {
+  const float mx = std::max(*m, lane_max(row, vis));
+  const float corr = exp_approx(*m - mx);  // 0 on the first tile (m = -inf)
+  for (std::size_t j = 0; j < vis; ++j) row[j] = exp_approx(row[j] - mx);
+  for (std::size_t j = vis; j < bc; ++j) row[j] = 0.0f;
+  *l = *l * corr + lane_sum(vis, [&](std::size_t j) { return row[j]; });
+  *m = mx;
+  for (std::size_t i = 0; i < hs; ++i) acc[i] *= corr;
+}
+
+void attention_probabilities(float* __restrict row, std::size_t vis, std::size_t bc, float lse) {
+  for (std::size_t j = 0; j < vis; ++j) row[j] = exp_approx(row[j] - lse);
+  for (std::size_t j = vis; j < bc; ++j) row[j] = 0.0f;
+}
+
+void attention_score_grad(const float* __restrict p, float* __restrict dp, std::size_t bc, float delta, float scale) {
+  for (std::size_t j = 0; j < bc; ++j) dp[j] = p[j] * (dp[j] - delta) * scale;
+}
+
+void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, std::size_t n,
+           const AdamWScalars& s) {
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] *= s.decay;
+    m[i] += s.w1 * (g[i] - m[i]);  // torch's lerp with weight < 0.5
+    v[i] = v[i] * s.b2 + s.w2 * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;
+    p[i] += -s.step_size * (m[i] / denom);
+  }
+}
+
+}  // namespace
+
+const CpuKernels& table() {
+  static constexpr CpuKernels k{COSHARD_ISA_NAME,       gelu_forward,          gelu_backward,
+                                layernorm_forward,      layernorm_backward,    cross_entropy_forward,
+                                cross_entropy_backward, attention_online_softmax, attention_probabilities,
+                                attention_score_grad,   adamw};
+  return k;
+}
+
+}  // namespace coshard::ops::detail::COSHARD_ISA_NS

@@ -1,0 +1,87 @@
+#pragma once
+// Building blocks for loops that compilers vectorise under strict IEEE semantics (coshard builds
+// without -ffast-math, so a float reduction may not be reordered by the compiler and glibc's vector
+// expf, declared only under __FAST_MATH__, is never used).
+//
+// - Reductions keep kLanes independent partial sums and combine them in a fixed tree. The compiler
+//   maps the lanes onto vector registers of whatever width the target has, and because the order
+//   of additions is written out, the result is bit-identical on SSE2, AVX2 and AVX-512 (and more
+//   accurate than one running sum).
+// - exp_approx is a polynomial without calls or branches, so a loop of it vectorises.
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace coshard::ops::detail {
+
+inline constexpr std::size_t kLanes = 16;
+
+/// e^x to about 2 ulp for x in [-87, 88] (Cody-Waite range reduction, then Cephes' degree-6
+/// polynomial for e^r on |r| <= ln2/2, scaled by 2^n through the exponent bits). Below -87 it
+/// returns 0 (the true value is under 1.7e-38), above 88 infinity, and NaN for NaN. Every select
+/// is a blend, so loops of it vectorise.
+inline float exp_approx(float x) noexcept {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;      // ln 2 in its first 9 bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
+  constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding and subtracting it rounds
+  float xc = x > -87.0f ? x : -87.0f;         // NaN goes to -87 here and is restored below
+  xc = xc < 88.0f ? xc : 88.0f;
+  const float n = (xc * kLog2e + kRound) - kRound;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const auto biased = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127);
+  float y = p * std::bit_cast<float>(biased << 23);
+  y = x < -87.0f ? 0.0f : y;
+  y = x > 88.0f ? std::numeric_limits<float>::infinity() : y;
+  return x == x ? y : x;
+}
+
+/// 1 / (1 + e^-x), saturating to exactly 0 and 1.
+inline float sigmoid_approx(float x) noexcept { return 1.0f / (1.0f + exp_approx(-x)); }
+
+/// Combines lane partial sums in a fixed tree (8 pairs, then 4, 2, 1).
+template <class T>
+inline T combine_lanes(T (&acc)[kLanes]) noexcept {
+  for (std::size_t w = kLanes / 2; w > 0; w /= 2)
+    for (std::size_t l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+/// sum_{i < n} f(i), in kLanes partial sums (element i goes to lane i % kLanes).
+template <class T = float, class F>
+inline T lane_sum(std::size_t n, F&& f) noexcept {
+  T acc[kLanes] = {};
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] += f(i + l);
+  for (std::size_t l = 0; i + l < n; ++l) acc[l] += f(i + l);
+  return combine_lanes(acc);
+}
+
+/// max_{i < n} x[i] for n >= 1 (NaN elements are skipped, as a comparison with NaN is false).
+inline float lane_max(const float* x, std::size_t n) noexcept {
+  float acc[kLanes];
+  for (std::size_t l = 0; l < kLanes; ++l) acc[l] = x[0];
+  std::size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t l = 0; l < kLanes; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (std::size_t l = 0; i + l < n; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  float m = acc[0];
+  for (std::size_t l = 1; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  return m;
+}
+
+/// sum_i a[i] * b[i].
+inline float dot(const float* __restrict a, const float* __restrict b, std::size_t n) noexcept {
+  return lane_sum(n, [&](std::size_t i) { return a[i] * b[i]; });
+}
+
+}  // namespace coshard::ops::detail
