@@ -15,6 +15,7 @@
 
 #include "coshard/gpt2/model.hpp"
 #include "coshard/ops/blas.hpp"
+#include "coshard/ops/cpu.hpp"
 #include "coshard/ops/optim.hpp"
 
 using namespace coshard;
@@ -118,7 +119,8 @@ int main(int argc, char** argv) {
     const double ta = seconds_since(t);
     const double tg = time_gemms(gemms);  // interleaved with the steps: same machine state
     if (s == 0) {
-      std::printf("  (warm-up step done; %d OpenBLAS thread(s))\n", ops::blas_threads());
+      std::printf("  (warm-up step done; %d OpenBLAS thread(s), %s element-wise kernels)\n", ops::blas_threads(),
+                  ops::cpu_isa());
       continue;
     }
     fwd.push_back(tf), bwd.push_back(tb), adam.push_back(ta), step.push_back(tf + tb + ta), gemm.push_back(tg);

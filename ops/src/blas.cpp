@@ -2,6 +2,9 @@
 
 #include <cblas.h>
 
+#include <sched.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -24,6 +27,14 @@ void set_blas_threads(int n) {
 }
 
 int blas_threads() { return openblas_get_num_threads(); }
+
+int threads_per_rank(int local_ranks) {
+  if (local_ranks < 1) detail::fail("threads_per_rank", "local_ranks must be >= 1, got " + std::to_string(local_ranks));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max(1, cpus / local_ranks);
+}
 
 namespace detail {
 void apply_default_blas_threads() {

@@ -1,6 +1,9 @@
 #include "coshard/ops/linear.hpp"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+
+#include <algorithm>
 
 #include <cstdlib>
 #include <ostream>
@@ -175,6 +178,28 @@ TEST(OpsBlas, ThreadCountIsConfigurable) {
   set_blas_threads(1);
   EXPECT_EQ(blas_threads(), 1);
   expect_invalid([] { set_blas_threads(0); }, {"set_blas_threads", ">= 1"});
+}
+
+TEST(OpsBlas, ThreadsPerRankShareTheCpusThisProcessMayUse) {
+  // Against the affinity mask read here, and against a narrower one set for this test.
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  const int cpus = CPU_COUNT(&mine);
+  EXPECT_EQ(threads_per_rank(1), cpus);
+  EXPECT_EQ(threads_per_rank(2), std::max(1, cpus / 2));
+  EXPECT_EQ(threads_per_rank(cpus + 1), 1);  // more ranks than CPUs: never 0
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mine)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(threads_per_rank(1), 1);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(mine), &mine), 0);
+  expect_invalid([] { threads_per_rank(0); }, {"threads_per_rank", "local_ranks must be >= 1, got 0"});
 }
 
 }  // namespace

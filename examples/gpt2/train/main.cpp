@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,8 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/metrics/rank_metrics.hpp"
 #include "coshard/metrics/timeline.hpp"
+#include "coshard/ops/blas.hpp"
+#include "coshard/ops/cpu.hpp"
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/diagnostics_signal.hpp"
 #include "coshard/transport/process_group.hpp"
@@ -114,9 +117,30 @@ Task<int> run(Runtime& rt, train::Job& job) {
 
 // Prepares the inputs, then trains with the metrics endpoint up (and --metrics-linger seconds
 // after, for a last scrape).
+// BLAS threads per rank: --threads, else OPENBLAS_NUM_THREADS, else the CPUs this process may use
+// shared among the ranks on this host. Said once per host, with the element-wise kernels' ISA.
+void choose_threads(const train::Job& job) {
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  std::string why;
+  if (job.o.threads > 0) {
+    ops::set_blas_threads(job.o.threads);
+    why = "--threads";
+  } else if (env != nullptr && *env != '\0') {
+    why = "OPENBLAS_NUM_THREADS";
+  } else {
+    ops::set_blas_threads(ops::threads_per_rank(job.env.local_world_size));
+    why = "CPUs available / " + std::to_string(job.env.local_world_size) + " rank(s) on this host";
+  }
+  if (job.env.local_rank == 0) {
+    std::printf("rank %d: %d BLAS thread(s) per rank (%s), %s element-wise kernels\n", job.env.rank,
+                ops::blas_threads(), why.c_str(), ops::cpu_isa());
+  }
+}
+
 int prepare_and_run(train::Job& job) {
   transport::DiagnosticsSignal diagnostics;  // SIGUSR1 writes the flight records
   job.in = prepare(job.o);
+  choose_threads(job);
   if (!job.o.checkpoint_dir.empty()) {
     job.checkpoints = std::make_unique<train::CheckpointDir>(job.o.checkpoint_dir);
     if (job.env.rank == 0) job.checkpoints->lock();

@@ -55,6 +55,10 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--mixed-precision", w.precision, "none | bf16 | fp16 (unsharded parameters and reductions)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16", "fp16"}));
   app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
+  app.add_option("--threads", o.threads,
+                 "BLAS threads per rank (default: the CPUs this process may use / ranks on this host, at least 1; "
+                 "OPENBLAS_NUM_THREADS, when set, is the default instead)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--collective-timeout", o.collective_timeout,
                  "seconds a collective waits for its peers before every waiting rank fails naming the silent ones")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));

@@ -10,4 +10,11 @@ namespace coshard::ops {
 void set_blas_threads(int n);  ///< n >= 1, else Errc::invalid_argument
 int blas_threads();            ///< the count OpenBLAS will use now
 
+/// The BLAS threads per rank that fill this host without oversubscribing it: the CPUs this process
+/// may run on (its affinity mask, which taskset, cgroup cpusets and Slurm's binding narrow)
+/// divided by the ranks on the host, rounded down, at least 1. Nothing is kept back for
+/// communication: coshard's progress and store threads sleep in waits, and the reductions of a
+/// reduce-scatter are short next to a GEMM. local_ranks >= 1, else Errc::invalid_argument.
+int threads_per_rank(int local_ranks);
+
 }  // namespace coshard::ops
