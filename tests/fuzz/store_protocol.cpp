@@ -56,13 +56,18 @@ void exchange(std::uint16_t port, const std::string& bytes) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     for (std::size_t sent = 0; sent < bytes.size();) {
       const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       sent += static_cast<std::size_t>(n);
     }
     ::shutdown(fd, SHUT_WR);
+    // libFuzzer's once-a-second SIGALRM (its -timeout check) interrupts recv: EINTR is a retry,
+    // bounded by the same 5 s overall, not a hung server.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     char buf[4096];
     ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0 ||
+           (n < 0 && errno == EINTR && std::chrono::steady_clock::now() < deadline)) {
     }
     if (n < 0 && errno != ECONNRESET) {
       std::fprintf(stderr, "the store kept the connection open for 5 s: %s\n", std::strerror(errno));
