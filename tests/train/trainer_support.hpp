@@ -1,9 +1,11 @@
 #pragma once
-// What the gpt2-train tests share: starting a job through coshard-run, a scratch folder per test,
+// What the gpt2-train tests share: starting a job through coshard-run, a scratch folder per test
+// (removed after it),
 // and the step records rank 0 logs with --log-json -.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,12 +24,35 @@ inline std::string launch(int ranks, const std::string& args) {
   return kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kTrain + " --metrics-port 0 --samples 0 " + args;
 }
 
-inline fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("coshard-train-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+// A test's scratch folder, removed when the test ends: a checkpoint test writes up to 1.6 GB, and
+// left behind they filled the disk after a few dozen runs. A failed test keeps its folder and says
+// where, for the post-mortem.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& name)
+      : path_(fs::path(::testing::TempDir()) / ("coshard-train-" + name + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~ScratchDir() {
+    if (::testing::Test::HasFailure()) {
+      std::fprintf(stderr, "kept %s for the failed test\n", path_.c_str());
+      return;
+    }
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  operator const fs::path&() const noexcept { return path_; }
+  fs::path operator/(const fs::path& p) const { return path_ / p; }
+  std::string string() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+inline ScratchDir temp_dir(const std::string& name) { return ScratchDir(name); }
 
 // The JSON step records rank 0 wrote to stdout (--log-json -), in order.
 inline std::vector<json> step_records(const std::string& output) {
