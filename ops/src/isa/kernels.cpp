@@ -1,9 +1,7 @@
 // The loops behind cpu_kernels.hpp. Built once per instruction set with COSHARD_ISA_NS naming the
 // namespace and COSHARD_ISA_NAME the table's name (ops/CMakeLists.txt); nothing here may depend on
-// anything that differs between the builds except the vector width.
-#include <algorithm>
-#include <cmath>
-
+// anything that differs between the builds except the vector width, and nothing here may have
+// external linkage but table() (see vec_math.hpp: no std:: templates, only builtins).
 #include "../vec_math.hpp"
 #include "cpu_kernels.hpp"
 
@@ -49,7 +47,7 @@ void layernorm_forward(const float* __restrict x, const float* __restrict w, con
     // catastrophically for rows with a large mean.
     const float m = lane_sum(C, [&](std::size_t i) { return xr[i]; }) * inv_c;
     const float var = lane_sum(C, [&](std::size_t i) { return (xr[i] - m) * (xr[i] - m); }) * inv_c;
-    const float s = 1.0f / std::sqrt(var + eps);
+    const float s = 1.0f / __builtin_sqrtf(var + eps);
     for (std::size_t i = 0; i < C; ++i) yr[i] = (xr[i] - m) * s * w[i] + b[i];
     mean[r] = m;
     rstd[r] = s;
@@ -87,7 +85,7 @@ double cross_entropy_forward(const float* __restrict z, const std::int32_t* targ
   for (std::size_t n = 0; n < N; ++n) {
     const float* __restrict zr = z + n * V;
     const float mx = lane_max(zr, V);
-    const float l = mx + std::log(lane_sum(V, [&](std::size_t v) { return exp_approx(zr[v] - mx); }));
+    const float l = mx + __builtin_logf(lane_sum(V, [&](std::size_t v) { return exp_approx(zr[v] - mx); }));
     lse[n] = l;
     total += static_cast<double>(l) - static_cast<double>(zr[targets[n]]);
   }
@@ -107,7 +105,7 @@ void cross_entropy_backward(const float* __restrict z, const std::int32_t* targe
 
 void attention_online_softmax(float* __restrict row, std::size_t vis, std::size_t bc, float* m, float* l,
                               float* __restrict acc, std::size_t hs) {
-  const float mx = std::max(*m, lane_max(row, vis));
+  const float mx = max_of(*m, lane_max(row, vis));
   const float corr = exp_approx(*m - mx);  // 0 on the first tile (m = -inf)
   for (std::size_t j = 0; j < vis; ++j) row[j] = exp_approx(row[j] - mx);
   for (std::size_t j = vis; j < bc; ++j) row[j] = 0.0f;
@@ -131,7 +129,7 @@ void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, 
     p[i] *= s.decay;
     m[i] += s.w1 * (g[i] - m[i]);  // torch's lerp with weight < 0.5
     v[i] = v[i] * s.b2 + s.w2 * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) / s.bc2_sqrt + s.eps;
+    const float denom = __builtin_sqrtf(v[i]) / s.bc2_sqrt + s.eps;
     p[i] += -s.step_size * (m[i] / denom);
   }
 }
