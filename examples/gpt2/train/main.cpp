@@ -15,6 +15,7 @@
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/data.hpp"
+#include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/gpt2/units.hpp"
 #include "coshard/metrics/rank_metrics.hpp"
@@ -45,27 +46,57 @@ std::vector<std::uint16_t> load_tokens(const train::TrainOptions& o, train::Inpu
   return in.corpus->tokens();
 }
 
+std::string data_name(const train::TrainOptions& o) { return o.data.empty() ? "the embedded corpus" : "--data " + o.data; }
+
+// Every token is training data unless validation is asked for: --val-data names its own file,
+// --val-fraction holds out the end of --data (at least one sequence).
 void split_validation(std::vector<std::uint16_t> tokens, const train::TrainOptions& o, train::Inputs& in) {
   const std::size_t need = static_cast<std::size_t>(o.seq + 1);
-  if (tokens.size() < 2 * need) {
-    throw Error(Errc::bad_config, "the data has " + std::to_string(tokens.size()) + " tokens, too few for sequences of " +
-                                      std::to_string(o.seq) + " (+1) with a validation split; give more data or a "
-                                      "smaller --seq");
+  const auto too_few = [&](const std::string& what, std::size_t n, const std::string& fix) {
+    return Error(Errc::bad_config, what + " has " + std::to_string(n) + " tokens, fewer than one sequence of --seq " +
+                                       std::to_string(o.seq) + " + 1; " + fix);
+  };
+  if (!o.val_data.empty()) {
+    auto val = gpt2::read_tokens(o.val_data, o.config.vocab);
+    if (val.size() < need) throw too_few("--val-data " + o.val_data, val.size(), "give more data or a smaller --seq");
+    in.val = std::make_shared<const std::vector<std::uint16_t>>(std::move(val));
+  } else if (o.val_fraction > 0) {
+    const auto val = std::max(need, static_cast<std::size_t>(static_cast<double>(tokens.size()) * o.val_fraction));
+    if (tokens.size() < val + need) {
+      throw too_few(data_name(o) + " less the validation split (--val-fraction)", tokens.size() - std::min(val, tokens.size()),
+                    "give more data, a smaller --val-fraction or --val-data");
+    }
+    in.val = std::make_shared<const std::vector<std::uint16_t>>(tokens.end() - static_cast<std::ptrdiff_t>(val), tokens.end());
+    tokens.resize(tokens.size() - val);
   }
-  // The last tenth (at least one sequence) is the validation split.
-  const std::size_t val = std::max(need, tokens.size() / 10);
-  in.val = std::make_shared<const std::vector<std::uint16_t>>(tokens.end() - static_cast<std::ptrdiff_t>(val), tokens.end());
-  tokens.resize(tokens.size() - val);
+  if (tokens.size() < need) throw too_few(data_name(o), tokens.size(), "give more data or a smaller --seq");
   in.train = std::make_shared<const std::vector<std::uint16_t>>(std::move(tokens));
 }
 
+// What the run trains and validates on, said once.
+void describe_data(const train::TrainOptions& o, const train::Inputs& in) {
+  std::string val = "no validation data";
+  if (!o.val_data.empty()) val = std::to_string(in.val->size()) + " validation tokens from --val-data " + o.val_data;
+  if (o.val_fraction > 0) {
+    val = std::to_string(in.val->size()) + " validation tokens held out (the last " +
+          std::to_string(static_cast<int>(o.val_fraction * 100 + 0.5)) + "% of the data, --val-fraction)";
+  }
+  std::printf("data: %zu training tokens from %s; %s\n", in.train->size(), data_name(o).c_str(), val.c_str());
+}
+
 // Writable where the file will go: a probe beside it (the real write is atomic).
-void probe_save_path(const std::string& save) {
+// --save-hf's directory is created (its parent must exist).
+void probe_save_path(const std::string& save, const std::string& flag = {}) {
   fs::path target = fs::absolute(save);
+  const std::string what = flag.empty() ? "--save " + save : flag;
+  if (!flag.empty() && fs::is_directory(target.parent_path().parent_path())) {
+    std::error_code ec;
+    fs::create_directory(target.parent_path(), ec);
+  }
   fs::path probe = target.parent_path() / (".gpt2-train-probe-" + std::to_string(::getpid()));
   std::ofstream f(probe);
   if (!f) {
-    throw Error(Errc::io, "cannot write --save " + save + ": the folder " + target.parent_path().string() +
+    throw Error(Errc::io, "cannot write " + what + ": the folder " + target.parent_path().string() +
                               " does not exist or is not writable");
   }
   f.close();
@@ -77,8 +108,9 @@ void probe_save_path(const std::string& save) {
 train::Inputs prepare(const train::TrainOptions& o) {
   train::Inputs in;
   split_validation(load_tokens(o, in), o, in);
-  if (!o.init.empty()) in.init = gpt2::read_model(o.init, o.config);
+  if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config);
   if (!o.save.empty()) probe_save_path(o.save);
+  if (!o.save_hf.empty()) probe_save_path((fs::path(o.save_hf) / "config.json").string(), "--save-hf " + o.save_hf);
   return in;
 }
 
@@ -141,6 +173,7 @@ int prepare_and_run(train::Job& job) {
   transport::DiagnosticsSignal diagnostics;  // SIGUSR1 writes the flight records
   job.in = prepare(job.o);
   choose_threads(job);
+  if (job.env.rank == 0) describe_data(job.o, job.in);
   if (!job.o.checkpoint_dir.empty()) {
     job.checkpoints = std::make_unique<train::CheckpointDir>(job.o.checkpoint_dir);
     if (job.env.rank == 0) job.checkpoints->lock();

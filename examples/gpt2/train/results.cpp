@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/model.hpp"
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/metrics/trace_merge.hpp"
@@ -70,12 +71,16 @@ void merge_timeline(const std::string& trace, int world) {
 Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   const TrainOptions& o = job.o;
   const bool want_samples = job.in.corpus && o.samples > 0;
-  if (o.save.empty() && !want_samples) co_return;
+  if (o.save.empty() && o.save_hf.empty() && !want_samples) co_return;
   auto state = co_await engine.full_state_dict(true);
   if (rank != 0) co_return;
   if (!o.save.empty()) {
     gpt2::save_state_dict(o.save, o.config, state);
     std::printf("saved the model to %s\n", o.save.c_str());
+  }
+  if (!o.save_hf.empty()) {
+    gpt2::save_hf_dir(o.save_hf, o.config, state);
+    std::printf("saved the model to %s (Hugging Face: GPT2LMHeadModel.from_pretrained)\n", o.save_hf.c_str());
   }
   if (want_samples) print_samples(o, *job.in.corpus, state);
 }

@@ -17,7 +17,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.9g", v);  // enough digits to compare runs at 1e-7
   return buf;
 }
 
@@ -98,7 +98,6 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
       model_(model),
       engine_(engine),
       loader_(job.in.train, loader_options(job.o, pg.rank(), pg.size(), job.o.shuffle)),
-      val_loader_(job.in.val, loader_options(job.o, pg.rank(), pg.size(), false)),
       log_(job.o, pg.rank()),
       metrics_(step_metrics(rt.telemetry())),
       compute_(rt.stream("compute")),
@@ -109,6 +108,7 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
       first_step_(first_step),
       checkpoints_(job.checkpoints.get()) {
   loader_.set_step(static_cast<std::int64_t>(first_step) * job.o.grad_accum);
+  if (job.in.val) val_loader_.emplace(job.in.val, loader_options(job.o, pg.rank(), pg.size(), false));
 }
 
 Task<TrainSummary> TrainLoop::run() {
@@ -200,8 +200,8 @@ bool TrainLoop::validation_due(int step) const {
 }
 
 Task<float> TrainLoop::validation_loss() {
-  model_.set_batch(val_loader_.batch(0).inputs, val_loader_.batch(0).targets, static_cast<std::size_t>(o_.batch),
-                   static_cast<std::size_t>(o_.seq));
+  auto b = val_loader_->batch(0);  // --eval-every is refused without validation data
+  model_.set_batch(std::move(b.inputs), std::move(b.targets), b.B, b.T);
   co_await model_.forward(engine_);
   co_await engine_.finish_backward();  // releases what forward left unsharded
   const float local = co_await model_.loss();

@@ -87,7 +87,8 @@ class TrainLoop {
   transport::ProcessGroup& pg_;
   gpt2::Gpt2Units& model_;
   fsdp::Engine& engine_;
-  gpt2::DataLoader loader_, val_loader_;
+  gpt2::DataLoader loader_;
+  std::optional<gpt2::DataLoader> val_loader_;  // with --val-data or --val-fraction
   StepLog log_;
   StepMetrics metrics_;
   Stream& compute_;

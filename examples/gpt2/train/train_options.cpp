@@ -21,6 +21,12 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--data", o.data, "token file: llm.c .bin (uint16 tokens), or any other file read as bytes "
                                    "(vocab 256); default: an embedded corpus of integer additions")
       ->check(CLI::ExistingFile);
+  app.add_option("--val-data", o.val_data, "validation tokens for --eval-every, in either --data format (llm.c and "
+                                           "nanoGPT ship train and val files)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--val-fraction", o.val_fraction, "instead of --val-data: hold out the last fraction F of --data "
+                                                   "(default 0: every token of --data is training data)")
+      ->check(CLI::Range(0.0, 0.9));
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(1, 100000000));
   app.add_option("--batch", o.batch, "sequences per rank per micro-batch")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--seq", o.seq, "tokens per sequence (at most the model's context)")
@@ -65,9 +71,14 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
 }
 
 void add_output_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--init", o.init, "start from this .safetensors (Hugging Face GPT-2 names)")->check(CLI::ExistingFile);
+  app.add_option("--init", o.init, "start from this .safetensors (Hugging Face GPT-2 names), or a Hugging Face model "
+                                   "directory (config.json + model.safetensors, as save_pretrained writes)")
+      ->check(CLI::ExistingPath);
   app.add_option("--save", o.save, "write the trained model to this .safetensors (atomically)");
-  app.add_option("--eval-every", o.eval_every, "validation loss every N steps (0: never)")->check(CLI::NonNegativeNumber);
+  app.add_option("--save-hf", o.save_hf, "write the trained model to this directory as transformers' "
+                                         "GPT2LMHeadModel.from_pretrained(DIR) loads it");
+  app.add_option("--eval-every", o.eval_every, "validation loss every N steps and at the end (0: never; needs --val-data "
+                                                  "or --val-fraction)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on PORT + local rank; 0 picks free ports")
       ->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--metrics-bind", o.metrics_bind, "address the metrics endpoint binds")->capture_default_str();
@@ -125,6 +136,13 @@ std::string conflicts(const TrainOptions& o) {
   }
   if (o.resume == "auto" && o.checkpoint_dir.empty()) {
     return "gpt2-train: --resume auto looks under --checkpoint-dir; give --checkpoint-dir DIR";
+  }
+  if (!o.val_data.empty() && o.val_fraction > 0) {
+    return "gpt2-train: --val-data and --val-fraction both say where validation data comes from; give one";
+  }
+  if (o.eval_every > 0 && o.val_data.empty() && o.val_fraction == 0) {
+    return "gpt2-train: --eval-every needs validation data: --val-data FILE, or --val-fraction F to hold out the "
+           "last F of --data";
   }
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     return "gpt2-train: --checkpoint-every needs --checkpoint-dir DIR";

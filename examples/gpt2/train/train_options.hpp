@@ -14,6 +14,8 @@ struct TrainOptions {
   std::string model = "tiny";
   gpt2::Config config;
   std::string data;  // empty: the embedded corpus
+  std::string val_data;      // validation tokens (--eval-every); empty: none, or --val-fraction
+  double val_fraction = 0;   // the last fraction of --data held out for validation (0: none)
   int steps = 800;
   int batch = 8;     // sequences per rank per micro-batch
   int seq = 64;
@@ -35,6 +37,7 @@ struct TrainOptions {
   int threads = 0;                  // BLAS threads per rank; 0: ops::threads_per_rank(ranks on this host)
   std::string init;
   std::string save;
+  std::string save_hf;  // a Hugging Face model directory (config.json + model.safetensors)
   int eval_every = 0;
   int metrics_port = 9400;
   std::string metrics_bind = "127.0.0.1";

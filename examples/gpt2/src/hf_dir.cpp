@@ -1,0 +1,128 @@
+#include "coshard/gpt2/hf_dir.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/file_io.hpp"
+
+namespace coshard::gpt2 {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+Error bad(const fs::path& file, const std::string& msg) {
+  return Error(Errc::bad_config, "Hugging Face config '" + file.string() + "': " + msg);
+}
+
+std::int64_t shape_key(const json& j, const fs::path& file, const char* key) {
+  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<std::int64_t>() < 1) {
+    throw bad(file, std::string("\"") + key + "\" is missing or not a positive integer");
+  }
+  return j[key].get<std::int64_t>();
+}
+
+// The keys that change what the model computes: each must hold what coshard computes (or be absent
+// and default to it, as transformers' GPT2Config does).
+void check_computation(const json& j, const fs::path& file, std::int64_t width) {
+  const auto expect = [&](const char* key, const json& want, const char* why) {
+    if (j.contains(key) && !j[key].is_null() && j[key] != want) {
+      throw bad(file, std::string("\"") + key + "\" is " + j[key].dump() + "; coshard's GPT-2 " + why);
+    }
+  };
+  if (j.value("model_type", std::string()) != "gpt2") {
+    throw bad(file, "\"model_type\" is " + (j.contains("model_type") ? j["model_type"].dump() : std::string("missing")) +
+                        ", not \"gpt2\"");
+  }
+  if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
+      j["activation_function"] != "gelu_pytorch_tanh") {
+    throw bad(file, "\"activation_function\" is " + j["activation_function"].dump() +
+                        "; coshard's GPT-2 uses the tanh GELU (gelu_new)");
+  }
+  if (j.contains("layer_norm_epsilon") && j["layer_norm_epsilon"] != 1e-5) {
+    throw bad(file, "\"layer_norm_epsilon\" is " + j["layer_norm_epsilon"].dump() + "; coshard's GPT-2 uses 1e-05");
+  }
+  expect("n_inner", 4 * width, "has an MLP 4 x n_embd wide");
+  expect("scale_attn_weights", true, "scales attention scores by 1/sqrt(head size)");
+  expect("scale_attn_by_inverse_layer_idx", false, "does not scale attention by the layer index");
+  expect("reorder_and_upcast_attn", false, "computes attention in float32 without reordering");
+}
+
+}  // namespace
+
+Config read_hf_config(const fs::path& config_json) {
+  std::ifstream f(config_json);
+  if (!f) throw Error(Errc::io, "cannot open Hugging Face config '" + config_json.string() + "'");
+  json j = json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
+  Config c;
+  c.vocab = shape_key(j, config_json, "vocab_size");
+  c.context = shape_key(j, config_json, "n_positions");
+  c.layers = shape_key(j, config_json, "n_layer");
+  c.heads = shape_key(j, config_json, "n_head");
+  c.width = shape_key(j, config_json, "n_embd");
+  c.tie_head = j.value("tie_word_embeddings", true);
+  check_computation(j, config_json, c.width);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw bad(config_json, e.message());
+  }
+  return c;
+}
+
+void save_hf_dir(const fs::path& dir, const Config& config, const StateDict& state) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(Errc::io, "cannot create --save-hf directory '" + dir.string() + "': " + ec.message());
+  json j = {{"architectures", {"GPT2LMHeadModel"}},
+            {"model_type", "gpt2"},
+            {"vocab_size", config.vocab},
+            {"n_positions", config.context},
+            {"n_ctx", config.context},
+            {"n_embd", config.width},
+            {"n_layer", config.layers},
+            {"n_head", config.heads},
+            {"n_inner", nullptr},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", 1e-5},
+            {"initializer_range", 0.02},
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"scale_attn_weights", true},
+            {"scale_attn_by_inverse_layer_idx", false},
+            {"reorder_and_upcast_attn", false},
+            {"tie_word_embeddings", config.tie_head},
+            {"use_cache", true},
+            {"torch_dtype", "float32"}};
+  if (config.vocab == 50257) j["bos_token_id"] = j["eos_token_id"] = 50256;  // GPT-2's <|endoftext|>
+  save_state_dict(dir / "model.safetensors", config, state, DType::f32, {{"format", "pt"}});
+  write_atomic(dir / "config.json", j.dump(2) + "\n");
+}
+
+StateDict read_init(const fs::path& path, const Config& config) {
+  if (!fs::is_directory(path)) return read_model(path, config);
+  const fs::path weights = path / "model.safetensors";
+  if (!fs::exists(path / "config.json")) {
+    throw Error(Errc::bad_config, "'" + path.string() + "' is a directory without config.json: give a .safetensors "
+                                  "file or a Hugging Face model directory");
+  }
+  const Config found = read_hf_config(path / "config.json");
+  if (!(found == config)) {
+    throw Error(Errc::bad_config, "'" + path.string() + "/config.json' is GPT-2 " + found.to_string() +
+                                      ", but the model is " + config.to_string() + "; give --model " + found.to_string());
+  }
+  if (!fs::exists(weights)) {
+    const bool sharded = fs::exists(path / "model.safetensors.index.json");
+    throw Error(Errc::bad_config, "'" + path.string() + "' has no model.safetensors" +
+                                      (sharded ? " (sharded Hugging Face checkpoints are not supported: save it with "
+                                                 "save_pretrained(dir, max_shard_size=\"10GB\"))"
+                                               : " (only safetensors weights are read, not pytorch_model.bin)"));
+  }
+  return read_model(weights, config);
+}
+
+}  // namespace coshard::gpt2

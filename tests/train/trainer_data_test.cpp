@@ -1,0 +1,104 @@
+// What gpt2-train trains and validates on: every token of --data is training data unless the user
+// asks for validation (--val-data FILE or --val-fraction F), the log says what was held out, and
+// the validation loss is the loss of the validation batch under the current weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "coshard/gpt2/data.hpp"
+#include "support/run_command.hpp"
+#include "train/trainer_support.hpp"
+
+namespace {
+
+using coshard::testing::run_command;
+using namespace coshard::testing::train;
+
+constexpr int kSeq = 16, kBatch = 2, kRanks = 2;
+const std::string kModel = " --model layers=1,heads=2,width=32,vocab=64,context=16 --seq 16 --batch 2 --clip 0 ";
+
+// n tokens of a fixed pseudo-random sequence in [0, 64).
+std::string token_file(const fs::path& dir, const std::string& name, std::size_t n, std::uint32_t seed) {
+  std::vector<std::uint16_t> t(n);
+  for (auto& v : t) v = static_cast<std::uint16_t>((seed = seed * 1664525u + 1013904223u) >> 26);
+  const auto path = dir / name;
+  coshard::gpt2::write_llmc_tokens(path, t);
+  return path.string();
+}
+
+// A file of exactly one global batch (plus the last target) trains: nothing is held out for a
+// validation nobody asked for, and the log says so.
+TEST(TrainerData, EveryTokenIsTrainingDataUnlessValidationIsAsked) {
+  auto d = temp_dir("data-all");
+  const auto data = token_file(d, "one-batch.bin", kRanks * kBatch * kSeq + 1, 7);
+  auto r = run_command(launch(kRanks, "--steps 2 --log-json - --data " + data + kModel));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("data: 65 training tokens from --data " + data + "; no validation data"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(step_records(r.output).size(), 2u) << r.output;
+}
+
+// With --val-data the same file as --data (one global batch), step 2 trains on the batch step 1
+// was validated on, under the same weights: its training loss is the validation loss of step 1.
+TEST(TrainerData, ValidationLossIsTheLossOfTheValidationBatch) {
+  auto d = temp_dir("data-val");
+  const auto data = token_file(d, "one-batch.bin", kRanks * kBatch * kSeq + 1, 11);
+  auto r = run_command(launch(kRanks, "--steps 3 --eval-every 1 --log-json - --data " + data + " --val-data " + data + kModel));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto s = step_records(r.output);
+  ASSERT_EQ(s.size(), 3u) << r.output;
+  for (std::size_t i = 0; i + 1 < s.size(); ++i) {
+    ASSERT_TRUE(s[i]["val_loss"].is_number()) << s[i].dump();
+    const double val = s[i]["val_loss"], next = s[i + 1]["loss"];
+    EXPECT_NEAR(val, next, 1e-6 * std::fabs(next)) << "step " << i + 1;
+  }
+  EXPECT_NE(r.output.find("65 validation tokens from --val-data " + data), std::string::npos) << r.output;
+}
+
+// --val-fraction holds out the end of --data, says how much, and still needs one sequence left
+// to train on.
+TEST(TrainerData, ValFractionHoldsOutTheEndAndSaysSo) {
+  auto d = temp_dir("data-fraction");
+  const auto data = token_file(d, "tokens.bin", 1000, 13);
+  auto r = run_command(launch(kRanks, "--steps 2 --eval-every 2 --val-fraction 0.25 --log-json - --data " + data + kModel));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("data: 750 training tokens from --data " + data +
+                          "; 250 validation tokens held out (the last 25% of the data, --val-fraction)"),
+            std::string::npos)
+      << r.output;
+  const auto s = step_records(r.output);
+  ASSERT_EQ(s.size(), 2u) << r.output;
+  EXPECT_TRUE(s[0]["val_loss"].is_null()) << s[0].dump();
+  EXPECT_TRUE(s[1]["val_loss"].is_number()) << s[1].dump();
+
+  const auto small = token_file(d, "small.bin", 20, 17);
+  r = run_command(launch(1, "--steps 1 --val-fraction 0.5 --data " + small + kModel));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--data " + small + " less the validation split (--val-fraction) has 3 tokens, fewer than "
+                          "one sequence of --seq 16 + 1"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(TrainerData, ValidationFlagsThatCannotWorkAreUsageErrors) {
+  auto d = temp_dir("data-flags");
+  const auto data = token_file(d, "tokens.bin", 200, 19), tiny = token_file(d, "tiny.bin", 5, 23);
+  auto r = run_command(kTrain + " --eval-every 5 --data " + data + kModel);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--eval-every needs validation data: --val-data FILE, or --val-fraction F"), std::string::npos)
+      << r.output;
+  r = run_command(kTrain + " --val-data " + data + " --val-fraction 0.1 --data " + data + kModel);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--val-data and --val-fraction both"), std::string::npos) << r.output;
+  r = run_command(kTrain + " --val-fraction 0.95" + kModel);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--val-fraction"), std::string::npos) << r.output;
+  r = run_command(kTrain + " --metrics-port 0 --eval-every 1 --val-data " + tiny + " --data " + data + kModel);
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--val-data " + tiny + " has 5 tokens, fewer than one sequence"), std::string::npos) << r.output;
+}
+
+}  // namespace
