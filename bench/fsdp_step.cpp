@@ -1,11 +1,11 @@
 // FSDP step time, one rank per process (start it with coshard-run; scripts/bench does, beside
 // PyTorch's DDP and a gloo ZeRO-3 on the same model). Models: the MLP of tests/fsdp/mlp_model.hpp,
 // `layers` x Linear(hidden, hidden) with ReLU, MSE loss, Adam, `batch` rows per rank; or GPT-2
-// `small` (--model gpt2-small: `batch` sequences of --seq tokens per rank). Rank 0 prints
+// `10M` (--model gpt2-10M: `batch` sequences of --seq tokens per rank). Rank 0 prints
 //   coshard <model> <key=value ...>
 // with the step time, the collectives' time (their streams' busy time), exposed communication (the
 // compute stream's stalls waiting for other streams), and the allocator's peak beside the pool bound.
-//   --model mlp|gpt2-small --hidden 2048 --layers 4 --batch 128 (gpt2: 4) --seq 256 --steps 10
+//   --model mlp|gpt2-10M --hidden 2048 --layers 4 --batch 128 (gpt2: 4) --seq 256 --steps 10
 //   --strategy full_shard|shard_grad_op|no_shard
 //   --prefetch on|off   --no-compute (the same schedule without kernels: collectives alone)
 //   --offload none|serial|pipelined (sharded state in host memory; the host optimizer after
@@ -49,7 +49,7 @@ class Hollow final : public fsdp::Unit {
 
 Task<int> run(Runtime& rt, Flags f) {
   auto pg = co_await transport::ProcessGroup::from_env(rt);
-  const bool gpt = f.model == "gpt2-small";
+  const bool gpt = f.model == "gpt2-10M";
   if (f.batch == 0) f.batch = gpt ? 4 : 128;
   testing::MlpState state;
   for (int i = 0; i < f.layers; ++i) state.layers.push_back({f.hidden, f.hidden});
@@ -59,7 +59,7 @@ Task<int> run(Runtime& rt, Flags f) {
   std::vector<fsdp::Unit*> ptrs;
   std::vector<std::unique_ptr<Hollow>> hollow;
   if (gpt) {
-    gpt2_model = std::make_unique<gpt2::Gpt2Units>(gpt2::named_config("small"), 1337);
+    gpt2_model = std::make_unique<gpt2::Gpt2Units>(gpt2::named_config("10M"), 1337);
     ptrs = gpt2_model->units();
     if (!f.compute) {
       for (auto*& u : ptrs) {

@@ -3,7 +3,7 @@
 // issued as raw cblas_sgemm calls (linear forward, and backward's dx and dW, of every layer and the
 // tied head). The ratio says how much of a step is not GEMM (attention, layernorm, GELU,
 // cross-entropy, AdamW, copies).
-//   bench_gpt2 [--config small] [--batch 4] [--seq 256] [--steps 5]
+//   bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]
 #include <cblas.h>
 
 #include <algorithm>
@@ -74,7 +74,7 @@ double time_gemms(const std::vector<Gemm>& gemms) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string spec = "small";
+  std::string spec = "10M";
   int batch = 4, seq = 256, steps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     else if (k == "--seq") seq = std::atoi(argv[i + 1]);
     else if (k == "--steps") steps = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: bench_gpt2 [--config small] [--batch 4] [--seq 256] [--steps 5]\n");
+      std::fprintf(stderr, "usage: bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]\n");
       return 2;
     }
   }

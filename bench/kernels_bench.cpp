@@ -1,4 +1,4 @@
-// Forward + backward time of each non-GEMM op of GPT-2 at the shapes of the `small` and `124M`
+// Forward + backward time of each non-GEMM op of GPT-2 at the shapes of the `10M` and `124M`
 // configs (B*T = 1024 rows), one line per op and shape, in the format that
 // bench/torch/kernels_baseline.py prints for PyTorch eager, so scripts/bench can put the two side
 // by side:  op=<name> shape=<dims> ms=<median> spread=<(max - min) / median>
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // small (6 layers, width 384, 6 heads, vocab 256), 4 x 256 tokens; 124M (width 768, 12 heads,
+  // 10M (6 layers, width 384, 6 heads, vocab 256), 4 x 256 tokens; 124M (width 768, 12 heads,
   // vocab 50257) at context 1024; and one long context, where an unfused [T, T] matrix is 768 MiB.
   attention(tm, 4, 256, 384, 6);
   attention(tm, 1, 1024, 768, 12);

@@ -35,7 +35,7 @@ from torch import nn
 
 NAMED = {
     "tiny": dict(layers=2, heads=4, width=96, vocab=256, context=64),
-    "small-10m": dict(layers=6, heads=6, width=384, vocab=256, context=256),
+    "10M": dict(layers=6, heads=6, width=384, vocab=256, context=256),
     "124M": dict(layers=12, heads=12, width=768, vocab=50257, context=1024),
 }
 
@@ -43,7 +43,7 @@ NAMED = {
 def parse_model(spec):
     """gpt2-train's --model: a name, a name with overrides, or every key."""
     parts = spec.split(",")
-    c = dict(NAMED["small-10m" if parts[0] == "small" else parts[0]]) if "=" not in parts[0] else {}
+    c = dict(NAMED[parts[0]]) if "=" not in parts[0] else {}
     for item in parts[1 if c else 0:]:
         k, v = item.split("=")
         if k == "tie_head":

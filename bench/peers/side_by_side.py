@@ -100,6 +100,8 @@ def parity(a, work):
         print(f"{ranks} ranks, {a.steps} steps: loss {ours[0]['loss']:.6f} -> {ours[-1]['loss']:.6f} (coshard), "
               f"{theirs[0]['loss']:.6f} -> {theirs[-1]['loss']:.6f} (FSDP2); largest relative difference "
               f"{rel[worst]:.2e} at step {worst + 1}")
+        a.results.setdefault("parity", []).append({"ranks": ranks, "coshard": [r["loss"] for r in ours],
+                                                  "fsdp2": [r["loss"] for r in theirs]})
         for i in sorted({0, 9, 19, 29, 39, a.steps - 1} & set(range(a.steps))):
             print(f"  step {i + 1:3d}: {ours[i]['loss']:.7f}  {theirs[i]['loss']:.7f}  {rel[i]:.1e}")
     ok = worst_all <= a.tolerance
@@ -127,6 +129,7 @@ def bench(a, work):
           f"{a.warmup + 1}..{a.steps} [min, max]")
     print("| model | run | step (s) | spread | tokens/s | peak RSS (MB) |")
     print("|---|---|---|---|---|---|")
+    a.results["bench"] = [dict(zip(("model", "run", "median_s", "min_s", "max_s", "tokens", "rss"), r)) for r in rows]
     for model, name, med, lo, hi, tokens, rss in rows:
         print(f"| {model} | {name} | {med:.3f} | [{lo:.3f}, {hi:.3f}] | {tokens / med:.0f} | {rss / 1e6:.0f} |")
     for model in a.models:
@@ -158,6 +161,7 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--json", type=Path, help="also write the losses / timings here (bench/peers/plot.py draws them)")
     a = ap.parse_args()
     a.ranks = [int(r) for r in a.ranks.split(",")]
     a.models = a.models.split(",")
@@ -167,7 +171,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="coshard-peers-") as tmp:
         work = Path(tmp)
         a.data = a.data or corpus(work)
-        return parity(a, work) if a.what == "parity" else bench(a, work)
+        a.results = {}
+        rc = parity(a, work) if a.what == "parity" else bench(a, work)
+        if a.json:
+            a.json.write_text(json.dumps(a.results))
+        return rc
 
 
 if __name__ == "__main__":

@@ -177,8 +177,8 @@ TEST(TrainerCheckpoint, AKilledRankIsRestartedAndTheRunContinuesFromItsCheckpoin
 TEST(TrainerCheckpoint, AKillDuringASaveLeavesThePreviousCheckpointTheLatest) {
   auto d = temp_dir("kill-save");
   const std::string dir = (d / "c").string();
-  // GPT-2 small's state (130 MB a checkpoint) takes long enough to write to be caught mid-write.
-  const std::string common = "--model small --steps 12 --batch 1 --seq 32 --checkpoint-dir " + dir +
+  // GPT-2 10M's state (130 MB a checkpoint) takes long enough to write to be caught mid-write.
+  const std::string common = "--model 10M --steps 12 --batch 1 --seq 32 --checkpoint-dir " + dir +
                              " --checkpoint-every 1 --checkpoint-async false --checkpoint-keep 20 ";
   coshard::testing::CommandResult job;
   std::thread runner([&] { job = run_command(launch(2, common)); });

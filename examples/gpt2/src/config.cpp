@@ -49,18 +49,21 @@ std::string Config::to_string() const {
   return s;
 }
 
-std::vector<std::string> config_names() { return {"tiny", "small", "124M"}; }
+std::vector<std::string> config_names() { return {"tiny", "10M", "124M"}; }
 
 Config named_config(std::string_view name) {
   Config c;
   if (name == "tiny") {
     c = {.vocab = 256, .context = 64, .layers = 2, .heads = 4, .width = 96};
-  } else if (name == "small") {
+  } else if (name == "10M") {
     c = {.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384};
+  } else if (name == "small") {
+    // This name meant the 10.8M config once; GPT-2 small as released is 124M. Say so, not guess.
+    throw bad("there is no config 'small': GPT-2 small as released is '124M'; the 6-layer byte-level config is '10M'");
   } else if (name == "124M") {
     c = {.vocab = 50257, .context = 1024, .layers = 12, .heads = 12, .width = 768};
   } else {
-    throw bad("unknown config name '" + std::string(name) + "': use tiny, small, 124M or key=value pairs "
+    throw bad("unknown config name '" + std::string(name) + "': use tiny, 10M, 124M or key=value pairs "
               "(layers=2,heads=3,width=48,vocab=97,context=32)");
   }
   return c;
@@ -72,7 +75,7 @@ Config parse_config(std::string_view spec) {
   bool named = false;
   std::size_t index = 0;
   std::string_view rest = spec;
-  if (trim(spec).empty()) throw bad("empty config: use tiny, small, 124M or key=value pairs");
+  if (trim(spec).empty()) throw bad("empty config: use tiny, 10M, 124M or key=value pairs");
   while (true) {
     const auto comma = rest.find(',');
     const std::string_view item = trim(rest.substr(0, comma));

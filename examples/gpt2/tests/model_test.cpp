@@ -48,9 +48,9 @@ TEST(Gpt2Config, ParsesShapesAndOverrides) {
   EXPECT_EQ(c.vocab, 97);
   EXPECT_EQ(c.context, 32);
   EXPECT_TRUE(c.tie_head);
-  const Config s = parse_config("small, vocab=50257, tie_head=false");
+  const Config s = parse_config("10M, vocab=50257, tie_head=false");
   EXPECT_EQ(s.vocab, 50257);
-  EXPECT_EQ(s.width, named_config("small").width);
+  EXPECT_EQ(s.width, named_config("10M").width);
   EXPECT_FALSE(s.tie_head);
   EXPECT_EQ(parse_config(s.to_string()), s);
 }
@@ -59,6 +59,7 @@ TEST(Gpt2Config, BadSpecsNameKeyAndValue) {
   EXPECT_NE(error_of("layers=2,heads=5,width=48,vocab=97,context=32").find("width=48 is not divisible by heads=5"), std::string::npos);
   EXPECT_NE(error_of("layers=2,heads=3,width=48,vocab=97").find("lacks context"), std::string::npos);
   EXPECT_NE(error_of("tiny,depth=3").find("unknown key 'depth'"), std::string::npos);
+  EXPECT_NE(error_of("small").find("GPT-2 small as released is '124M'"), std::string::npos);
   EXPECT_NE(error_of("tiny,width=abc").find("width='abc' is not an integer"), std::string::npos);
   EXPECT_NE(error_of("tiny,width=12x").find("width='12x' is not an integer"), std::string::npos);
   EXPECT_NE(error_of("tiny,layers=0").find("layers=0 is out of range"), std::string::npos);

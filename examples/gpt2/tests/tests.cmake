@@ -1,7 +1,9 @@
 # GPT-2 tests (included at the end of the top-level CMakeLists, after tests/ defined coshard_test).
 set(_gpt2_tests ${CMAKE_CURRENT_LIST_DIR})
+find_package(nlohmann_json 3 REQUIRED)
 coshard_test(gpt2_model_test unit ${_gpt2_tests}/model_test.cpp LIBS coshard::gpt2)
 coshard_test(gpt2_files_test unit ${_gpt2_tests}/files_test.cpp LIBS coshard::gpt2)
+coshard_test(gpt2_interop_test unit ${_gpt2_tests}/interop_test.cpp LIBS coshard::gpt2 nlohmann_json::nlohmann_json)
 
 # Multi-process: GPT-2 on the FSDP engine against the unsharded model (ranks by coshard-run).
 add_executable(gpt2_fsdp_check ${_gpt2_tests}/fsdp_check.cpp)

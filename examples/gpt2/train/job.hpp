@@ -9,6 +9,7 @@
 #include "checkpoints.hpp"
 #include "corpus.hpp"
 #include "coshard/gpt2/safetensors.hpp"
+#include "coshard/gpt2/tokenizer.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/transport/launch_env.hpp"
 #include "train_options.hpp"
@@ -19,6 +20,7 @@ struct Inputs {
   std::shared_ptr<const std::vector<std::uint16_t>> train, val;
   std::unique_ptr<AdditionCorpus> corpus;  // the embedded default
   std::optional<gpt2::StateDict> init;
+  std::optional<gpt2::Tokenizer> tokenizer;  // decodes samples of --data: --tokenizer, or bytes for vocab 256
 };
 
 struct Job {

@@ -109,6 +109,16 @@ train::Inputs prepare(const train::TrainOptions& o) {
   train::Inputs in;
   split_validation(load_tokens(o, in), o, in);
   if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config);
+  if (!o.tokenizer.empty()) {
+    in.tokenizer = gpt2::Tokenizer::from_file(o.tokenizer);
+    if (static_cast<std::int64_t>(in.tokenizer->size()) != o.config.vocab) {
+      throw Error(Errc::bad_config, "--tokenizer " + o.tokenizer + " has " + std::to_string(in.tokenizer->size()) +
+                                        " tokens but the model's vocab is " + std::to_string(o.config.vocab) +
+                                        "; give --model ...,vocab=" + std::to_string(in.tokenizer->size()));
+    }
+  } else if (!in.corpus && o.config.vocab == 256) {
+    in.tokenizer = gpt2::Tokenizer::bytes();
+  }
   if (!o.save.empty()) probe_save_path(o.save);
   if (!o.save_hf.empty()) probe_save_path((fs::path(o.save_hf) / "config.json").string(), "--save-hf " + o.save_hf);
   return in;
@@ -136,7 +146,10 @@ Task<int> run(Runtime& rt, train::Job& job) {
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
-  if (job.in.init) co_await engine->load_full_state_dict(*job.in.init);
+  if (job.in.init) {
+    co_await engine->load_full_state_dict(*job.in.init);
+    job.in.init.reset();  // the whole model in float32 on every rank: 500 MB for 124M, not needed again
+  }
   const int first_step = co_await train::resume(rt, job, *engine, *pg);
 
   train::TrainLoop loop(rt, job, *pg, model, *engine, first_step);

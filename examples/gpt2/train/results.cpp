@@ -14,21 +14,52 @@
 namespace coshard::train {
 namespace {
 
-// Greedy completion of `prompt` up to a newline, on the whole model in this process.
-std::string complete(gpt2::Gpt2& model, const std::string& prompt, int max_new) {
-  std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
-  std::string out;
+// Greedy completion of `tokens` by up to max_new tokens (fewer at the context or at `stop`), on
+// the whole model in this process. Returns the new tokens.
+std::vector<std::int32_t> greedy(gpt2::Gpt2& model, std::vector<std::int32_t> tokens, int max_new, std::int32_t stop = -1) {
+  std::vector<std::int32_t> out;
   const auto V = static_cast<std::size_t>(model.config().vocab);
   for (int i = 0; i < max_new && static_cast<std::int64_t>(tokens.size()) < model.config().context; ++i) {
     model.forward(tokens, {}, 1, tokens.size());
     auto logits = model.activations().logits();
     auto last = logits.subspan((tokens.size() - 1) * V, V);
     auto next = static_cast<std::int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    if (next == '\n') break;
-    out += static_cast<char>(next);
+    if (next == stop) break;
+    out.push_back(next);
     tokens.push_back(next);
   }
   return out;
+}
+
+// The embedded corpus's completion of "a+b=" (bytes) up to a newline.
+std::string complete(gpt2::Gpt2& model, const std::string& prompt, int max_new) {
+  const auto out = greedy(model, std::vector<std::int32_t>(prompt.begin(), prompt.end()), max_new, '\n');
+  return std::string(out.begin(), out.end());
+}
+
+// One line of text, newlines and tabs shown escaped.
+std::string one_line(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : std::string(1, c);
+  return out;
+}
+
+// Up to three greedy completions of prompts taken from the validation data (or the training data
+// without it), decoded with --tokenizer or as bytes.
+void print_text_samples(const TrainOptions& o, const Inputs& in, gpt2::Gpt2& model) {
+  const auto& src = in.val ? *in.val : *in.train;
+  const std::size_t prompt = std::min<std::size_t>(16, static_cast<std::size_t>(o.config.context) / 2);
+  const int n = std::min(o.samples, 3), new_tokens = static_cast<int>(std::min<std::int64_t>(32, o.config.context - prompt));
+  if (src.size() < prompt) return;
+  std::printf("samples: greedy, %d tokens after a %zu-token prompt from the %s data\n", new_tokens, prompt,
+              in.val ? "validation" : "training");
+  for (int i = 0; i < n; ++i) {
+    const std::size_t at = (src.size() - prompt) * static_cast<std::size_t>(i) / static_cast<std::size_t>(n);
+    const std::vector<std::int32_t> p(src.begin() + static_cast<std::ptrdiff_t>(at),
+                                      src.begin() + static_cast<std::ptrdiff_t>(at + prompt));
+    const auto out = greedy(model, p, new_tokens);
+    std::printf("  %s -> %s\n", one_line(in.tokenizer->decode(p)).c_str(), one_line(in.tokenizer->decode(out)).c_str());
+  }
 }
 
 void load_weights(gpt2::Gpt2& model, const fsdp::StateDict& state) {
@@ -40,9 +71,14 @@ void load_weights(gpt2::Gpt2& model, const fsdp::StateDict& state) {
   }
 }
 
-void print_samples(const TrainOptions& o, const AdditionCorpus& corpus, const fsdp::StateDict& state) {
+void print_samples(const TrainOptions& o, const Inputs& in, const fsdp::StateDict& state) {
   gpt2::Gpt2 full(o.config, o.seed);
   load_weights(full, state);
+  if (!in.corpus) {
+    print_text_samples(o, in, full);
+    return;
+  }
+  const AdditionCorpus& corpus = *in.corpus;
   int right = 0;
   std::string shown;
   const auto probes = corpus.probes(static_cast<std::size_t>(o.samples));
@@ -70,7 +106,7 @@ void merge_timeline(const std::string& trace, int world) {
 
 Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   const TrainOptions& o = job.o;
-  const bool want_samples = job.in.corpus && o.samples > 0;
+  const bool want_samples = o.samples > 0 && (job.in.corpus || job.in.tokenizer);
   if (o.save.empty() && o.save_hf.empty() && !want_samples) co_return;
   auto state = co_await engine.full_state_dict(true);
   if (rank != 0) co_return;
@@ -82,7 +118,7 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
     gpt2::save_hf_dir(o.save_hf, o.config, state);
     std::printf("saved the model to %s (Hugging Face: GPT2LMHeadModel.from_pretrained)\n", o.save_hf.c_str());
   }
-  if (want_samples) print_samples(o, *job.in.corpus, state);
+  if (want_samples) print_samples(o, job.in, state);
 }
 
 void print_summary(const TrainOptions& o, const TrainSummary& s, int world) {

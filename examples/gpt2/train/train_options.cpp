@@ -15,8 +15,8 @@ struct Words {
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--model", w.model,
-                 "tiny | small | 124M, or a shape: layers=2,heads=3,width=48,vocab=97,context=32 "
-                 "(a name may be followed by overrides: small,vocab=512)")
+                 "tiny | 10M | 124M (GPT-2 small as released), or a shape: layers=2,heads=3,width=48,vocab=97,context=32 "
+                 "(a name may be followed by overrides: 10M,vocab=512)")
       ->capture_default_str();
   app.add_option("--data", o.data, "token file: llm.c .bin (uint16 tokens), or any other file read as bytes "
                                    "(vocab 256); default: an embedded corpus of integer additions")
@@ -89,7 +89,11 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--trace-steps", o.trace_steps, "how many of the last steps the timeline keeps")
       ->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--log-json", o.log_json, "one JSON object per step from rank 0, to FILE or - (stdout)");
-  app.add_option("--samples", o.samples, "completions sampled at the end (embedded corpus)")
+  app.add_option("--tokenizer", o.tokenizer, "Hugging Face byte-level BPE tokenizer.json that decodes the samples "
+                                             "of --data (scripts/prepare-data writes one); vocab 256 data is bytes")
+      ->check(CLI::ExistingFile);
+  app.add_option("--samples", o.samples, "completions printed at the end: of the embedded corpus's sums, or (at most 3) "
+                                         "of prompts from --val-data / --data")
       ->capture_default_str()->check(CLI::Range(0, 10000));
 }
 

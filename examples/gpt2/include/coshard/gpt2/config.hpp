@@ -3,7 +3,7 @@
 // the LM head is tied to the token embedding. Named configs and a "key=value" shape syntax:
 //
 //   parse_config("tiny")                                     // a named config
-//   parse_config("small,vocab=50257")                        // a named config with overrides
+//   parse_config("10M,vocab=50257")                          // a named config with overrides
 //   parse_config("layers=2,heads=3,width=48,vocab=97,context=32")  // every shape key given
 //
 // Bad specs throw coshard::Error(Errc::bad_config) naming the key and the value.
@@ -35,7 +35,7 @@ struct Config {
 };
 
 // tiny: L2 NH4 C96 V256 T64 (~253k parameters; byte-level).
-// small: L6 NH6 C384 V256 T256 (~10.8M; about a second per step of 4x256 tokens on one core).
+// 10M: L6 NH6 C384 V256 T256 (~10.8M; about 0.65 s per step of 4x256 tokens on one core).
 // 124M: L12 NH12 C768 V50257 T1024 (GPT-2 small as released).
 Config named_config(std::string_view name);
 std::vector<std::string> config_names();
