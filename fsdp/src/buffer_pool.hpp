@@ -4,6 +4,11 @@
 // the host never blocks to enforce the in-flight limit, and no buffer is reused while a stream
 // still reads it. The pool grows only when every slot is held (strategies that keep units
 // unsharded); its size is the peak number of unsharded units.
+//
+// Slots are sized for their units, not all for the largest: GPT-2 124M's embedding and head is
+// 5.5 blocks, and such a pool held 13 x 157 MB under SHARD_GRAD_OP where the units need 500 MB. A
+// request takes the smallest free slot that fits; when none fits, a free slot that is too small
+// is replaced (its memory goes back to the allocator with the event of its last use).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -15,20 +20,22 @@ namespace coshard::fsdp::detail {
 
 class BufferPool {
  public:
-  BufferPool(DType dtype, std::int64_t numel) : dtype_(dtype), numel_(numel) {}
+  explicit BufferPool(DType dtype) : dtype_(dtype) {}
 
   struct Lease {
     int slot = -1;
     Tensor buffer;
     std::optional<Event> previous_use;  // the taker's stream must wait for it
   };
-  Lease acquire(Allocator& alloc);
+  /// A buffer of at least `numel` elements (callers view its first `numel`).
+  Lease acquire(Allocator& alloc, std::int64_t numel);
   void release(int slot, const Event& last_use);
 
   std::size_t slots() const noexcept { return slots_.size(); }
   const Tensor& buffer(int slot) const { return slots_.at(static_cast<std::size_t>(slot)).buffer; }
   std::size_t held() const noexcept;
-  std::int64_t numel() const noexcept { return numel_; }
+  /// Elements over all slots.
+  std::int64_t numel() const noexcept;
 
  private:
   struct Slot {
@@ -38,7 +45,6 @@ class BufferPool {
     std::uint64_t released_at = 0;
   };
   DType dtype_;
-  std::int64_t numel_;
   std::uint64_t clock_ = 0;
   std::vector<Slot> slots_;
 };

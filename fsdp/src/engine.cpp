@@ -115,7 +115,12 @@ Task<void> Engine::run_forward(std::size_t ui) {
   // Post-forward: reshard per strategy once compute is done with the buffer.
   m.plan->forward_done(pos);
   u.progress.open = u.progress.forward_calls < u.phases;
-  if (!u.progress.open && m.plan->reshard_after_forward(ui)) m.unsharder->reshard(ui, record_on(*m.ctx.streams.compute), true);
+  if (u.progress.open) co_return;
+  if (m.plan->reshard_after_forward(ui)) {
+    m.unsharder->reshard(ui, record_on(*m.ctx.streams.compute), true);
+  } else {
+    u.unsharded.kept = true;  // SHARD_GRAD_OP, the root: not a prefetch, so the limiter ignores it
+  }
 }
 
 // ---- backward ----
@@ -142,6 +147,7 @@ Task<void> Engine::run_backward(std::size_t ui) {
   const bool first_phase = u.progress.backward_calls == 0;
   // Pre-backward: unshard again if resharded after forward; gradient buffers; prefetch (PRE).
   ensure_unsharded(m, ui, "backward", first_phase, m.ctx.reshard_group > 0 && u.unsharded.post_forward_shard.defined());
+  u.unsharded.kept = false;  // the current unit again
   if (first_phase) m.reducer->open(ui, m.sync);
   if (m.plan->prefetch_before_backward(ui)) prefetch(m, m.plan->backward_prefetch(ui, pos), "backward");
   Scope scope(m.ctx.rt, *m.ctx.streams.compute, &u.unsharded.views, &u.grads.views, phase);
@@ -268,6 +274,7 @@ MemoryReport Engine::memory_report() const {
   }
   r.shard_copy_bytes = m.offload ? m.offload->device_copy_bytes() : 0;
   r.max_unit_unsharded_bytes = m.unsharder->max_unit_bytes();
+  r.all_units_unsharded_bytes = m.unsharder->all_units_param_bytes();
   r.pool_slots = m.unsharder->slots();
   return r;
 }

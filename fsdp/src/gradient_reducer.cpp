@@ -35,9 +35,7 @@ DivideFactors DivideFactors::of(std::optional<double> custom_factor, DType reduc
 GradientReducer::GradientReducer(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
     : ctx_(ctx), units_(units), comms_(comms), offload_(offload),
       factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)) {
-  std::int64_t max_padded = 0;
-  for (const auto& u : units_) max_padded = std::max(max_padded, u.layout.padded);
-  pool_ = std::make_unique<BufferPool>(DType::f32, max_padded);
+  pool_ = std::make_unique<BufferPool>(DType::f32);
 }
 
 void GradientReducer::open(std::size_t ui, bool sync) {
@@ -54,7 +52,7 @@ void GradientReducer::open(std::size_t ui, bool sync) {
     g.buffer = g.accumulated;
     g.accumulated_pending = true;
   } else {
-    auto lease = pool_->acquire(ctx_.rt.allocator());
+    auto lease = pool_->acquire(ctx_.rt.allocator(), u.layout.padded);
     g.slot = lease.slot;
     if (lease.previous_use) compute.wait(*lease.previous_use);
     g.buffer = lease.buffer.view(0, {u.layout.padded});

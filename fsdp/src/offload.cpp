@@ -36,14 +36,13 @@ Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) 
   }
   host_ = std::make_unique<Allocator>(cpu_memory(), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
   if (off.params) {
-    std::int64_t max_chunk = 0;
-    for (const auto& u : units) max_chunk = std::max(max_chunk, u.layout.chunk);
-    shard_pool_ = std::make_unique<BufferPool>(ctx.param_dtype, max_chunk);
+    for (const auto& u : units) max_chunk_ = std::max(max_chunk_, u.layout.chunk);
+    shard_pool_ = std::make_unique<BufferPool>(ctx.param_dtype);
   }
 }
 
 Offload::Staged Offload::stage_master(const UnitState& u) {
-  auto lease = shard_pool_->acquire(ctx_.rt.allocator());
+  auto lease = shard_pool_->acquire(ctx_.rt.allocator(), u.layout.chunk);
   if (lease.previous_use) h2d().wait(*lease.previous_use);
   if (u.shard.updated) h2d().wait(*u.shard.updated);
   Tensor dev = lease.buffer.view(0, {u.layout.chunk});
@@ -61,7 +60,7 @@ Offload::Staged Offload::stage_master(const UnitState& u) {
 }
 
 std::size_t Offload::device_copy_bytes() const noexcept {
-  return shard_pool_ ? static_cast<std::size_t>(shard_pool_->numel()) * size_of(ctx_.param_dtype) : 0;
+  return shard_pool_ ? static_cast<std::size_t>(max_chunk_) * size_of(ctx_.param_dtype) : 0;
 }
 
 }  // namespace coshard::fsdp::detail

@@ -45,7 +45,8 @@ class Offload {
  private:
   Context& ctx_;
   std::unique_ptr<Allocator> host_;
-  std::unique_ptr<BufferPool> shard_pool_;  // device copies of master shards, sized for the largest
+  std::int64_t max_chunk_ = 0;              // the largest master shard
+  std::unique_ptr<BufferPool> shard_pool_;  // device copies of master shards, each slot sized for its shard
 };
 
 }  // namespace coshard::fsdp::detail

@@ -27,6 +27,7 @@ struct ShardTensors {
 
 struct Unsharded {
   bool resident = false;
+  bool kept = false;  // left unsharded after forward for backward: outside the in-flight count
   int param_slot = -1, f32_slot = -1;  // pool slots held while resident
   Event ready;                          // the unsharded parameters are complete
   std::vector<Tensor> views;            // one per parameter, handed to the unit's Scope

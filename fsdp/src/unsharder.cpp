@@ -11,19 +11,25 @@ namespace coshard::fsdp::detail {
 Unsharder::Unsharder(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
     : ctx_(ctx), units_(units), comms_(comms), offload_(offload) {
   for (const auto& u : units_) max_padded_ = std::max(max_padded_, u.layout.padded);
-  if (ctx_.sharded()) params_ = std::make_unique<BufferPool>(ctx_.param_dtype, max_padded_);
-  if (ctx_.mixed()) f32_ = std::make_unique<BufferPool>(DType::f32, max_padded_);
+  if (ctx_.sharded()) params_ = std::make_unique<BufferPool>(ctx_.param_dtype);
+  if (ctx_.mixed()) f32_ = std::make_unique<BufferPool>(DType::f32);
 }
 
 std::size_t Unsharder::resident_count() const {
   std::size_t n = 0;
-  for (const auto& u : units_) n += u.unsharded.resident && !u.progress.open ? 1 : 0;
+  for (const auto& u : units_) n += u.unsharded.resident && !u.progress.open && !u.unsharded.kept ? 1 : 0;
   return n;
 }
 
 std::size_t Unsharder::max_unit_bytes() const noexcept {
   const auto n = static_cast<std::size_t>(max_padded_);
   return n * size_of(ctx_.param_dtype) + (ctx_.mixed() ? n * 4 : 0) + n * 4;
+}
+
+std::size_t Unsharder::all_units_param_bytes() const noexcept {
+  std::size_t n = 0;
+  for (const auto& u : units_) n += static_cast<std::size_t>(u.layout.padded);
+  return n * (size_of(ctx_.param_dtype) + (ctx_.mixed() ? 4 : 0));
 }
 
 void Unsharder::unshard(std::size_t ui, const char* phase, bool from_post_forward_shard) {
@@ -34,7 +40,7 @@ void Unsharder::unshard(std::size_t ui, const char* phase, bool from_post_forwar
     publish(u, ctx_.mixed() ? rounded_master(u) : u.shard.master);
     return;
   }
-  auto lease = params_->acquire(ctx_.rt.allocator());
+  auto lease = params_->acquire(ctx_.rt.allocator(), u.layout.padded);
   u.unsharded.param_slot = lease.slot;
   // The stream that writes the buffer first: h2d when the master shard lives on the host.
   const bool via_host = offload_ && !from_post_forward_shard;
@@ -91,7 +97,7 @@ void Unsharder::gather_from_master(UnitState& u, const Tensor& buf) {
 // Mixed precision: the unit computes in f32 on the param_dtype-rounded values.
 Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
   Stream& stream = *ctx_.streams.unshard;
-  auto f = f32_->acquire(ctx_.rt.allocator());
+  auto f = f32_->acquire(ctx_.rt.allocator(), u.layout.padded);
   u.unsharded.f32_slot = f.slot;
   if (f.previous_use) stream.wait(*f.previous_use);
   Tensor out = f.buffer.view(0, {u.layout.padded});
@@ -105,7 +111,7 @@ Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
 // NO_SHARD with mixed precision: parameters rounded to param_dtype, computed in f32.
 Tensor Unsharder::rounded_master(UnitState& u) {
   Stream& stream = *ctx_.streams.unshard;
-  auto f = f32_->acquire(ctx_.rt.allocator());
+  auto f = f32_->acquire(ctx_.rt.allocator(), u.layout.padded);
   u.unsharded.f32_slot = f.slot;
   if (f.previous_use) stream.wait(*f.previous_use);
   Tensor out = f.buffer.view(0, {u.layout.padded});
@@ -153,7 +159,7 @@ void Unsharder::reshard(std::size_t ui, const Event& last_use, bool keep_post_fo
   if (s.f32_slot >= 0) f32_->release(s.f32_slot, last_use);
   s.param_slot = s.f32_slot = -1;
   s.views.clear();
-  s.resident = false;
+  s.resident = s.kept = false;
   report_occupancy();
 }
 

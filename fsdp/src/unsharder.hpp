@@ -41,6 +41,8 @@ class Unsharder {
   std::size_t slots() const noexcept { return params_ ? params_->slots() : 0; }
   // One unit's unsharded bytes at the largest: parameters, their f32 copy, gradients.
   std::size_t max_unit_bytes() const noexcept;
+  // Parameters (+ f32 copies) of every unit, unsharded.
+  std::size_t all_units_param_bytes() const noexcept;
 
  private:
   Tensor gather(UnitState& u, const Tensor& buf, bool from_post_forward_shard);

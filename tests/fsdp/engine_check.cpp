@@ -429,10 +429,11 @@ struct Run {
     auto stats = rt.allocator().stats();
     const bool keep = cfg.strategy == fsdp::Strategy::shard_grad_op || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
     const std::size_t depth = keep ? cfg.layers.size() : static_cast<std::size_t>(cfg.in_flight);
-    // Gradient buffers: the unit in backward and the one whose reduction is in flight; temporary
-    // reduce-scatter outputs are a shard each.
-    const std::size_t bound = report.sharded_state_bytes + depth * report.max_unit_unsharded_bytes +
-                              report.max_unit_unsharded_bytes + 64 * 1024;
+    // Kept units: each unit's own parameters (the pool sizes buffers per unit), then one unit more
+    // for the gradient buffers (the unit in backward and the one whose reduction is in flight;
+    // temporary reduce-scatter outputs are a shard each).
+    const std::size_t unsharded = keep ? report.all_units_unsharded_bytes : depth * report.max_unit_unsharded_bytes;
+    const std::size_t bound = report.sharded_state_bytes + unsharded + report.max_unit_unsharded_bytes + 64 * 1024;
     if (pg.rank() == 0) {
       std::printf("peak %zu bytes, bound %zu (sharded %zu + %zu x unit %zu), pool slots %zu\n", stats.peak_allocated_bytes,
                   bound, report.sharded_state_bytes, depth, report.max_unit_unsharded_bytes, report.pool_slots);

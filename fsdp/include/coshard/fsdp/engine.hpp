@@ -38,6 +38,9 @@ struct MemoryReport {
   std::size_t host_state_bytes = 0;       ///< the same, offloaded to host memory
   std::size_t shard_copy_bytes = 0;       ///< offload: one device copy of the largest master shard
   std::size_t max_unit_unsharded_bytes = 0;  ///< largest unit: parameters (+ f32 copy) and gradients
+  /// Every unit's parameters (+ f32 copies) unsharded at once: what SHARD_GRAD_OP keeps from forward
+  /// to backward. The pool sizes each buffer for its unit, so this, not units x the largest, bounds it.
+  std::size_t all_units_unsharded_bytes = 0;
   std::size_t pool_slots = 0;             ///< unsharded buffers the pool holds
 };
 
