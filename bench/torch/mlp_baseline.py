@@ -1,9 +1,13 @@
 #!/usr/bin/python3
-# What a user would pick instead of coshard on this machine (PyTorch 1.13 cannot run FSDP on CPU):
-# DDP, and a plain ZeRO-3 on gloo collectives, for the MLP of bench_fsdp_step: 4 x Linear(H, H)
-# with ReLU between, MSE loss, Adam, `batch` rows per rank, `world` processes on 127.0.0.1.
-# Prints:  torch <mode> world=<n> batch=<b> step_ms=<ms> steps_per_s=<x>
-# Usage: /usr/bin/python3 bench/torch/mlp_baseline.py ddp|zero3 [world=2] [batch=128] [steps=20] [hidden=2048]
+# What a user would pick instead of coshard, for the MLP of bench_fsdp_step: 4 x Linear(H, H) with
+# ReLU between, MSE loss, Adam, `batch` rows per rank, `world` processes on 127.0.0.1, gloo:
+#   ddp    DistributedDataParallel
+#   fsdp2  fully_shard per Linear and at the root (torch >= 2.4: the peer environment's python,
+#          scripts/setup --peers; Debian's torch 1.13 has no FSDP on the CPU)
+#   zero3  a hand-written ZeRO-3: all_gather for forward and backward, reduce_scatter_tensor for
+#          the gradients (all_to_all + sum on torch 1.13, whose gloo has no reduce-scatter)
+# Prints:  torch <mode> world=<n> batch=<b> step_ms=<ms> steps_per_s=<x> spread=<(max-min)/median>
+# Usage: bench/torch/mlp_baseline.py ddp|fsdp2|zero3 [world=2] [batch=128] [steps=20] [hidden=2048]
 import socket
 import sys
 import time
@@ -19,7 +23,7 @@ LAYERS = 4
 
 class GatheredLinear(torch.autograd.Function):
     """y = x W^T + b, W kept as this rank's flat shard: gathered for forward and again for backward;
-    the weight gradient is reduce-scattered (all_to_all + sum: gloo has no reduce_scatter)."""
+    the weight gradient is reduce-scattered."""
 
     @staticmethod
     def gather(shard, world, h):
@@ -38,9 +42,14 @@ class GatheredLinear(torch.autograd.Function):
         x, shard = ctx.saved_tensors
         w = GatheredLinear.gather(shard, ctx.world, ctx.h)
         gw = (gy.t() @ x).reshape(-1)
-        parts = torch.empty_like(gw)
-        dist.all_to_all_single(parts, gw)
-        gshard = parts.view(ctx.world, -1).sum(0).div_(ctx.world)
+        if int(torch.__version__.split(".")[0]) >= 2:
+            gshard = torch.empty(gw.numel() // ctx.world)
+            dist.reduce_scatter_tensor(gshard, gw)
+            gshard.div_(ctx.world)
+        else:
+            parts = torch.empty_like(gw)
+            dist.all_to_all_single(parts, gw)
+            gshard = parts.view(ctx.world, -1).sum(0).div_(ctx.world)
         gb = gy.sum(0)
         dist.all_reduce(gb)
         return gy @ w, gshard, gb.div_(ctx.world), None, None
@@ -77,7 +86,17 @@ def run(rank, world, mode, batch, steps, h, port):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    model = nn.parallel.DistributedDataParallel(mlp(h)) if mode == "ddp" else Zero3(h, rank, world)
+    if mode == "ddp":
+        model = nn.parallel.DistributedDataParallel(mlp(h))
+    elif mode == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        model = mlp(h)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(model)
+    else:
+        model = Zero3(h, rank, world)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x, y = torch.randn(batch, h), torch.randn(batch, h)
 
@@ -89,19 +108,23 @@ def run(rank, world, mode, batch, steps, h, port):
     for _ in range(2):
         step()
     dist.barrier()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         step()
+        times.append((time.perf_counter() - t0) * 1e3)
     dist.barrier()
-    ms = (time.perf_counter() - t0) * 1e3 / steps
+    times.sort()
+    ms = times[len(times) // 2]
     if rank == 0:
-        print(f"torch {mode} world={world} batch={batch} step_ms={ms:.1f} steps_per_s={1e3 / ms:.3f}", flush=True)
+        print(f"torch {mode} world={world} batch={batch} step_ms={ms:.1f} steps_per_s={1e3 / ms:.3f} "
+              f"spread={(times[-1] - times[0]) / ms:.2f} version={torch.__version__}", flush=True)
     dist.destroy_process_group()
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] not in ("ddp", "zero3"):
-        sys.exit("usage: mlp_baseline.py ddp|zero3 [world] [batch] [steps] [hidden]")
+    if len(sys.argv) < 2 or sys.argv[1] not in ("ddp", "fsdp2", "zero3"):
+        sys.exit("usage: mlp_baseline.py ddp|fsdp2|zero3 [world] [batch] [steps] [hidden]")
     mode = sys.argv[1]
     world, batch, steps, h = (int(a) for a in (sys.argv[2:] + ["2", "128", "20", "2048"][len(sys.argv) - 2:]))
     with socket.socket() as s:
