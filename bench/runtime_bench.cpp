@@ -1,10 +1,14 @@
 // Runtime micro-benchmarks. Each coshard figure is printed beside a baseline measured in the same
 // run, so ratios survive a noisy machine:
 //   TaskAwait        vs DirectCall          (coroutine create + await + resume vs a function call)
-//   EventRoundTrip   vs CondvarPingPong     (resume of an awaiting task after a stream completes
-//                                            the work vs the bare cost of two thread hand-offs)
+//   EventRoundTrip   vs AsioPostRoundTrip   (work to a stream, the awaiting task resumed after it;
+//                                            what a user writes without coshard: asio::post to a
+//                                            worker io_context and the completion posted back)
+//                    vs CondvarPingPong     (the bare cost of two thread hand-offs)
 //   EventResumeLatency                      (stream finishes the work -> awaiting task resumes)
-//   StreamEnqueue    vs MutexDequePush      (host-side enqueue cost vs a locked queue push)
+//   StreamEnqueue    vs AsioPost            (host-side cost of handing work to another thread:
+//                                            asio::post to a worker io_context)
+//                    vs MutexDequePush      (a locked queue push, no thread behind it)
 // Times are per operation (the "per_op" counter, in seconds; benchmark prints it scaled).
 #include <benchmark/benchmark.h>
 
@@ -14,6 +18,11 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <future>
 
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/runtime/stream.hpp"
@@ -132,6 +141,46 @@ void BM_CondvarPingPong_baseline(benchmark::State& state) {
   per_op(state, kRoundTrips);
 }
 
+// An io_context run by a worker thread, as a user would set one up for background work.
+struct AsioWorker {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> guard = asio::make_work_guard(io);
+  std::thread thread{[this] { io.run(); }};
+  ~AsioWorker() {
+    guard.reset();
+    thread.join();
+  }
+  void drain() {  // returns once everything posted so far has run
+    std::promise<void> done;
+    asio::post(io, [&done] { done.set_value(); });
+    done.get_future().wait();
+  }
+};
+
+void BM_AsioPostRoundTrip_baseline(benchmark::State& state) {
+  AsioWorker worker;
+  asio::io_context caller;
+  auto guard = asio::make_work_guard(caller);
+  for (auto _ : state) {
+    for (int i = 0; i < kRoundTrips; ++i) {
+      asio::post(worker.io, [&caller] { asio::post(caller, [] {}); });
+      caller.run_one();  // the completion, back on the caller's thread
+    }
+  }
+  per_op(state, kRoundTrips);
+}
+
+void BM_AsioPost_baseline(benchmark::State& state) {
+  AsioWorker worker;
+  for (auto _ : state) {
+    for (int i = 0; i < kBatch; ++i) asio::post(worker.io, [] {});
+    state.PauseTiming();
+    worker.drain();
+    state.ResumeTiming();
+  }
+  per_op(state, kBatch);
+}
+
 void BM_StreamEnqueue(benchmark::State& state) {
   auto stream = Stream::cpu(Device::cpu(), "compute");
   for (auto _ : state) {
@@ -165,9 +214,11 @@ void BM_MutexDequePush_baseline(benchmark::State& state) {
 BENCHMARK(BM_TaskAwait)->UseRealTime();
 BENCHMARK(BM_DirectCall_baseline)->UseRealTime();
 BENCHMARK(BM_EventRoundTrip)->UseRealTime();
+BENCHMARK(BM_AsioPostRoundTrip_baseline)->UseRealTime();
 BENCHMARK(BM_EventResumeLatency)->UseManualTime();
 BENCHMARK(BM_CondvarPingPong_baseline)->UseRealTime();
 BENCHMARK(BM_StreamEnqueue)->UseRealTime();
+BENCHMARK(BM_AsioPost_baseline)->UseRealTime();
 BENCHMARK(BM_MutexDequePush_baseline)->UseRealTime();
 
 }  // namespace

@@ -50,9 +50,7 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
   expect("reorder_and_upcast_attn", false, "computes attention in float32 without reordering");
 }
 
-}  // namespace
-
-Config read_hf_config(const fs::path& config_json) {
+Config parse_hf_config(const fs::path& config_json) {
   std::ifstream f(config_json);
   if (!f) throw Error(Errc::io, "cannot open Hugging Face config '" + config_json.string() + "'");
   json j = json::parse(f, nullptr, false);
@@ -71,6 +69,16 @@ Config read_hf_config(const fs::path& config_json) {
     throw bad(config_json, e.message());
   }
   return c;
+}
+
+}  // namespace
+
+Config read_hf_config(const fs::path& config_json) {
+  try {
+    return parse_hf_config(config_json);
+  } catch (const json::exception& e) {  // a field of the wrong type
+    throw bad(config_json, std::string("malformed: ") + e.what());
+  }
 }
 
 void save_hf_dir(const fs::path& dir, const Config& config, const StateDict& state) {

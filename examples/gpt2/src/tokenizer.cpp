@@ -66,6 +66,14 @@ Tokenizer Tokenizer::bytes() {
 }
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
+  try {
+    return parse(path);
+  } catch (const json::exception& e) {  // a field of the wrong type
+    throw bad(path, std::string("malformed: ") + e.what());
+  }
+}
+
+Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
   std::ifstream f(path);
   if (!f) throw Error(Errc::io, "cannot open tokenizer '" + path.string() + "'");
   const json j = json::parse(f, nullptr, false);

@@ -78,20 +78,26 @@ void describe_data(const train::TrainOptions& o, const train::Inputs& in) {
   std::string val = "no validation data";
   if (!o.val_data.empty()) val = std::to_string(in.val->size()) + " validation tokens from --val-data " + o.val_data;
   if (o.val_fraction > 0) {
+    // At least one sequence is held out, so the share can exceed --val-fraction: say what it is.
+    const double share = static_cast<double>(in.val->size()) / static_cast<double>(in.val->size() + in.train->size());
     val = std::to_string(in.val->size()) + " validation tokens held out (the last " +
-          std::to_string(static_cast<int>(o.val_fraction * 100 + 0.5)) + "% of the data, --val-fraction)";
+          std::to_string(static_cast<int>(share * 100 + 0.5)) + "% of the data, --val-fraction)";
   }
   std::printf("data: %zu training tokens from %s; %s\n", in.train->size(), data_name(o).c_str(), val.c_str());
 }
 
 // Writable where the file will go: a probe beside it (the real write is atomic).
-// --save-hf's directory is created (its parent must exist).
+// --save-hf's directory is created here, as save_hf_dir would.
 void probe_save_path(const std::string& save, const std::string& flag = {}) {
   fs::path target = fs::absolute(save);
   const std::string what = flag.empty() ? "--save " + save : flag;
-  if (!flag.empty() && fs::is_directory(target.parent_path().parent_path())) {
+  if (!flag.empty()) {
     std::error_code ec;
-    fs::create_directory(target.parent_path(), ec);
+    fs::create_directories(target.parent_path(), ec);
+    if (ec || !fs::is_directory(target.parent_path())) {
+      throw Error(Errc::io, "cannot write " + what + ": cannot make the directory " + target.parent_path().string() +
+                                (ec ? " (" + ec.message() + ")" : " (a file of that name exists)"));
+    }
   }
   fs::path probe = target.parent_path() / (".gpt2-train-probe-" + std::to_string(::getpid()));
   std::ofstream f(probe);
@@ -147,8 +153,9 @@ Task<int> run(Runtime& rt, train::Job& job) {
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
   if (job.in.init) {
-    co_await engine->load_full_state_dict(*job.in.init);
-    job.in.init.reset();  // the whole model in float32 on every rank: 500 MB for 124M, not needed again
+    // The whole model in float32 on every rank (500 MB for 124M): moved in, not needed again.
+    co_await engine->load_full_state_dict(std::move(*job.in.init));
+    job.in.init.reset();
   }
   const int first_step = co_await train::resume(rt, job, *engine, *pg);
 

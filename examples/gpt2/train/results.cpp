@@ -50,7 +50,7 @@ void print_text_samples(const TrainOptions& o, const Inputs& in, gpt2::Gpt2& mod
   const auto& src = in.val ? *in.val : *in.train;
   const std::size_t prompt = std::min<std::size_t>(16, static_cast<std::size_t>(o.config.context) / 2);
   const int n = std::min(o.samples, 3), new_tokens = static_cast<int>(std::min<std::int64_t>(32, o.config.context - prompt));
-  if (src.size() < prompt) return;
+  if (prompt == 0 || src.size() < prompt) return;  // a context of 1 leaves no room for a prompt
   std::printf("samples: greedy, %d tokens after a %zu-token prompt from the %s data\n", new_tokens, prompt,
               in.val ? "validation" : "training");
   for (int i = 0; i < n; ++i) {

@@ -37,8 +37,8 @@ struct TrainOptions {
   int threads = 0;                  // BLAS threads per rank; 0: ops::threads_per_rank(ranks on this host)
   std::string init;
   std::string save;
-  std::string save_hf;
-  std::string tokenizer;  // tokenizer.json that decodes the samples of --data  // a Hugging Face model directory (config.json + model.safetensors)
+  std::string save_hf;    // a Hugging Face model directory (config.json + model.safetensors)
+  std::string tokenizer;  // tokenizer.json that decodes the samples of --data
   int eval_every = 0;
   int metrics_port = 9400;
   std::string metrics_bind = "127.0.0.1";

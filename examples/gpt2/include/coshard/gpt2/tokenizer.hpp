@@ -28,6 +28,7 @@ class Tokenizer {
   std::string decode(std::span<const std::int32_t> ids) const;
 
  private:
+  static Tokenizer parse(const std::filesystem::path& path);
   std::vector<std::string> pieces_;  // id -> bytes
 };
 
