@@ -178,6 +178,46 @@ def learning_rate(a, step):
     return 0.1 * a.lr + 0.5 * (a.lr - 0.1 * a.lr) * (1.0 + math.cos(math.pi * progress))
 
 
+class ExposedComm:
+    """Time the training thread spends blocked on a collective, as coshard's exposed_comm_s counts
+    the compute stream's waits: a synchronous call for its whole duration, an asynchronous one for
+    its Work.wait(). FSDP2 calls the torch.distributed functions through the module at call time,
+    so wrapping them there sees every all-gather, reduce-scatter and all-reduce it issues. DDP's
+    reducer issues its all-reduces from C++, out of sight: its figure is left out."""
+
+    NAMES = ("all_gather_single", "all_gather_into_tensor", "reduce_scatter_single", "reduce_scatter_tensor", "all_reduce")
+
+    def __init__(self):
+        self.seconds = 0.0
+        for name in self.NAMES:
+            if hasattr(dist, name):
+                setattr(dist, name, self._timed(getattr(dist, name)))
+
+    def _timed(self, fn):
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            work = fn(*args, **kwargs)
+            if work is None or not kwargs.get("async_op", False):
+                self.seconds += time.perf_counter() - t0
+                return work
+            return self._Waited(work, self)
+        return call
+
+    class _Waited:
+        def __init__(self, work, owner):
+            self._work, self._owner = work, owner
+
+        def wait(self, *args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return self._work.wait(*args, **kwargs)
+            finally:
+                self._owner.seconds += time.perf_counter() - t0
+
+        def __getattr__(self, name):
+            return getattr(self._work, name)
+
+
 def wrap(m, mode):
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
@@ -226,6 +266,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     m = GPT2(c)
     load_init(m, a.init)
+    exposed = ExposedComm() if a.mode != "ddp" else None
     model = wrap(m, a.mode)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
@@ -238,6 +279,7 @@ def main():
     tokens_per_step = world * a.batch * a.seq
     for step in range(a.steps):
         t0 = time.perf_counter()
+        waited = exposed.seconds if exposed else 0.0
         for g in opt.param_groups:
             g["lr"] = learning_rate(a, step)
         x, y = batch(toks, step, rank, world, a.batch, a.seq)
@@ -247,13 +289,15 @@ def main():
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        waited = exposed.seconds - waited if exposed else None  # FSDP's own collectives only
         mean = loss.detach().clone()
-        dist.all_reduce(mean)  # gloo has no AVG
+        dist.all_reduce(mean)  # gloo has no AVG; in the step's time, as gpt2-train's is
         mean /= world
         dt = time.perf_counter() - t0
         if log:
             log.write(json.dumps({"step": step + 1, "loss": mean.item(), "lr": learning_rate(a, step),
-                                  "step_s": dt, "tokens_per_s": tokens_per_step / dt}) + "\n")
+                                  "step_s": dt, "tokens_per_s": tokens_per_step / dt,
+                                  "exposed_comm_s": waited}) + "\n")
             log.flush()
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0], dtype=torch.float64)
     peaks = [torch.zeros_like(rss) for _ in range(world)]

@@ -3,8 +3,10 @@
     parity: coshard full_shard and FSDP2 train the same GPT-2 from the same init file on the same
             tokens for --steps steps on each rank count of --ranks; every step's loss must agree to
             --tolerance (relative). Exit code 1 if not.
-    bench:  step time (median over the steps after --warmup, with min-max spread), tokens/s and
-            peak RSS of the largest rank, for coshard full_shard / shard_grad_op / no_shard and
+    bench:  step time (median over the steps after --warmup, with min-max spread), exposed
+            communication (median time the training thread waits on a collective: coshard's
+            exposed_comm_s, the peer's blocked collective calls and Work.wait()s; not visible for
+            DDP), tokens/s and peak RSS of the largest process, for coshard full_shard / shard_grad_op / no_shard and
             FSDP2 (reshard_after_forward true / false) and DDP, each shape of --models.
 
 Both sides get the same BLAS/intra-op threads per rank (--threads) and are timed the same way (the
@@ -110,8 +112,11 @@ def parity(a, work):
 
 
 def summarise(recs, warmup):
+    """Median step time, min, max, and the median exposed communication (None where the run
+    cannot see it: DDP's all-reduces are issued from C++)."""
     times = [r["step_s"] for r in recs[warmup:]]
-    return statistics.median(times), min(times), max(times)
+    exposed = [r["exposed_comm_s"] for r in recs[warmup:] if r.get("exposed_comm_s") is not None]
+    return statistics.median(times), min(times), max(times), statistics.median(exposed) if exposed else None
 
 
 def bench(a, work):
@@ -127,11 +132,13 @@ def bench(a, work):
             rows.append((model, name, *summarise(recs, a.warmup), a.nranks * batch * seq, rss))
     print(f"{a.nranks} ranks, {a.threads} thread(s) per rank on both sides; median step over steps "
           f"{a.warmup + 1}..{a.steps} [min, max]")
-    print("| model | run | step (s) | spread | tokens/s | peak RSS (MB) |")
-    print("|---|---|---|---|---|---|")
-    a.results["bench"] = [dict(zip(("model", "run", "median_s", "min_s", "max_s", "tokens", "rss"), r)) for r in rows]
-    for model, name, med, lo, hi, tokens, rss in rows:
-        print(f"| {model} | {name} | {med:.3f} | [{lo:.3f}, {hi:.3f}] | {tokens / med:.0f} | {rss / 1e6:.0f} |")
+    print("| model | run | step (s) | spread | exposed comm (s) | tokens/s | peak RSS (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    a.results["bench"] = [dict(zip(("model", "run", "median_s", "min_s", "max_s", "exposed_s", "tokens", "rss"), r))
+                          for r in rows]
+    for model, name, med, lo, hi, exposed, tokens, rss in rows:
+        ex = "n/a" if exposed is None else f"{exposed:.3f}"
+        print(f"| {model} | {name} | {med:.3f} | [{lo:.3f}, {hi:.3f}] | {ex} | {tokens / med:.0f} | {rss / 1e6:.0f} |")
     for model in a.models:
         mine = {n: (m, lo, hi) for mo, n, m, lo, hi, *_ in rows if mo == model}
         for ours, theirs in (("coshard full_shard", "FSDP2 reshard=True"), ("coshard shard_grad_op", "FSDP2 reshard=False"),
