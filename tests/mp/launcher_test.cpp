@@ -80,7 +80,10 @@ TEST(Launcher, BadFlagsAreUsageErrors) {
   EXPECT_NE(r.output.find("no program given"), std::string::npos) << r.output;
   r = run(kRun + " --nnodes 2 --nproc-per-node 1 -- true");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.output.find("--token"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--nnodes > 1 needs --master ADDR:PORT with a fixed port"), std::string::npos) << r.output;
+  r = run(kRun + " --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29400 -- true");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("--nnodes > 1 needs --token T"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, AMissingProgramIsNamed) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/slurm.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
@@ -62,11 +63,79 @@ TEST(LaunchEnv, OpenMpiPmiAndSlurm) {
   ASSERT_TRUE(pmi) << pmi.error().what();
   EXPECT_EQ(pmi.value().rank, 2);
   auto slurm = resolve_launch_env(env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                       {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"MASTER_ADDR", "n0"},
-                                       {"MASTER_PORT", "7000"}}));
+                                       {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"},
+                                       {"SLURM_STEP_NODELIST", "n[0-1]"}, {"SLURM_JOB_ID", "12"},
+                                       {"SLURM_STEP_ID", "0"}, {"MASTER_ADDR", "m"}, {"MASTER_PORT", "7000"}}));
   ASSERT_TRUE(slurm) << slurm.error().what();
   EXPECT_EQ(slurm.value().source, "slurm");
   EXPECT_EQ(slurm.value().local_world_size, 4);
+  EXPECT_EQ(slurm.value().master_addr, "m");  // what the user sets wins over the step's first host
+  EXPECT_EQ(slurm.value().master_port, 7000);
+}
+
+// What srun gives each task of `srun -N3 -n5`: no MASTER_*; the first host serves the store on a
+// port and with a token that only this job step derives.
+std::map<std::string, std::string> slurm_step(const std::string& procid, const std::string& nodeid) {
+  return {{"SLURM_PROCID", procid},        {"SLURM_NTASKS", "5"},
+          {"SLURM_LOCALID", "0"},          {"SLURM_NODEID", nodeid},
+          {"SLURM_JOB_ID", "4242"},        {"SLURM_STEP_ID", "3"},
+          {"SLURM_STEP_NODELIST", "gpu-a[07-08],login2"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"}};
+}
+
+TEST(LaunchEnv, SlurmStepWithoutMasterFindsItsFirstHost) {
+  auto a = resolve_launch_env(env(slurm_step("4", "2")));
+  ASSERT_TRUE(a) << a.error().what();
+  EXPECT_EQ(a.value().rank, 4);
+  EXPECT_EQ(a.value().world_size, 5);
+  EXPECT_EQ(a.value().local_world_size, 1);  // the third host runs one task
+  EXPECT_EQ(a.value().master_addr, "gpu-a07");
+  EXPECT_EQ(a.value().token, "slurm-4242.3");
+  auto b = resolve_launch_env(env(slurm_step("1", "0")));
+  ASSERT_TRUE(b) << b.error().what();
+  EXPECT_EQ(b.value().local_world_size, 2);
+  EXPECT_EQ(b.value().master_port, a.value().master_port);
+  EXPECT_GE(a.value().master_port, 20000);
+  EXPECT_LT(a.value().master_port, 32768);  // below Linux's ephemeral ports
+  auto other_step = slurm_step("1", "0");
+  other_step["SLURM_STEP_ID"] = "4";
+  EXPECT_NE(resolve_launch_env(env(other_step)).value().master_port, a.value().master_port);
+  other_step["SLURM_STEP_RESV_PORTS"] = "12000-12003";
+  EXPECT_EQ(resolve_launch_env(env(other_step)).value().master_port, 12000);
+}
+
+TEST(LaunchEnv, SlurmBatchScriptOutsideAStepIsOneProcess) {
+  // sbatch -N2 -n4: the batch shell sees SLURM_PROCID=0 and SLURM_NTASKS=4, but it is no rank.
+  auto r = resolve_launch_env(env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "7"},
+                                   {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_NODEID", "0"}}));
+  ASSERT_TRUE(r) << r.error().what();
+  EXPECT_EQ(r.value().source, "none");
+  EXPECT_EQ(r.value().world_size, 1);
+}
+
+TEST(LaunchEnv, SlurmStepWithABadHostListSaysWhichVariable) {
+  auto vars = slurm_step("0", "0");
+  vars["SLURM_STEP_NODELIST"] = "node[1-";
+  auto r = resolve_launch_env(env(vars));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.error().what()).find("Slurm host list 'node[1-'"), std::string::npos) << r.error().what();
+  vars = slurm_step("0", "5");
+  r = resolve_launch_env(env(vars));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.error().what()).find("SLURM_NODEID=5 is outside the step's 3 hosts"), std::string::npos)
+      << r.error().what();
+}
+
+TEST(SlurmHostlist, ExpandsRangesPaddingAndProducts) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(expand_hostlist("node1").value(), V{"node1"});
+  EXPECT_EQ(expand_hostlist("node[1-3,7]").value(), (V{"node1", "node2", "node3", "node7"}));
+  EXPECT_EQ(expand_hostlist("a[08-10],b").value(), (V{"a08", "a09", "a10", "b"}));
+  EXPECT_EQ(expand_hostlist("r[1-2]-n[1-2]").value(), (V{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
+  for (const char* bad : {"", "a,,b", "n[1-", "n]1", "n[3-1]", "n[x]", "n[[1]]", "n[1-99999]"}) {
+    EXPECT_FALSE(expand_hostlist(bad)) << bad;
+  }
+  EXPECT_EQ(expand_tasks_per_node("2(x3),1").value(), (std::vector<int>{2, 2, 2, 1}));
+  for (const char* bad : {"", "x", "2(x0)", "2(x3", "0"}) EXPECT_FALSE(expand_tasks_per_node(bad)) << bad;
 }
 
 TEST(LaunchEnv, ListsEveryProblemAtOnce) {

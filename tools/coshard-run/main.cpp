@@ -9,11 +9,14 @@
 int main(int argc, char** argv) {
   coshard::run::Options options;
   try {
-    options = coshard::run::parse_options(argc, argv);
+    options = coshard::run::parse_options(argc, argv, coshard::transport::process_env());
   } catch (const std::invalid_argument& e) {
-    if (*e.what()) std::fprintf(stderr, "coshard-run: %s\n", e.what());
-    std::fputs(coshard::run::usage().c_str(), *e.what() ? stderr : stdout);
-    return *e.what() ? 2 : 0;
+    if (!*e.what()) {  // --help
+      std::fputs(coshard::run::usage().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "coshard-run: %s (coshard-run --help shows the usage)\n", e.what());
+    return 2;
   }
   try {
     return coshard::run::launch(options);

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "coshard/transport/slurm.hpp"
+
 namespace coshard::run {
 namespace {
 
@@ -20,6 +22,42 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi) 
   return out;
 }
 
+struct Given {
+  bool nnodes = false, node_rank = false, master = false;
+};
+
+// One coshard-run per host of the step, the step's first host serving the store.
+void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup& env) {
+  if (!transport::in_slurm_step(env)) return;
+  auto step = transport::read_slurm_step(env);
+  if (!step) throw std::invalid_argument(step.error().message());
+  const auto& s = step.value();
+  const auto hosts = static_cast<int>(s.hosts.size());
+  const std::string here = s.hosts[static_cast<std::size_t>(s.node_id)];
+  if (const int tasks = s.tasks_per_host[static_cast<std::size_t>(s.node_id)]; tasks != 1) {
+    throw std::invalid_argument("this Slurm step runs " + std::to_string(tasks) + " coshard-run tasks on " + here +
+                                "; coshard-run starts the ranks itself and runs once per host: srun "
+                                "--ntasks-per-node=1 coshard-run --nproc-per-node N ...");
+  }
+  if (given.nnodes && o.nnodes != hosts) {
+    throw std::invalid_argument("--nnodes " + std::to_string(o.nnodes) + " but this Slurm step spans " +
+                                std::to_string(hosts) + " host(s) (" + s.hosts.front() + (hosts > 1 ? "..." : "") +
+                                "): drop --nnodes, or allocate " + std::to_string(o.nnodes) + " nodes (srun -N" +
+                                std::to_string(o.nnodes) + ")");
+  }
+  if (given.node_rank && o.node_rank != s.node_id) {
+    throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " but Slurm runs this task on " + here +
+                                ", node " + std::to_string(s.node_id) + " of the step: drop --node-rank");
+  }
+  o.nnodes = hosts;
+  o.node_rank = s.node_id;
+  if (!given.master) {
+    o.master_addr = s.hosts.front();
+    o.master_port = s.port;
+  }
+  if (o.token.empty()) o.token = s.token;
+}
+
 }  // namespace
 
 std::string usage() {
@@ -31,12 +69,13 @@ std::string usage() {
          "  (default 127.0.0.1:0, port 0 picks a free one). Across nodes give every node the same --master\n"
          "  and --token. --max-restarts N: when a rank fails, stop the others and start every rank again (a\n"
          "  fresh store, COSHARD_RESTART_COUNT set), up to N times; a trainer with --resume auto continues\n"
-         "  from its last checkpoint.\n";
+         "  from its last checkpoint. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step\n"
+         "  gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
 }
 
-Options parse_options(int argc, char** argv) {
+Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
   Options o;
-  bool have_master = false;
+  Given given;
   int i = 1;
   auto value = [&](const std::string& flag) -> std::string {
     if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
@@ -53,15 +92,17 @@ Options parse_options(int argc, char** argv) {
       o.nproc_per_node = static_cast<int>(parse_int(a, value(a), 1, 1024));
     } else if (a == "--nnodes") {
       o.nnodes = static_cast<int>(parse_int(a, value(a), 1, 65536));
+      given.nnodes = true;
     } else if (a == "--node-rank") {
       o.node_rank = static_cast<int>(parse_int(a, value(a), 0, 65535));
+      given.node_rank = true;
     } else if (a == "--master") {
       auto v = value(a);
       auto colon = v.rfind(':');
       if (colon == std::string::npos || colon == 0) throw std::invalid_argument("--master needs ADDR:PORT, got '" + v + "'");
       o.master_addr = v.substr(0, colon);
       o.master_port = static_cast<std::uint16_t>(parse_int("--master port", v.substr(colon + 1), 0, 65535));
-      have_master = true;
+      given.master = true;
     } else if (a == "--token") {
       o.token = value(a);
       if (o.token.empty()) throw std::invalid_argument("--token must not be empty");
@@ -75,12 +116,13 @@ Options parse_options(int argc, char** argv) {
   }
   for (; i < argc; ++i) o.command.emplace_back(argv[i]);
   if (o.command.empty()) throw std::invalid_argument("no program given: put it after --");
+  apply_slurm_step(o, given, env);
   if (o.node_rank >= o.nnodes) {
     throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                                 std::to_string(o.nnodes));
   }
   if (o.nnodes > 1) {
-    if (!have_master || o.master_port == 0) {
+    if (o.master_port == 0) {
       throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
     }
     if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");

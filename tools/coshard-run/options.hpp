@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "coshard/transport/launch_env.hpp"
+
 namespace coshard::run {
 
 struct Options {
@@ -17,8 +19,10 @@ struct Options {
   std::vector<std::string> command;
 };
 
-// Parses argv; throws std::invalid_argument with a message naming the flag on bad input.
-Options parse_options(int argc, char** argv);
+// Parses argv; throws std::invalid_argument with a message naming the flag on bad input. Inside a
+// Slurm job step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes, --node-rank,
+// --master and --token; flags that contradict the step are errors.
+Options parse_options(int argc, char** argv, const transport::EnvLookup& env);
 std::string usage();
 
 }  // namespace coshard::run

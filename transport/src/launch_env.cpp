@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "coshard/transport/slurm.hpp"
+
 namespace coshard::transport {
 namespace {
 
@@ -41,17 +43,6 @@ class Reader {
     }
     return out;
   }
-  // Slurm writes tasks per node as "4(x2),3": the first count is this job's per-node width on
-  // homogeneous allocations.
-  std::optional<long> slurm_tasks_per_node() {
-    if (auto v = integer("SLURM_NTASKS_PER_NODE", false)) return v;
-    auto s = env_("SLURM_TASKS_PER_NODE");
-    if (!s) return std::nullopt;
-    long out = 0;
-    auto [p, ec] = std::from_chars(s->data(), s->data() + s->size(), out);
-    if (ec != std::errc() || p == s->data()) return std::nullopt;
-    return out;
-  }
   void problem(std::string p) { problems_.push_back(std::move(p)); }
   const std::vector<std::string>& problems() const { return problems_; }
   std::optional<std::string> get(const char* n) const { return env_(n); }
@@ -60,6 +51,21 @@ class Reader {
   const EnvLookup& env_;
   std::vector<std::string> problems_;
 };
+
+// Inside a Slurm step the step itself says how many tasks share this host, which host serves the
+// store, and on which port: srun needs no MASTER_ADDR, MASTER_PORT or COSHARD_TOKEN.
+std::optional<long> apply_slurm_step(const EnvLookup& env, Reader& r, LaunchEnv& out) {
+  auto step = read_slurm_step(env);
+  if (!step) {
+    r.problem(step.error().message());
+    return std::nullopt;
+  }
+  const auto& s = step.value();
+  if (!env("MASTER_ADDR")) out.master_addr = s.hosts.front();
+  if (!env("MASTER_PORT")) out.master_port = s.port;
+  if (!env("COSHARD_TOKEN")) out.token = s.token;
+  return s.tasks_per_host[static_cast<std::size_t>(s.node_id)];
+}
 
 }  // namespace
 
@@ -76,6 +82,7 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   LaunchEnv out;
   const Names* found = nullptr;
   for (const auto& n : kLaunchers) {
+    if (std::string_view(n.source) == "slurm" && !in_slurm_step(env)) continue;  // a batch script is one process
     if (env(n.rank) || env(n.world)) {
       found = &n;
       break;
@@ -98,8 +105,8 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   auto rank = r.integer(found->rank, true);
   auto world = r.integer(found->world, true);
   auto local_rank = r.integer(found->local_rank, false);
-  auto local_world = std::string(found->source) == "slurm" ? r.slurm_tasks_per_node()
-                                                           : r.integer(found->local_world, false);
+  auto local_world = std::string_view(found->source) == "slurm" ? apply_slurm_step(env, r, out)
+                                                                 : r.integer(found->local_world, false);
   if (world && *world < 1) r.problem(std::string(found->world) + "=" + std::to_string(*world) + " must be at least 1");
   if (rank && world && (*rank < 0 || *rank >= *world)) {
     r.problem(std::string(found->rank) + "=" + std::to_string(*rank) + " is outside [0, " + std::to_string(*world) +
@@ -120,14 +127,14 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
               std::to_string(out.world_size));
   }
 
-  if (out.world_size > 1) {
+  if (out.world_size > 1) {  // a Slurm step has filled in what it was not given
     auto addr = env("MASTER_ADDR");
-    if (!addr || addr->empty()) {
-      r.problem("MASTER_ADDR is not set (the rendezvous host; coshard-run and torchrun set it)");
-    } else {
+    if (addr && !addr->empty()) {
       out.master_addr = *addr;
+    } else if (out.master_addr.empty()) {
+      r.problem("MASTER_ADDR is not set (the rendezvous host; coshard-run, torchrun and srun set it)");
     }
-    if (auto port = r.integer("MASTER_PORT", true)) {
+    if (auto port = r.integer("MASTER_PORT", out.master_port == 0)) {
       if (*port < 1 || *port > 65535) {
         r.problem("MASTER_PORT=" + std::to_string(*port) + " is not a port number (1-65535)");
       } else {

@@ -20,19 +20,44 @@ Task<std::unique_ptr<Communicator>> ProcessGroup::new_communicator(CommOptions o
   co_return co_await create_ucx_communicator(rt_, store(), rank(), size(), std::move(options), ucx_);
 }
 
-Task<void> ProcessGroup::finish(std::chrono::milliseconds timeout) {
-  if (!store()) co_return;
-  const std::string done = "coshard/finish/done";
-  if (co_await store()->add("coshard/finish/left", 1) == size()) co_await store()->set(done, "1");
+namespace {
+
+// Counts this rank in on `name`; the rank that makes it `size` sets `name`/all. True for that rank.
+// Plain statements and named arguments around co_await: GCC 12 miscompiles temporaries and
+// conditions inside a co_await expression.
+Task<bool> count_in(StoreClient& store, std::string name, int size) {
+  const std::int64_t arrived = co_await store.add(name, 1);
+  if (arrived != size) co_return false;
+  std::string all = name + "/all", one = "1";
+  co_await store.set(std::move(all), std::move(one));
+  co_return true;
+}
+
+Task<void> wait_all(StoreClient& store, std::string name, std::chrono::milliseconds timeout, int rank,
+                    std::string what) {
   // Named, not a braced temporary: GCC 12 miscompiles those inside a co_await expression.
-  std::vector<std::string> keys{done};
+  std::vector<std::string> keys{name + "/all"};
   try {
-    co_await store()->wait(std::move(keys), timeout);
+    co_await store.wait(std::move(keys), timeout);
   } catch (const Error& e) {
     if (e.code() != Errc::timeout) throw;
-    throw Error(Errc::timeout, "not every rank reached the end of the job: " + e.message(),
-                ErrorContext{.rank = rank(), .op = "finish", .unit = {}});
+    throw Error(Errc::timeout, what + ": " + e.message(), ErrorContext{.rank = rank, .op = "finish", .unit = {}});
   }
+}
+
+}  // namespace
+
+Task<void> ProcessGroup::finish(std::chrono::milliseconds timeout) {
+  if (!store()) co_return;
+  const std::string left = "coshard/finish/left", heard = "coshard/finish/heard";
+  const bool last_to_arrive = co_await count_in(*store(), left, size());
+  if (!last_to_arrive) co_await wait_all(*store(), left, timeout, rank(), "not every rank reached the end of the job");
+  // The rank serving the store (rank 0 under srun or torchrun) must outlive every rank's last
+  // reply from it: had it left on seeing everyone arrive, a slower rank would lose its connection
+  // before hearing so. Every rank counts in once more, and only the server waits for that.
+  const bool last_to_hear = co_await count_in(*store(), heard, size());
+  if (last_to_hear || !rv_.server) co_return;
+  co_await wait_all(*store(), heard, timeout, rank(), "not every rank heard that the job ended");
 }
 
 Task<DeviceMesh> DeviceMesh::create(Communicator& world, int replicate, int shard) {

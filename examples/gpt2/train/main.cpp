@@ -149,6 +149,7 @@ fsdp::Options engine_options(const train::TrainOptions& o, int world) {
 Task<int> run(Runtime& rt, train::Job& job) {
   transport::ProcessGroupOptions po;
   po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
+  po.rendezvous.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.rendezvous_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
   gpt2::Gpt2Units model(job.o.config, job.o.seed);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));

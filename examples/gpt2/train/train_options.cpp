@@ -68,6 +68,9 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--collective-timeout", o.collective_timeout,
                  "seconds a collective waits for its peers before every waiting rank fails naming the silent ones")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
+                 "seconds to reach the rendezvous store (MASTER_ADDR:MASTER_PORT) and for every rank to join")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
 }
 
 void add_output_flags(CLI::App& app, TrainOptions& o) {

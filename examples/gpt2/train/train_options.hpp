@@ -34,6 +34,7 @@ struct TrainOptions {
   DType param_dtype = DType::f32;
   bool offload = false;
   double collective_timeout = 300;  // seconds a collective may wait for its peers
+  double rendezvous_timeout = 120;  // seconds to reach the store and for every rank to arrive
   int threads = 0;                  // BLAS threads per rank; 0: ops::threads_per_rank(ranks on this host)
   std::string init;
   std::string save;

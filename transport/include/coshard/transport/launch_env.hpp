@@ -1,7 +1,8 @@
 #pragma once
 // Works out this process's place in the job from the launcher's environment: torchrun (and
-// coshard-run), Open MPI, PMI (MPICH/Hydra) or Slurm, torchrun's names winning. A process started
-// by none of them is a single rank.
+// coshard-run), Open MPI, PMI (MPICH/Hydra) or a Slurm job step, torchrun's names winning. A process
+// started by none of them (a Slurm batch script outside srun included) is a single rank. Inside a
+// Slurm step the step's first host serves the store (coshard/transport/slurm.hpp).
 #include <cstdint>
 #include <functional>
 #include <optional>

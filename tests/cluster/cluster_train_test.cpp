@@ -1,0 +1,75 @@
+// gpt2-train across two hosts of a real (namespace) cluster: started by srun with no launcher of
+// ours, by an sbatch script running coshard-run on every host, and by coshard-run started by hand
+// on each host; every way gives the losses of the same global batch on one host, and a real
+// Prometheus on the login host scrapes every rank of every host over the bridge.
+#include "cluster/cluster_support.hpp"
+
+namespace coshard::testing::cluster {
+namespace {
+
+TEST_F(Cluster, SrunTrainsEveryStrategyWithTheLossesOfOneHost) {
+  for (std::string strategy : {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}) {
+    // Across hosts a hybrid strategy shards within the host by default; on one host of 4 ranks
+    // the same groups need --shard-group 2.
+    const bool hybrid = strategy.starts_with("hybrid");
+    auto one = one_host_run("--strategy " + strategy + (hybrid ? " --shard-group 2" : ""));
+    ASSERT_EQ(one.rc, 0) << one.output;
+    auto two = run_command(on("login", "srun -N2 --ntasks-per-node=2 " + kTrain + kFourSteps +
+                                           "--metrics-port 0 --strategy " + strategy));
+    ASSERT_EQ(two.rc, 0) << two.output;
+    expect_same_losses(two.output, one.output, strategy + " on 2 hosts x 2 ranks by srun");
+    EXPECT_NE(two.output.find("4 rank(s), " + strategy), std::string::npos) << two.output;
+  }
+}
+
+TEST_F(Cluster, SbatchScriptRunsCoshardRunOnEveryHost) {
+  auto dir = train::temp_dir("cluster-sbatch");
+  const std::string script = dir / "job.sh", out = dir / "job.out";
+  std::ofstream(script) << "#!/bin/bash\nsrun --ntasks-per-node=1 " << kRun << " --nproc-per-node 2 -- " << kTrain
+                        << kFourSteps << "--metrics-port 0\n";
+  auto r = run_command(on("login", "sbatch --wait -N2 -o " + out + " " + script));
+  const std::string log = read_file(out);
+  ASSERT_EQ(r.rc, 0) << r.output << log;
+  auto one = one_host_run("");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  expect_same_losses(log, one.output, "sbatch with coshard-run on 2 hosts");
+  EXPECT_NE(log.find("[rank 3]"), std::string::npos) << log;  // node2's coshard-run started ranks 2 and 3
+}
+
+// By hand on each host (no Slurm), the metrics bound to the host's address: Prometheus on login
+// must see 4 targets up and a coshard_tokens_total series from each rank, while the ranks linger.
+TEST_F(Cluster, CoshardRunOnEachHostIsScrapedFromTheLoginHost) {
+  auto dir = train::temp_dir("cluster-prometheus");
+  const std::string d = dir.string();
+  std::ofstream(d + "/prom.yml") << "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: coshard\n"
+                                    "    static_configs: [{targets: [node1:9400, node1:9401, node2:9400, node2:9401]}]\n";
+  const std::string train = kFourSteps + "--metrics-bind 0.0.0.0 --metrics-port 9400 --metrics-linger 20";
+  auto ask = [&](const std::string& promql) {
+    return on("login", "curl -s " + quote("http://127.0.0.1:9090/api/v1/query?query=" + promql));
+  };
+  const std::string prometheus = on("login", "exec prometheus --config.file=" + d + "/prom.yml --storage.tsdb.path=" + d +
+                                                 "/tsdb --web.listen-address=127.0.0.1:9090 > " + d + "/prom.log 2>&1");
+  auto r = run_script(prometheus + " & p=$!; " + by_hand(0, train) + " > " + d + "/node1.log 2>&1 & a=$!; " +
+                       by_hand(1, train) + " > " + d + "/node2.log 2>&1 & b=$!; for i in $(seq 60); do u=$(" +
+                       ask("count(up==1)") + "); s=$(" + ask("count(count%20by(instance)(coshard_tokens_total))") +
+                       "); case \"$u$s\" in *'\"4\"]'*'\"4\"]'*) break;; esac; sleep 1; done; "
+                       "echo \"up: $u\"; echo \"series: $s\"; wait $a; echo rc1=$?; wait $b; echo rc2=$?; kill $p");
+  const std::string node1 = read_file(d + "/node1.log"), node2 = read_file(d + "/node2.log");
+  EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << node2;
+  for (const std::string what : {"up: ", "series: "}) {  // 4 targets up; 4 instances with the series
+    auto at = r.output.find(what);
+    ASSERT_NE(at, std::string::npos) << r.output;
+    auto answer = train::json::parse(r.output.substr(at + what.size(), r.output.find('\n', at) - at - what.size()),
+                                     nullptr, false);
+    ASSERT_FALSE(answer.is_discarded()) << r.output << read_file(d + "/prom.log");
+    ASSERT_EQ(answer["data"]["result"].size(), 1u) << r.output;
+    EXPECT_EQ(answer["data"]["result"][0]["value"][1], "4") << what << r.output;
+  }
+  auto one = one_host_run("");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  expect_same_losses(node1, one.output, "coshard-run by hand on 2 hosts");
+}
+
+}  // namespace
+}  // namespace coshard::testing::cluster
