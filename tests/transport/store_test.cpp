@@ -316,3 +316,10 @@ TEST_F(StoreTest, StoppingTheServerFailsAPendingWaitQuickly) {
 }
 
 }  // namespace
+
+TEST(StoreServerBind, MasterNamesBindWhatTheirClientsReach) {
+  EXPECT_EQ(StoreServer::bind_address_for("10.1.2.3"), "10.1.2.3");
+  EXPECT_EQ(StoreServer::bind_address_for("::1"), "::1");
+  EXPECT_EQ(StoreServer::bind_address_for("localhost"), "127.0.0.1");
+  EXPECT_EQ(StoreServer::bind_address_for("node1"), "0.0.0.0");  // a name cannot be bound
+}

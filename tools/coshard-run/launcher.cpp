@@ -1,6 +1,5 @@
 #include "launcher.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -81,12 +80,7 @@ StoreHost host_store(const Options& o, const std::string& token) {
     h.sched = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run"});
     h.sched->start();
     transport::StoreServer::Options so;
-    // A host name (node1 from a Slurm step) cannot be bound: listen everywhere, as the ranks'
-    // own rendezvous does.
-    in6_addr any{};
-    const bool numeric = ::inet_pton(AF_INET, o.master_addr.c_str(), &any) == 1 ||
-                         ::inet_pton(AF_INET6, o.master_addr.c_str(), &any) == 1;
-    so.bind_address = o.master_addr == "localhost" ? "127.0.0.1" : numeric ? o.master_addr : "0.0.0.0";
+    so.bind_address = transport::StoreServer::bind_address_for(o.master_addr);
     so.port = o.master_port;
     so.token = token;
     h.store = std::make_unique<transport::StoreServer>(*h.sched, so);

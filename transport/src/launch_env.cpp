@@ -61,8 +61,8 @@ std::optional<long> apply_slurm_step(const EnvLookup& env, Reader& r, LaunchEnv&
     return std::nullopt;
   }
   const auto& s = step.value();
-  if (!env("MASTER_ADDR")) out.master_addr = s.hosts.front();
-  if (!env("MASTER_PORT")) out.master_port = s.port;
+  out.master_addr = s.hosts.front();  // MASTER_ADDR and MASTER_PORT, read below, win
+  out.master_port = s.port;
   if (!env("COSHARD_TOKEN")) out.token = s.token;
   return s.tasks_per_host[static_cast<std::size_t>(s.node_id)];
 }

@@ -1,6 +1,5 @@
 #include "coshard/transport/rendezvous.hpp"
 
-#include <asio/ip/address.hpp>
 #include <unistd.h>
 
 #include "coshard/runtime/error.hpp"
@@ -31,9 +30,8 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
 
   if (env.rank == 0 && !env.store_hosted) {
     StoreServer::Options so;
-    std::error_code ec;
-    (void)asio::ip::make_address(env.master_addr, ec);
-    so.bind_address = !options.bind_address.empty() ? options.bind_address : ec ? "0.0.0.0" : env.master_addr;
+    so.bind_address =
+        !options.bind_address.empty() ? options.bind_address : StoreServer::bind_address_for(env.master_addr);
     so.port = env.master_port;
     so.token = env.token;
     r.server = std::make_unique<StoreServer>(*ctx.scheduler, so);

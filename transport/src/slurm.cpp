@@ -141,8 +141,10 @@ Result<SlurmStep> read_slurm_step(const EnvLookup& env) {
   }
   // A port every task computes alike: Slurm's reserved ports when MpiParams=ports= gives some,
   // otherwise one below Linux's ephemeral range picked by the ids (MASTER_PORT overrides it).
-  if (auto resv = env("SLURM_STEP_RESV_PORTS"); resv && to_long(resv->substr(0, resv->find('-')))) {
-    s.port = static_cast<std::uint16_t>(*to_long(resv->substr(0, resv->find('-'))));
+  const auto resv = env("SLURM_STEP_RESV_PORTS");
+  const auto first = resv ? to_long(std::string_view(*resv).substr(0, resv->find('-'))) : std::nullopt;
+  if (first && *first >= 1 && *first <= 65535) {
+    s.port = static_cast<std::uint16_t>(*first);
   } else {
     auto job = to_long(s.job_id).value_or(0), step = to_long(s.step_id).value_or(0);
     s.port = static_cast<std::uint16_t>(20000 + (job * 131 + step * 7) % 12000);

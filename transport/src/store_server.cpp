@@ -296,6 +296,13 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
   }
 };
 
+std::string StoreServer::bind_address_for(const std::string& master_addr) {
+  if (master_addr == "localhost") return "127.0.0.1";
+  std::error_code ec;
+  (void)asio::ip::make_address(master_addr, ec);
+  return ec ? "0.0.0.0" : master_addr;
+}
+
 StoreServer::StoreServer(Scheduler& sched, Options options)
     : state_(std::make_shared<State>(sched, std::move(options))) {
   auto& o = state_->options;

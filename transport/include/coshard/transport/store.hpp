@@ -36,6 +36,11 @@ class StoreServer {
     std::chrono::milliseconds handshake_timeout{10000};  ///< a silent connection is dropped after this
   };
 
+  /// The address a store binds so that clients told MASTER_ADDR=`master_addr` reach it: a numeric
+  /// address itself, "localhost" loopback, and any other host name (node1 from a Slurm step)
+  /// every address, since a name cannot be bound.
+  static std::string bind_address_for(const std::string& master_addr);
+
   /// Binds and listens now (a port in use is an Error naming it), then serves on `sched`.
   StoreServer(Scheduler& sched, Options options);
   StoreServer(const StoreServer&) = delete;
