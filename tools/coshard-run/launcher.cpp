@@ -67,7 +67,13 @@ struct StoreHost {
   std::unique_ptr<transport::StoreServer> store;
   std::uint16_t port = 0;
 
-  void stop() {
+  // After a job that ended well, ranks on other nodes may still wait for their last reply from
+  // the store: serve them until they hang up, for a bounded time.
+  void stop(bool drain) {
+    if (store && drain && !store->wait_until_idle(std::chrono::seconds(60))) {
+      std::fprintf(stderr, "coshard-run: %zu rank(s) still connected to the store after 60 s; stopping it\n",
+                   store->stats().connections);
+    }
     if (store) store->stop();
     if (sched) sched->stop();
   }
@@ -162,9 +168,9 @@ int run_ranks(const Options& o, const std::string& token, BlockedSignals& signal
                o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(store.port));
   Supervisor supervisor(o, children, flight.path);
   supervisor.watch(signals.fd.get());
-  store.stop();
   interrupted = supervisor.interrupted();
   const int rc = supervisor.result();
+  store.stop(rc == 0 && !interrupted);
   if (rc != 0) {
     std::vector<int> local;
     for (const auto& c : children) local.push_back(c.rank);
