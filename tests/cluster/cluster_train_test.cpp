@@ -37,7 +37,10 @@ TEST_F(Cluster, SbatchScriptRunsCoshardRunOnEveryHost) {
 }
 
 // By hand on each host (no Slurm), the metrics bound to the host's address: Prometheus on login
-// must see 4 targets up and a coshard_tokens_total series from each rank, while the ranks linger.
+// must see 4 targets up and a coshard_tokens_total series from each rank, while the ranks linger,
+// and every rank's collectives across the 2 hosts x 2 ranks must have taken the two-level schedule.
+const std::string kTwoLevel =
+    "count(count%20by(instance)(coshard_collective_algorithm_total%7Balgorithm%3D%22hierarchical%22%7D))";
 TEST_F(Cluster, CoshardRunOnEachHostIsScrapedFromTheLoginHost) {
   auto dir = train::temp_dir("cluster-prometheus");
   const std::string d = dir.string();
@@ -52,12 +55,14 @@ TEST_F(Cluster, CoshardRunOnEachHostIsScrapedFromTheLoginHost) {
   auto r = run_script(prometheus + " & p=$!; " + by_hand(0, train) + " > " + d + "/node1.log 2>&1 & a=$!; " +
                        by_hand(1, train) + " > " + d + "/node2.log 2>&1 & b=$!; for i in $(seq 60); do u=$(" +
                        ask("count(up==1)") + "); s=$(" + ask("count(count%20by(instance)(coshard_tokens_total))") +
-                       "); case \"$u$s\" in *'\"4\"]'*'\"4\"]'*) break;; esac; sleep 1; done; "
-                       "echo \"up: $u\"; echo \"series: $s\"; wait $a; echo rc1=$?; wait $b; echo rc2=$?; kill $p");
+                       "); h=$(" + ask(kTwoLevel) + "); case \"$u$s$h\" in *'\"4\"]'*'\"4\"]'*'\"4\"]'*) break;; esac; "
+                       "sleep 1; done; echo \"up: $u\"; echo \"series: $s\"; echo \"two-level: $h\"; wait $a; "
+                       "echo rc1=$?; wait $b; echo rc2=$?; kill $p");
   const std::string node1 = read_file(d + "/node1.log"), node2 = read_file(d + "/node2.log");
   EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
   EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << node2;
-  for (const std::string what : {"up: ", "series: "}) {  // 4 targets up; 4 instances with the series
+  // 4 targets up; 4 instances with the series; 4 ranks whose collectives took the two-level schedule
+  for (const std::string what : {"up: ", "series: ", "two-level: "}) {
     auto at = r.output.find(what);
     ASSERT_NE(at, std::string::npos) << r.output;
     auto answer = train::json::parse(r.output.substr(at + what.size(), r.output.find('\n', at) - at - what.size()),

@@ -12,9 +12,16 @@
 //   --die-elems N     elements of the all-reduces of --mode die (default 65536)
 //   --shared-min B    Runtime::Options::shared_host_min_bytes (host buffers shared from B bytes)
 //   --direct-min B    UcxOptions::direct_min_bytes (the direct path from B bytes per rank)
-// Unless COSHARD_UCX_DIRECT=0, a world of several ranks must have run some collectives on the
-// direct path (every rank on this host), and never one whose buffers are not all shared.
+//   --hosts H         each rank names itself host (rank / ceil(ranks / H)) in a UTS namespace of its
+//                     own (needs root), so that the world spans H "hosts"; --host-layout round puts
+//                     rank r on host r % H instead
+// Unless COSHARD_UCX_DIRECT=0, a world of several ranks on one host must have run some collectives
+// on the direct path, and never one whose buffers are not all shared. Across hosts, the world must
+// have run some on the two-level schedule when every host has the same number (> 1) of ranks and
+// COSHARD_UCX_HIERARCHY is not 0, and none otherwise.
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -47,6 +54,11 @@ struct Flags {
   std::size_t direct_min = 0;  // 0: UcxOptions' default
   int slow_rank = 2;
   int slow_ms = 50;
+  int hosts = 0;  // 0: the real host
+  std::string host_layout = "block";
+  int host_of(int rank, int world) const {
+    return host_layout == "round" ? rank % hosts : rank / ((world + hosts - 1) / hosts);
+  }
 };
 
 // How many operations of `c` ran on `algorithm`, from its flight record's counts.
@@ -60,9 +72,17 @@ std::uint64_t algorithm_count(const Communicator& c, const std::string& algorith
   return std::strtoull(json.c_str() + at + algorithm.size() + 3, nullptr, 10);
 }
 
-bool direct_expected(int n) {
+bool direct_expected(int n, const Flags& f) {
   const char* env = std::getenv("COSHARD_UCX_DIRECT");
-  return n > 1 && !(env && std::string(env) == "0");
+  return n > 1 && f.hosts < 2 && !(env && std::string(env) == "0");
+}
+
+bool hierarchy_expected(int n, const Flags& f) {
+  const char* env = std::getenv("COSHARD_UCX_HIERARCHY");
+  if (f.hosts < 2 || (env && std::string(env) == "0")) return false;
+  std::vector<int> per_host(static_cast<std::size_t>(f.hosts), 0);
+  for (int r = 0; r < n; ++r) ++per_host[static_cast<std::size_t>(f.host_of(r, n))];
+  return std::all_of(per_host.begin(), per_host.end(), [&](int k) { return k == per_host[0] && k > 1; });
 }
 
 // The value every rank puts at element i: a multiple of 1/8 below 16 in magnitude, exact in bf16,
@@ -268,7 +288,7 @@ Task<void> check_groups(Runtime& rt, Communicator& world, Checker& ck) {
 // One rank's buffer is private (not a shared segment): every rank must take the ring for that
 // operation, and the direct path again for the next one, whose buffers are all shared.
 Task<void> check_mixed(Runtime& rt, Communicator& c, Checker& ck, std::int64_t big, std::size_t shared_min,
-                       std::size_t direct_min) {
+                       std::size_t direct_min, bool direct_possible) {
   Stream& s = rt.stream("compute");
   const int n = c.size(), r = c.rank();
   Allocator private_memory(cpu_memory());
@@ -284,7 +304,7 @@ Task<void> check_mixed(Runtime& rt, Communicator& c, Checker& ck, std::int64_t b
     const auto took = algorithm_count(c, "direct") - before;
     ck.expect(std::string("all_gather with ") + (mixed ? "rank 0's input private" : "every input shared"), out,
               [&](std::int64_t i) { return round_to(DType::f32, value(static_cast<int>(i / count), i % count)); });
-    const std::uint64_t want = !mixed && direct_expected(n) ? 1 : 0;
+    const std::uint64_t want = !mixed && direct_possible ? 1 : 0;
     if (took != want) {
       ++ck.failures;
       std::fprintf(stderr, "rank %d: the all_gather with %s ran %llu times on the direct path, expected %llu\n", r,
@@ -382,21 +402,27 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   co_await check_all_reduce(rt, w, ck, f.big, "");
   co_await check_broadcast_and_p2p(rt, w, ck, f.big);
   co_await check_groups(rt, w, ck);
-  co_await check_mixed(rt, w, ck, f.big, f.shared_min, f.direct_min ? f.direct_min : UcxOptions{}.direct_min_bytes);
+  const std::size_t direct_min = f.direct_min ? f.direct_min : UcxOptions{}.direct_min_bytes;
+  co_await check_mixed(rt, w, ck, f.big, f.shared_min, direct_min, direct_expected(w.size(), f));
   co_await check_concurrent(rt, *pg, ck);
-  const auto direct = algorithm_count(w, "direct");
-  if ((direct > 0) != direct_expected(w.size())) {
+  const auto direct = algorithm_count(w, "direct"), hierarchical = algorithm_count(w, "hierarchical");
+  if ((direct > 0) != direct_expected(w.size(), f)) {
     ++ck.failures;
     std::fprintf(stderr, "rank %d: %llu collectives ran on the direct path; expected %s\n", ck.rank,
-                 static_cast<unsigned long long>(direct), direct_expected(w.size()) ? "some" : "none");
+                 static_cast<unsigned long long>(direct), direct_expected(w.size(), f) ? "some" : "none");
+  }
+  if ((hierarchical > 0) != hierarchy_expected(w.size(), f)) {
+    ++ck.failures;
+    std::fprintf(stderr, "rank %d: %llu collectives ran on the two-level schedule; expected %s\n", ck.rank,
+                 static_cast<unsigned long long>(hierarchical), hierarchy_expected(w.size(), f) ? "some" : "none");
   }
   co_await pg->finish();
   if (ck.failures) {
     std::printf("rank %d: %d of %d checks FAILED\n", ck.rank, ck.failures, ck.checks);
     co_return 1;
   }
-  std::printf("rank %d: collectives ok (%d checks, %d ranks, %llu direct)\n", ck.rank, ck.checks, w.size(),
-              static_cast<unsigned long long>(direct));
+  std::printf("rank %d: collectives ok (%d checks, %d ranks, %llu hierarchical, %llu direct)\n", ck.rank, ck.checks,
+              w.size(), static_cast<unsigned long long>(hierarchical), static_cast<unsigned long long>(direct));
   co_return 0;
 }
 
@@ -415,6 +441,8 @@ int main(int argc, char** argv) {
     else if (k == "--direct-min") f.direct_min = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--slow-rank") f.slow_rank = std::atoi(v.c_str());
     else if (k == "--slow-ms") f.slow_ms = std::atoi(v.c_str());
+    else if (k == "--hosts") f.hosts = std::atoi(v.c_str());
+    else if (k == "--host-layout") f.host_layout = v;
     else {
       std::fprintf(stderr, "collectives_check: unknown flag %s\n", k.c_str());
       return 2;
@@ -426,6 +454,14 @@ int main(int argc, char** argv) {
   if (!env) {
     std::fprintf(stderr, "%s\n", env.error().what());
     return 2;
+  }
+  if (f.hosts > 0) {
+    // A hostname of its own is all that tells UCX's peers apart by host (the wires' identities).
+    const std::string host = "coshard-fake-host" + std::to_string(f.host_of(env.value().rank, env.value().world_size));
+    if (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(host.c_str(), host.size()) != 0) {
+      std::fprintf(stderr, "collectives_check: --hosts needs root (a UTS namespace): %s\n", std::strerror(errno));
+      return 2;
+    }
   }
   try {
     Runtime::Options ro;

@@ -134,6 +134,62 @@ TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheDirectPath) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// Ranks on "hosts" of their own: each rank takes a hostname in a UTS namespace (network and shared
+// memory stay shared), which is all UCX tells hosts apart by. When every host has the same number
+// (> 1) of ranks the collectives take the two-level schedule (docs/transport.md, "Across hosts");
+// collectives_check fails when they did not, or did where they should not, and checks every
+// result against its own reference either way. "round" puts ranks 0 and 2 on one host, 1 and 3 on
+// the other, so the schedule's blocks are not in rank order.
+struct FakeHosts {
+  std::string name;
+  int ranks;
+  std::string flags;
+  std::string env;
+  bool hierarchical;  // whether the world takes the two-level schedule
+  friend void PrintTo(const FakeHosts& h, std::ostream* os) { *os << h.name; }
+};
+
+class CollectivesAcrossFakeHosts : public ::testing::TestWithParam<FakeHosts> {};
+
+TEST_P(CollectivesAcrossFakeHosts, EveryCollectiveMatchesTheLocalReference) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
+  const auto& p = GetParam();
+  auto r = run_command(p.env + launch(p.ranks, "--timeout-ms 120000 --big 40000 " + p.flags));
+  EXPECT_EQ(r.rc, 0) << r.output;
+  for (int i = 0; i < p.ranks; ++i) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": collectives ok ("), std::string::npos) << r.output;
+  }
+  // collectives_check also fails on its own when the schedule is not the expected one.
+  const bool flat_somewhere = r.output.find("ranks, 0 hierarchical") != std::string::npos;
+  EXPECT_EQ(flat_somewhere, !p.hierarchical) << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CollectivesAcrossFakeHosts,
+    ::testing::Values(FakeHosts{"two_hosts_in_blocks", 4, "--hosts 2", "", true},
+                      FakeHosts{"two_hosts_round_robin", 4, "--hosts 2 --host-layout round", "", true},
+                      FakeHosts{"three_hosts", 6, "--hosts 3 --host-layout round", "", true},
+                      FakeHosts{"hierarchy_off", 4, "--hosts 2", "COSHARD_UCX_HIERARCHY=0 ", false},
+                      FakeHosts{"uneven_hosts", 3, "--hosts 2", "", false}),
+    [](const ::testing::TestParamInfo<FakeHosts>& p) { return p.param.name; });
+
+// A rank dies in the middle of a two-level all-reduce (fake hosts as above): every survivor fails
+// within the deadline naming it, by its job rank (the sub-wires name it "job rank 2", the flat
+// ring, whose header exchange may notice first under load, "rank 2"), never by a sub-wire index.
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheTwoLevelSchedule) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
+  auto r = run_command(
+      launch(4, "--mode die --die-rank 2 --die-elems 1048576 --timeout-ms 600000 --hosts 2", "--grace 60"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  for (int i : {0, 1, 3}) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find("rank 2 (pid"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 1 (pid"), std::string::npos) << r.output;  // rank 2's index on its host's wire
+  EXPECT_NE(r.output.find("is gone"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
 // Two "hosts" in two network namespaces joined by a veth pair; TCP only (namespaces do not
 // isolate shared memory, hence also COSHARD_UCX_DIRECT=0: the host name is the same) and UCX's
 // peer-failure mode, as across real hosts.

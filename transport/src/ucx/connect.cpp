@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "direct_probe.hpp"
+#include "hierarchy.hpp"
 #include "ring.hpp"
 
 namespace coshard::transport::detail {
@@ -25,18 +26,108 @@ bool peer_mode_for(const std::vector<PeerIdentity>& peers, const std::string& my
   return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
 }
 
-// "host\npid\njob rank\naddress": the address is binary and last.
+// "host\npid\njob rank\nhierarchy min bytes\naddress": the address is binary and last.
 std::string pack(const PeerIdentity& id) {
-  return id.host + "\n" + std::to_string(id.pid) + "\n" + std::to_string(id.job_rank) + "\n" + id.address;
+  return id.host + "\n" + std::to_string(id.pid) + "\n" + std::to_string(id.job_rank) + "\n" +
+         std::to_string(id.hierarchy_min_bytes) + "\n" + id.address;
 }
 
 PeerIdentity unpack(const std::string& s, const std::string& key) {
-  auto a = s.find('\n');
-  auto b = a == std::string::npos ? a : s.find('\n', a + 1);
-  auto c = b == std::string::npos ? b : s.find('\n', b + 1);
-  if (c == std::string::npos) throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
-  return {s.substr(0, a), std::atoi(s.substr(a + 1, b - a - 1).c_str()), std::atoi(s.substr(b + 1, c - b - 1).c_str()),
-          s.substr(c + 1)};
+  std::size_t at[4];
+  std::size_t from = 0;
+  for (auto& p : at) {
+    p = s.find('\n', from);
+    if (p == std::string::npos) {
+      throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
+    }
+    from = p + 1;
+  }
+  PeerIdentity id;
+  id.host = s.substr(0, at[0]);
+  id.pid = std::atoi(s.substr(at[0] + 1, at[1] - at[0] - 1).c_str());
+  id.job_rank = std::atoi(s.substr(at[1] + 1, at[2] - at[1] - 1).c_str());
+  id.hierarchy_min_bytes = std::atoll(s.substr(at[2] + 1, at[3] - at[2] - 1).c_str());
+  id.address = s.substr(at[3] + 1);
+  return id;
+}
+
+// Publishes `me` under `prefix`/`rank` and reads the identities of `ranks` (indices under the same
+// prefix), in their order.
+Task<std::vector<PeerIdentity>> exchange(StoreClient& store, std::string prefix, int rank, PeerIdentity me,
+                                         std::vector<int> ranks, std::chrono::milliseconds timeout, std::string what) {
+  co_await store.set(prefix + std::to_string(rank), pack(me));
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(prefix + std::to_string(r));
+  std::vector<std::string> values;
+  try {
+    values = co_await store.wait(keys, timeout);
+  } catch (const Error& e) {
+    if (e.code() != Errc::timeout) throw;
+    throw Error(Errc::timeout, what + ": not every rank published its address: " + e.message(),
+                ErrorContext{.rank = rank, .op = "connect " + what, .unit = {}});
+  }
+  std::vector<PeerIdentity> peers;
+  for (std::size_t i = 0; i < keys.size(); ++i) peers.push_back(unpack(values[i], keys[i]));
+  co_return peers;
+}
+
+// What this rank proposes for the two-level schedules: UcxOptions, or COSHARD_UCX_HIERARCHY=0|1
+// and COSHARD_UCX_HIERARCHY_MIN_BYTES.
+std::int64_t hierarchy_proposal(const UcxOptions& ucx) {
+  bool on = ucx.hierarchy;
+  auto min_bytes = static_cast<std::int64_t>(ucx.hierarchy_min_bytes);
+  if (const char* env = std::getenv("COSHARD_UCX_HIERARCHY"); env && *env) {
+    const std::string v = env;
+    if (v != "0" && v != "1") throw Error(Errc::bad_config, "COSHARD_UCX_HIERARCHY='" + v + "' is not 0 or 1");
+    on = v == "1";
+  }
+  if (const char* env = std::getenv("COSHARD_UCX_HIERARCHY_MIN_BYTES"); env && *env) {
+    char* end = nullptr;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end != '\0' || v < 0) {
+      throw Error(Errc::bad_config, std::string("COSHARD_UCX_HIERARCHY_MIN_BYTES='") + env +
+                                        "' is not a byte count (an integer >= 0)");
+    }
+    min_bytes = v;
+  }
+  return on ? min_bytes : -1;
+}
+
+// Agreed by every rank from the same identities: the flat ring if any rank wants it, else the
+// largest threshold proposed.
+std::int64_t agreed_hierarchy(const std::vector<PeerIdentity>& peers) {
+  std::int64_t agreed = 0;
+  for (const auto& p : peers) {
+    if (p.hierarchy_min_bytes < 0) return -1;
+    agreed = std::max(agreed, p.hierarchy_min_bytes);
+  }
+  return agreed;
+}
+
+// The per-host and cross-host wires of a communicator that spans hosts (hierarchy.hpp), connected.
+Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& store, std::shared_ptr<UcxContext> ctx,
+                                                   Topology topo, int rank, std::string prefix, UcxOptions ucx,
+                                                   std::string name) {
+  const auto me = static_cast<std::size_t>(rank);
+  const int host = topo.host_of[me], index = topo.local_of[me];
+  const Wire::Options wo{.liveness_interval = ucx.liveness_interval, .name_by_job_rank = true};
+  auto local = std::make_unique<Wire>(ctx, index, topo.per_host, wo);
+  auto cross = std::make_unique<Wire>(ctx->eager(), host, topo.hosts, wo);
+  std::vector<int> host_ranks, cross_ranks;
+  for (int l = 0; l < topo.per_host; ++l) host_ranks.push_back(topo.rank(host, l));
+  for (int h = 0; h < topo.hosts; ++h) cross_ranks.push_back(topo.rank(h, index));
+  auto local_id = local->self(), cross_id = cross->self();
+  local_id.job_rank = cross_id.job_rank = rt.rank();
+  // Named arguments: GCC 12 miscompiles temporaries inside a co_await expression.
+  std::string local_prefix = prefix + "local/", local_what = "communicator '" + name + "' on this host";
+  std::string cross_prefix = prefix + "cross/", cross_what = "communicator '" + name + "' across hosts";
+  auto local_peers = co_await exchange(store, std::move(local_prefix), rank, local_id, std::move(host_ranks),
+                                       ucx.connect_timeout, std::move(local_what));
+  auto cross_peers = co_await exchange(store, std::move(cross_prefix), rank, cross_id, std::move(cross_ranks),
+                                       ucx.connect_timeout, std::move(cross_what));
+  local->connect(local_peers, peer_mode_for(local_peers, local_id.host, ucx.error_mode));
+  cross->connect(cross_peers, peer_mode_for(cross_peers, cross_id.host, ucx.error_mode));
+  co_return std::make_unique<Hierarchy>(std::move(topo), rank, std::move(local), std::move(cross));
 }
 
 }  // namespace
@@ -55,24 +146,19 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
   auto me = wire->self();
   me.job_rank = rt.rank();
-  std::vector<PeerIdentity> peers(static_cast<std::size_t>(size));
-  peers[static_cast<std::size_t>(rank)] = me;
+  me.hierarchy_min_bytes = hierarchy_proposal(ucx);
+  std::vector<PeerIdentity> peers{me};
   if (size > 1) {
-    co_await store->set(prefix + std::to_string(rank), pack(me));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
-    std::vector<std::string> values;
-    try {
-      values = co_await store->wait(keys, ucx.connect_timeout);
-    } catch (const Error& e) {
-      if (e.code() != Errc::timeout) throw;
-      throw Error(Errc::timeout, "communicator '" + options.name + "': not every rank published its address: " +
-                                     e.message(),
-                  ErrorContext{.rank = rank, .op = "connect " + options.name, .unit = {}});
-    }
-    for (int r = 0; r < size; ++r) {
-      peers[static_cast<std::size_t>(r)] = unpack(values[static_cast<std::size_t>(r)], keys[static_cast<std::size_t>(r)]);
-    }
+    std::vector<int> all(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) all[static_cast<std::size_t>(r)] = r;
+    std::string what = "communicator '" + options.name + "'";
+    peers = co_await exchange(*store, prefix, rank, me, std::move(all), ucx.connect_timeout, std::move(what));
+  }
+  std::unique_ptr<Hierarchy> hierarchy;
+  const std::int64_t hierarchy_min_bytes = agreed_hierarchy(peers);
+  if (auto topo = Topology::of(peers); topo && hierarchy_min_bytes >= 0) {
+    std::string sub = prefix + "h/";
+    hierarchy = co_await connect_hierarchy(rt, *store, ctx, std::move(*topo), rank, std::move(sub), ucx, options.name);
   }
   wire->connect(peers, peer_mode_for(peers, me.host, ucx.error_mode));
   if (size > 1) {
@@ -86,8 +172,11 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   const bool one_host =
       std::all_of(peers.begin(), peers.end(), [&](const PeerIdentity& p) { return p.host == me.host; });
   if (size > 1 && one_host) direct = co_await probe_direct(store, prefix, rank, size, ucx);
+  Levels levels;
+  levels.hierarchy = std::move(hierarchy);
+  levels.min_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, hierarchy_min_bytes));
   co_return make_ucx_communicator(rt, store, std::move(ctx), std::move(wire), std::move(prefix), std::move(options),
-                                  ucx, direct);
+                                  ucx, direct, std::move(levels));
 }
 
 }  // namespace coshard::transport::detail

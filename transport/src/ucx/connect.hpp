@@ -9,11 +9,13 @@
 #include "coshard/transport/store.hpp"
 #include "coshard/transport/ucx_communicator.hpp"
 #include "direct_probe.hpp"
+#include "hierarchy.hpp"
 #include "wire.hpp"
 
 namespace coshard::transport::detail {
 
-// Publishes this rank's worker address under `prefix`, reads every rank's and connects.
+// Publishes this rank's worker address under `prefix`, reads every rank's and connects; across
+// hosts also the wires of the two-level schedules (hierarchy.hpp).
 Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std::shared_ptr<UcxContext> ctx, int rank,
                                             int size, std::string prefix, CommOptions options, UcxOptions ucx);
 
@@ -21,6 +23,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
 // ends by building one, and its split connects again.
 std::unique_ptr<Communicator> make_ucx_communicator(Runtime& rt, StoreClient* store, std::shared_ptr<UcxContext> ctx,
                                                     std::unique_ptr<Wire> wire, std::string key_prefix,
-                                                    CommOptions options, UcxOptions ucx, DirectSetup direct);
+                                                    CommOptions options, UcxOptions ucx, DirectSetup direct,
+                                                    Levels levels);
 
 }  // namespace coshard::transport::detail

@@ -162,7 +162,7 @@ void ring_all_gather(Wire& wire, std::uint64_t seq, int step_base, std::byte* ba
   wire.wait_all();
 }
 
-void ring_reduce_scatter(Wire& wire, std::uint64_t seq, const std::byte* in, const Blocks& elems, void* out,
+void ring_reduce_scatter(Wire& wire, std::uint64_t seq, int step_base, const std::byte* in, const Blocks& elems, void* out,
                          const ReduceSpec& spec, std::size_t piece_bytes, Scratch& scratch) {
   const int n = wire.size();
   const int r = wire.rank();
@@ -198,13 +198,13 @@ void ring_reduce_scatter(Wire& wire, std::uint64_t seq, const std::byte* in, con
     const auto blk = send_block(s);
     const auto b = pc.begin(elems.count[blk], p), e = pc.end(elems.count[blk], p);
     c.previous_send = c.send;
-    c.send = wire.send(right, from + b, (e - b) * sizeof(float), make_tag(false, seq, r, static_cast<int>(s), p));
+    c.send = wire.send(right, from + b, (e - b) * sizeof(float), make_tag(false, seq, r, step_base + static_cast<int>(s), p));
   };
   for (std::size_t p = 0; p < pc.count; ++p) {
     const auto blk = send_block(0);
     const auto b = pc.begin(elems.count[blk], p), e = pc.end(elems.count[blk], p);
     if (send_input_directly) {
-      chains[p].send = wire.send(right, input(blk, b), (e - b) * sizeof(float), make_tag(false, seq, r, 0, p));
+      chains[p].send = wire.send(right, input(blk, b), (e - b) * sizeof(float), make_tag(false, seq, r, step_base, p));
     } else {
       load_f32(bufs[0] + b, input(blk, b), spec.dtype, e - b, spec.scale);
       post_send(chains[p], p, 0, bufs[0]);
@@ -222,7 +222,7 @@ void ring_reduce_scatter(Wire& wire, std::uint64_t seq, const std::byte* in, con
           // bufs[(s+1) % 2] was the send buffer of step s - 1 (step 0 sent from bufs[0] or input).
           if (c.previous_send && !wire.done(*c.previous_send)) break;
           c.recv = wire.recv(left, into + b, (e - b) * sizeof(float),
-                             make_tag(false, seq, left, static_cast<int>(c.step), p));
+                             make_tag(false, seq, left, step_base + static_cast<int>(c.step), p));
           c.recv_posted = true;
         }
         if (!wire.done(c.recv)) break;

@@ -60,6 +60,8 @@ struct Scratch {
 };
 
 // Gathers the blocks (bytes) of `base` in place: every rank's own block must already be there.
+// Its steps are tagged from `step_base` on (size() - 1 of them): operations that run several
+// rings on one wire keep theirs apart.
 void ring_all_gather(Wire& wire, std::uint64_t seq, int step_base, std::byte* base, const Blocks& bytes,
                      std::size_t piece_bytes);
 
@@ -70,8 +72,8 @@ struct ReduceSpec {
   float post = 1.0f;   // applied to the result (avg)
 };
 // Reduces the blocks (elements) of `in` over ranks; this rank's block lands in `out`, which may
-// be `in`'s own block.
-void ring_reduce_scatter(Wire& wire, std::uint64_t seq, const std::byte* in, const Blocks& elems, void* out,
+// be `in`'s own block. Its steps are tagged from `step_base` on (size() - 1 of them).
+void ring_reduce_scatter(Wire& wire, std::uint64_t seq, int step_base, const std::byte* in, const Blocks& elems, void* out,
                          const ReduceSpec& spec, std::size_t piece_bytes, Scratch& scratch);
 
 void ring_broadcast(Wire& wire, std::uint64_t seq, std::byte* data, std::size_t bytes, int root,

@@ -1,7 +1,6 @@
 #include "coshard/transport/ucx_communicator.hpp"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +10,8 @@
 #include "coshard/transport/flight_recorder.hpp"
 #include "connect.hpp"
 #include "direct.hpp"
+#include "hierarchy.hpp"
+#include "op_metrics.hpp"
 #include "reduce_kernels.hpp"
 #include "ring.hpp"
 #include "wire.hpp"
@@ -23,10 +24,6 @@ using detail::DirectSetup;
 using detail::Wire;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::size_t kOps = 7;
-constexpr std::array<double, 14> kDurationBuckets = {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2,
-                                                     3e-2, 0.1,  0.3,  1.0,  3.0,  10.0, 30.0};
-
 std::string describe(const OpInfo& i) {
   std::string s = std::string(to_string(i.op)) + "#" + std::to_string(i.seq);
   if (i.op == CollectiveOp::barrier) return s;
@@ -38,26 +35,11 @@ std::string describe(const OpInfo& i) {
   return s + ")";
 }
 
-// Bus bandwidth factor, as nccl-tests computes it from the algorithm bandwidth.
-double bus_factor(CollectiveOp op, int n) {
-  switch (op) {
-    case CollectiveOp::all_gather:
-    case CollectiveOp::reduce_scatter: return static_cast<double>(n - 1) / n;
-    case CollectiveOp::all_reduce: return 2.0 * (n - 1) / n;
-    default: return 1.0;
-  }
-}
-
-struct Instruments {
-  Histogram* duration = nullptr;
-  Counter* bytes = nullptr;
-  Gauge* busbw = nullptr;
-};
-
 class UcxCommunicator final : public Communicator {
  public:
   UcxCommunicator(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx, std::unique_ptr<Wire> wire,
-                  std::string key_prefix, CommOptions options, UcxOptions ucx, DirectSetup direct)
+                  std::string key_prefix, CommOptions options, UcxOptions ucx, DirectSetup direct,
+                  detail::Levels levels)
       : rt_(rt),
         store_(store),
         ctx_(std::move(ctx)),
@@ -67,6 +49,14 @@ class UcxCommunicator final : public Communicator {
         ucx_(ucx),
         send_seq_(static_cast<std::size_t>(wire_->size()), 0),
         recv_seq_(static_cast<std::size_t>(wire_->size()), 0) {
+    levels_ = std::move(levels);
+    if (levels_.hierarchy) {
+      Wire& local = levels_.hierarchy->local();
+      Wire& cross = levels_.hierarchy->cross();
+      wire_->progress_with({&local, &cross});
+      local.progress_with({wire_.get(), &cross});
+      cross.progress_with({wire_.get(), &local});
+    }
     if (direct.on && wire_->size() > 1) {
       // Segments of every peer that recent operations used: a few buffers per peer in practice.
       direct_ = std::make_unique<detail::Direct>(*wire_, std::max<std::size_t>(64, 32 * static_cast<std::size_t>(size())));
@@ -75,19 +65,7 @@ class UcxCommunicator final : public Communicator {
     Telemetry& t = options_.telemetry ? *options_.telemetry : rt_.telemetry();
     stream_ = std::make_unique<Stream>(
         Stream::cpu(Device::cpu(), options_.name, Stream::Options{.telemetry = &t, .rank = rt_.rank()}));
-    for (std::size_t i = 0; i < kOps; ++i) {
-      Labels l{{"op", std::string(to_string(static_cast<CollectiveOp>(i)))}, {"transport", "ucx"}};
-      ops_[i].duration = &t.histogram("coshard_collective_duration_seconds",
-                                      "Time from start to completion of a collective on its stream", l,
-                                      kDurationBuckets);
-      ops_[i].bytes = &t.counter("coshard_collective_bytes_total", "Bytes per rank moved by collectives", l);
-      ops_[i].busbw = &t.gauge("coshard_collective_busbw_bytes_per_second",
-                               "Bus bandwidth of the last collective (nccl-tests' formula)", l);
-    }
-    for (const char* kind : {"timeout", "peer_lost", "mismatch", "other"}) {
-      errors_.push_back(&t.counter("coshard_comm_errors_total", "Failed collectives by kind",
-                                   {{"kind", kind}, {"transport", "ucx"}}));
-    }
+    metrics_ = std::make_unique<detail::OpMetrics>(t);
     telemetry_ = &t;
     peer_wait_.assign(static_cast<std::size_t>(size()), nullptr);  // made for the peers heard from
     diagnostic_ = rt_.add_diagnostic([this] { recorder_.dump(record_owner()); });
@@ -97,6 +75,8 @@ class UcxCommunicator final : public Communicator {
     rt_.remove_diagnostic(diagnostic_);
     stream_.reset();  // drains the queued operations first: they use the wire
     direct_.reset();  // unmaps the peers' segments
+    wire_->progress_with({});  // the hierarchy's wires go first
+    levels_.hierarchy.reset();
     wire_.reset();
   }
 
@@ -125,6 +105,11 @@ class UcxCommunicator final : public Communicator {
       }
       std::byte* own = base + static_cast<std::size_t>(rank()) * input.nbytes();
       if (input.data() != own && input.nbytes() > 0) std::memcpy(own, input.data(), input.nbytes());
+      if (hierarchical(current_)) {
+        algorithm_ = "hierarchical";
+        levels_.hierarchy->all_gather(current_.seq, base, input.nbytes(), ucx_.pipeline_bytes);
+        return;
+      }
       detail::ring_all_gather(*wire_, current_.seq, 0, base, Blocks::uniform(input.nbytes(), size()),
                               ucx_.pipeline_bytes);
     });
@@ -149,7 +134,14 @@ class UcxCommunicator final : public Communicator {
           })) {
         return;
       }
-      detail::ring_reduce_scatter(*wire_, current_.seq, static_cast<const std::byte*>(input.data()),
+      if (hierarchical(current_)) {
+        algorithm_ = "hierarchical";
+        levels_.hierarchy->reduce_scatter(current_.seq, static_cast<const std::byte*>(input.data()),
+                                          static_cast<std::size_t>(output.numel()), output.data(),
+                                          spec(output.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
+        return;
+      }
+      detail::ring_reduce_scatter(*wire_, current_.seq, 0, static_cast<const std::byte*>(input.data()),
                                   Blocks::uniform(static_cast<std::size_t>(output.numel()), size()), output.data(),
                                   spec(output.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
     });
@@ -169,8 +161,14 @@ class UcxCommunicator final : public Communicator {
           try_direct([&] { return direct_->all_reduce(current_, base, blocks, spec(inout.dtype(), reduction)); })) {
         return;
       }
+      if (hierarchical(current_)) {
+        algorithm_ = "hierarchical";
+        levels_.hierarchy->all_reduce(current_.seq, base, static_cast<std::size_t>(inout.numel()),
+                                      spec(inout.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
+        return;
+      }
       const auto own = static_cast<std::size_t>(rank());
-      detail::ring_reduce_scatter(*wire_, current_.seq, base, blocks, base + blocks.offset[own] * esize,
+      detail::ring_reduce_scatter(*wire_, current_.seq, 0, base, blocks, base + blocks.offset[own] * esize,
                                   spec(inout.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
       detail::ring_all_gather(*wire_, current_.seq, size(), base, blocks.scaled(esize), ucx_.pipeline_bytes);
     });
@@ -218,7 +216,7 @@ class UcxCommunicator final : public Communicator {
   Task<std::unique_ptr<Communicator>> split(int color, int key, CommOptions options) override;
   const CommOptions& options() const noexcept override { return options_; }
 
-  void abort(const Error& reason) override { wire_->abort(reason); }
+  void abort(const Error& reason) override { abort_wires(reason); }
 
   FlightRecorder::Owner record_owner() const { return {options_.name, rank(), size(), backend(), rt_.rank()}; }
 
@@ -294,10 +292,29 @@ class UcxCommunicator final : public Communicator {
     stream_->wait(ready);
     // The span names the operation and what it moves: "all_gather#12 (f32 x 4096 per rank) h.3".
     std::string span = describe(info) + (info.label.empty() ? "" : " " + info.label);
+    if (hierarchical(info)) span += " via hierarchical (" + levels_.hierarchy->topology().describe() + ")";
     stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, std::move(span));
     Event done;
     done.record(*stream_);
     return done;
+  }
+
+  // Whether `info` takes the two-level schedule (detail::Levels): the same answer on every rank,
+  // as for the direct path.
+  bool hierarchical(const OpInfo& info) const noexcept {
+    if (!levels_.hierarchy) return false;
+    std::size_t buffer = info.bytes();
+    if (info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter) {
+      buffer *= static_cast<std::size_t>(size());
+    } else if (info.op != CollectiveOp::all_reduce) {
+      return false;
+    }
+    return buffer >= levels_.min_bytes;
+  }
+
+  void abort_wires(const Error& reason) {
+    wire_->abort(reason);
+    if (levels_.hierarchy) levels_.hierarchy->abort(reason);
   }
 
   // Whether an operation of `bytes` per rank tries the direct path (the same answer on every rank:
@@ -325,7 +342,10 @@ class UcxCommunicator final : public Communicator {
     current_ = info;
     algorithm_ = info.op == CollectiveOp::send || info.op == CollectiveOp::recv ? "p2p" : "ring";
     const auto start = Clock::now();
-    wire_->begin({describe(info) + " on '" + options_.name + "'", start + options_.timeout, options_.timeout});
+    const detail::WaitContext wait{describe(info) + " on '" + options_.name + "'", start + options_.timeout,
+                                   options_.timeout};
+    wire_->begin(wait);
+    if (levels_.hierarchy) levels_.hierarchy->begin(wait);
     try {
       if (size() > 1) {
         if (info.op == CollectiveOp::send) {
@@ -345,15 +365,7 @@ class UcxCommunicator final : public Communicator {
     recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record);
     count_peer_waits();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    auto& ins = ops_[static_cast<std::size_t>(info.op)];
-    ins.duration->observe(seconds);
-    ins.bytes->add(static_cast<double>(info.bytes()));
-    if (seconds > 0 && info.bytes() > 0) {
-      double total = static_cast<double>(info.bytes());
-      if (info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter) total *= size();
-      ins.busbw->set(total / seconds * bus_factor(info.op, size()));
-    }
+    metrics_->finished(info, size(), std::chrono::duration<double>(Clock::now() - start).count(), algorithm_);
   }
 
   // Per peer heard from, how late it entered the operation. A series exists only for the peers a
@@ -375,11 +387,10 @@ class UcxCommunicator final : public Communicator {
 
   [[noreturn]] void fail(const OpInfo& info, std::uint64_t record, const Error& e) {
     wire_->cancel_all();  // UCX lets go of the buffers before the tensors may be freed
+    if (levels_.hierarchy) levels_.hierarchy->cancel_all();
     recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record, e.message());
-    std::size_t kind = e.code() == Errc::timeout ? 0 : e.code() == Errc::peer_lost ? 1
-                       : e.code() == Errc::invalid_argument ? 2 : 3;
-    errors_[kind]->add();
+    metrics_->failed(e);
     if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
     rt_.write_diagnostics();  // every communicator of the rank: where each of them stood
     // This one's path, for the error; also its only record when it fails while being destroyed
@@ -389,7 +400,7 @@ class UcxCommunicator final : public Communicator {
                  e.message() + (path.empty() ? "" : " [flight record of the last operations: " + path + "]"),
                  ErrorContext{.rank = rt_.rank(), .op = describe(info), .unit = {}});
     // The ring is now out of step with the peers: every later operation fails with this error.
-    wire_->abort(failed);
+    abort_wires(failed);
     throw failed;
   }
 
@@ -410,11 +421,11 @@ class UcxCommunicator final : public Communicator {
   OpInfo current_;                                   // stream thread only
   std::string algorithm_;                            // stream thread only: how current_ runs
   std::unique_ptr<detail::Direct> direct_;           // null: ring only; stream thread only
+  detail::Levels levels_;                            // no hierarchy: one host, or the flat ring
   std::size_t direct_min_bytes_ = 0;
   detail::Scratch scratch_;                          // stream thread only
   int splits_ = 0;
-  std::array<Instruments, kOps> ops_{};
-  std::vector<Counter*> errors_;
+  std::unique_ptr<detail::OpMetrics> metrics_;
 };
 
 Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, CommOptions o) {
@@ -456,9 +467,9 @@ Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, C
 std::unique_ptr<Communicator> detail::make_ucx_communicator(Runtime& rt, StoreClient* store,
                                                             std::shared_ptr<UcxContext> ctx, std::unique_ptr<Wire> wire,
                                                             std::string key_prefix, CommOptions options, UcxOptions ucx,
-                                                            DirectSetup direct) {
+                                                            DirectSetup direct, Levels levels) {
   return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(key_prefix),
-                                           std::move(options), ucx, direct);
+                                           std::move(options), ucx, direct, std::move(levels));
 }
 
 Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -18,9 +19,15 @@ void throw_ucx(ucs_status_t status, const std::string& what) {
                             " (UCX_TLS and UCX_NET_DEVICES select the transports; ucx_info -d lists them)");
 }
 
-UcxContext::UcxContext() {
+UcxContext::UcxContext(Protocols protocols) {
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) throw_ucx(st, "ucp_config_read");
+  if (protocols == Protocols::eager && !std::getenv("UCX_RNDV_THRESH")) {
+    if (auto st = ucp_config_modify(config, "RNDV_THRESH", "inf"); st != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx(st, "ucp_config_modify RNDV_THRESH");
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;
@@ -31,7 +38,13 @@ UcxContext::UcxContext() {
 }
 
 UcxContext::~UcxContext() {
+  eager_.reset();
   if (ctx_) ucp_cleanup(ctx_);
+}
+
+std::shared_ptr<UcxContext> UcxContext::eager() {
+  if (!eager_) eager_ = std::make_shared<UcxContext>(Protocols::eager);
+  return eager_;
 }
 
 namespace {
@@ -128,6 +141,9 @@ void Wire::connect(std::vector<PeerIdentity> peers, bool peer_error_mode) {
 
 std::string Wire::peer_name(int peer) const {
   std::string s = "rank " + std::to_string(peer);
+  if (options_.name_by_job_rank && static_cast<std::size_t>(peer) < peers_.size()) {
+    s = "job rank " + std::to_string(peers_[static_cast<std::size_t>(peer)].job_rank);
+  }
   if (static_cast<std::size_t>(peer) < peers_.size()) {
     const auto& id = peers_[static_cast<std::size_t>(peer)];
     s += " (pid " + std::to_string(id.pid) + " on " + id.host + ")";
@@ -269,7 +285,9 @@ void Wire::check_liveness() {
 void Wire::wait_until(const std::function<bool()>& ready) {
   unsigned idle = 0;
   while (!ready()) {
-    if (ucp_worker_progress(worker_) != 0) {
+    unsigned progressed = ucp_worker_progress(worker_);
+    for (Wire* w : siblings_) progressed += ucp_worker_progress(w->worker_);
+    if (progressed != 0) {
       idle = 0;
       continue;
     }

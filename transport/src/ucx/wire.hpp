@@ -23,14 +23,22 @@ namespace coshard::transport::detail {
 // One ucp_context per process group, shared by its communicators and their splits.
 class UcxContext {
  public:
-  UcxContext();
+  // eager: no rendezvous protocol (UCX_RNDV_THRESH=inf unless the user set it). Measured over TCP
+  // between hosts through a shaped link (docs/benchmarks.md, "Across hosts"): with two or more
+  // flows per link, UCX 1.13's rendezvous stalled one operation in ten for about 55 ms.
+  enum class Protocols { automatic, eager };
+  explicit UcxContext(Protocols protocols = Protocols::automatic);
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
   ucp_context_h get() const noexcept { return ctx_; }
+  // A context of this process group with Protocols::eager, made on first use (the cross-host
+  // wires of hierarchy.hpp). On the scheduler, as every connect.
+  std::shared_ptr<UcxContext> eager();
 
  private:
   ucp_context_h ctx_ = nullptr;
+  std::shared_ptr<UcxContext> eager_;
 };
 
 [[noreturn]] void throw_ucx(ucs_status_t status, const std::string& what);
@@ -41,6 +49,9 @@ struct PeerIdentity {
   int pid = 0;
   int job_rank = -1;    // its rank in the job (metrics name peers by it)
   std::string address;  // packed ucp worker address
+  // The smallest message this rank proposes for the two-level schedules across hosts (hierarchy.hpp);
+  // -1: it wants the flat ring. The ranks agree on the largest (connect.cpp).
+  std::int64_t hierarchy_min_bytes = -1;
 };
 
 // What the current operation is, for the errors a wait raises.
@@ -54,6 +65,9 @@ class Wire {
  public:
   struct Options {
     std::chrono::milliseconds liveness_interval{250};
+    // Errors name peers by their job rank: the wire's own ranks mean nothing to the user (the
+    // per-host and cross-host wires of hierarchy.hpp).
+    bool name_by_job_rank = false;
   };
 
   Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options);
@@ -79,6 +93,12 @@ class Wire {
   RequestId recv(int peer, void* data, std::size_t bytes, std::uint64_t tag, bool times_peer = false);
   // True once complete; throws when the request failed (peer lost, size mismatch, aborted).
   bool done(RequestId id);
+
+  // Wires whose workers this one's waits also progress (not owned). The wires of one communicator
+  // (hierarchy.hpp) must: a peer's protocol messages for a finished transfer (a rendezvous
+  // acknowledgement) complete only when the worker they arrive on is progressed, and a rank that
+  // waits on one wire while a peer waits for such a message on another stalls both.
+  void progress_with(std::vector<Wire*> siblings) { siblings_ = std::move(siblings); }
 
   // Drives progress until `ready()` returns true. Throws Errc::timeout at the deadline naming the
   // peers still owing data, Errc::peer_lost when a peer died, the abort reason when aborted.
@@ -126,6 +146,7 @@ class Wire {
   ucp_worker_h worker_ = nullptr;
   std::vector<PeerIdentity> peers_;
   std::vector<ucp_ep_h> eps_;
+  std::vector<Wire*> siblings_;
   struct ErrArg {
     Wire* wire;
     int peer;

@@ -41,6 +41,15 @@ struct UcxOptions {
   bool direct = true;
   /// Smallest message per rank that takes the direct path; the ranks use the largest any of them sets.
   std::size_t direct_min_bytes = std::size_t{32} << 10;
+  /// Two-level all-gather, reduce-scatter and all-reduce when the ranks span hosts with the same
+  /// number (more than one) on each: shared memory inside a host, each byte crosses between hosts
+  /// once (docs/transport.md, "Across hosts"). Off on any rank: the flat ring for all.
+  /// COSHARD_UCX_HIERARCHY=0|1 overrides it, COSHARD_UCX_HIERARCHY_MIN_BYTES the threshold.
+  bool hierarchy = true;
+  /// Smallest buffer (all-gather's output, reduce-scatter's input, all-reduce's buffer) that takes
+  /// the two-level schedule; the ranks use the largest any of them sets. Below 16 KiB the flat ring's
+  /// fewer steps win (docs/benchmarks.md, "Across hosts").
+  std::size_t hierarchy_min_bytes = std::size_t{16} << 10;
 };
 
 /// Collective over the `size` ranks that share `store`: every rank calls it with the same

@@ -1,0 +1,103 @@
+#!/bin/bash
+# Across hosts on a shaped link (docs/benchmarks.md, "Across hosts"): a namespace cluster of 2 hosts
+# x 2 ranks (scripts/cluster) whose links are shaped to RATE each way, then
+#   collectives  busbw of coshard's flat ring (COSHARD_UCX_HIERARCHY=0) and two-level schedule
+#                beside Open MPI over TCP (mpirun inside a Slurm allocation), 1 KiB .. MAX, and
+#                the share of the link bound: each host's link carries (H-1)/H of an all-gather or
+#                reduce-scatter buffer and 2(H-1)/H of an all-reduce buffer, so with nccl-tests'
+#                busbw the bound is RATE x H/(H-1) x (n-1)/n for all three (1.5 x RATE here).
+#   gpt2         GPT-2 10M steps/s and exposed communication per strategy: full_shard, hybrid_shard
+#                (shard group = host) and no_shard.
+# Needs root (namespaces), Slurm and Open MPI (scripts/setup --with-extras).
+# Usage: bench/cross_host.sh BUILD_DIR [--rate 1gbit] [--max BYTES] [--only collectives|gpt2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$1
+shift
+rate=1gbit max=$((64 << 20)) only=all
+while (($#)); do
+  case "$1" in
+    --rate) rate=$2; shift ;;
+    --max) max=$2; shift ;;
+    --only) only=$2; shift ;;
+    *) echo "bench/cross_host.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $(id -u) == 0 ]] || { echo "bench/cross_host.sh: needs root (network namespaces)" >&2; exit 2; }
+build=$(cd "$build" && pwd)
+name=xb$$
+out=$(mktemp -d)
+trap 'scripts/cluster down --name "$name" >/dev/null 2>&1 || true; rm -rf "$out"' EXIT
+scripts/cluster up --name "$name" --nodes 2 --rate "$rate" >/dev/null
+on() { local host=$1; shift; scripts/cluster exec --name "$name" "$host" -- "$@"; }
+run=$build/tools/coshard-run/coshard-run
+
+# coshard-run by hand on both hosts; rank 0's lines (on node1) on stdout.
+two_hosts() {  # ENV... -- PROGRAM ARGS...
+  local env=()
+  while [[ $1 != -- ]]; do env+=("$1"); shift; done
+  shift
+  local common=(--nnodes 2 --nproc-per-node 2 --master node1:29650 --token "$name$RANDOM" -- "$@")
+  on node2 env "${env[@]}" "$run" --node-rank 1 "${common[@]}" >"$out/node2.log" 2>&1 &
+  on node1 env "${env[@]}" "$run" --node-rank 0 "${common[@]}" 2>&1 | sed -n 's/^\[rank 0\] //p'
+  wait $! || { echo "node2 failed:"; cat "$out/node2.log"; return 1; }
+}
+
+# The values of a JSON field in the step records from step 3 on (the first two warm up).
+field() { grep '^{"step"' | tail -n +3 | grep -o "\"$1\":[0-9.e+-]*" | cut -d: -f2; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+bits_per_s() {  # 1gbit, 250mbit, 10kbit -> bits/s
+  awk -v r="$1" 'BEGIN { n = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u)
+    m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : (u == "bit") ? 1 : -1
+    if (m < 0) { print "bad rate " r > "/dev/stderr"; exit 1 } print n * m }'
+}
+
+if [[ $only == all || $only == collectives ]]; then
+  echo "== coshard, flat ring"
+  two_hosts COSHARD_UCX_HIERARCHY=0 -- "$build/bench/bench_collectives" --min 1024 --max "$max" | tee "$out/flat"
+  echo "== coshard, two-level"
+  two_hosts COSHARD_UCX_HIERARCHY=1 -- "$build/bench/bench_collectives" --min 1024 --max "$max" | tee "$out/hier"
+  echo "== Open MPI over TCP (mpirun in salloc -N2 --ntasks-per-node=2, yield when idle)"
+  # Slurm grants more CPUs than the machine has, so Open MPI would busy-poll 4 ranks on 2 cores
+  # (5 ms per small operation): yield_when_idle is what it picks itself when it knows it is
+  # oversubscribed.
+  on login salloc -N2 --ntasks-per-node=2 mpirun --allow-run-as-root --mca mpi_yield_when_idle 1 \
+    --mca btl tcp,self,vader \
+    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    "$build/bench/bench_mpi_collectives" --min 1024 --max "$max" 2>/dev/null | tee "$out/mpi"
+  bound=$(awk -v b="$(bits_per_s "$rate")" 'BEGIN { printf "%.4f", b / 8 / 1e9 * 1.5 }')
+  echo
+  echo "busbw GB/s on 2 hosts x 2 ranks, links shaped to $rate (bound $bound GB/s)"
+  awk -v bound="$bound" '
+    FNR == 1 { file++ }
+    /^#/ { next }
+    { key = $2 " " $3 }
+    file == 1 { flat[key] = $6; order[++k] = key }
+    file == 2 { hier[key] = $6 }
+    file == 3 { mpi[key] = $6 }
+    END {
+      printf "%-15s %10s %7s %7s %7s %9s %8s %6s\n", "op", "bytes", "flat", "2-level", "openmpi", "2lvl/flat", "2lvl/mpi", "bound"
+      for (i = 1; i <= k; i++) {
+        key = order[i]; split(key, a, " ")
+        printf "%-15s %10s %7.3f %7.3f %7.3f %8.2fx %7.2fx %5.0f%%\n", a[1], a[2], flat[key], hier[key], mpi[key],
+               flat[key] > 0 ? hier[key] / flat[key] : 0, mpi[key] > 0 ? hier[key] / mpi[key] : 0, 100 * hier[key] / bound
+      }
+    }' "$out/flat" "$out/hier" "$out/mpi"
+fi
+
+if [[ $only == all || $only == gpt2 ]]; then
+  echo
+  echo "GPT-2 10M on 2 hosts x 2 ranks, links shaped to $rate: median of steps 3..8"
+  printf "%-14s %9s %9s %12s\n" strategy steps/s step_s exposed_s
+  for strategy in full_shard hybrid_shard no_shard; do
+    two_hosts X=1 -- "$build/examples/gpt2/train/gpt2-train" --model 10M --seq 128 --steps 8 --samples 0 --log-json - \
+      --metrics-port 0 --strategy "$strategy" >"$out/$strategy"
+    steps=$(grep -c '^{"step"' "$out/$strategy" || true)
+    ((steps == 8)) || { echo "$strategy: $steps of 8 steps ran:"; cat "$out/$strategy"; exit 1; }
+    step_s=$(field step_s <"$out/$strategy" | median)
+    exposed=$(field exposed_comm_s <"$out/$strategy" | median)
+    awk -v s="$strategy" -v t="$step_s" -v e="$exposed" 'BEGIN { printf "%-14s %9.3f %9.3f %12.3f\n", s, 1 / t, t, e }'
+  done
+fi

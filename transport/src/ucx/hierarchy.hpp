@@ -1,0 +1,75 @@
+#pragma once
+// The two-level schedules of a communicator whose ranks span hosts (docs/transport.md, "Across
+// hosts"). A flat ring sends every byte through as many host-crossing links as the ring has, and
+// in UCX's PEER error mode even the hops inside a host go over TCP. Here each rank also has two
+// smaller wires: `local`, the communicator's ranks on its host (shared memory), and `cross`, the
+// ranks with its local index on every host (one per host, TCP). Then:
+//   all-gather:     cross all-gather of the own block, then one local all-gather per host;
+//   reduce-scatter: one local reduce-scatter per host, then a cross reduce-scatter;
+//   all-reduce:     local reduce-scatter, cross all-reduce of the own block, local all-gather;
+// so each byte leaves its host once, as NCCL's trees and rings across nodes do.
+// Low-precision reductions are rounded once per level (twice), not once.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/error.hpp"
+#include "ring.hpp"
+#include "wire.hpp"
+
+namespace coshard::transport::detail {
+
+// Which host each rank of a communicator is on. Hosts are numbered in order of their lowest rank,
+// and the ranks of a host in rank order.
+struct Topology {
+  int hosts = 1;     // H
+  int per_host = 1;  // L: ranks on every host
+  std::vector<int> host_of, local_of;  // per rank
+  std::vector<int> rank_at;            // [host * per_host + local] -> rank
+  int rank(int host, int local) const { return rank_at[static_cast<std::size_t>(host * per_host + local)]; }
+  // The layout of `peers` (indexed by rank) when a two-level schedule pays: more than one host,
+  // more than one rank on each and the same number on every host. Nothing otherwise.
+  static std::optional<Topology> of(const std::vector<PeerIdentity>& peers);
+  std::string describe() const;  // "2 hosts x 2 ranks"
+};
+
+class Hierarchy {
+ public:
+  // `local` holds the ranks of this rank's host, `cross` those with its local index; both connected.
+  Hierarchy(Topology topology, int rank, std::unique_ptr<Wire> local, std::unique_ptr<Wire> cross);
+
+  const Topology& topology() const noexcept { return topo_; }
+  Wire& local() noexcept { return *local_; }
+  Wire& cross() noexcept { return *cross_; }
+
+  // The same contracts as the communicator's operations, on its buffers; `block_bytes` and `count`
+  // are per rank (the own block of all-gather, the output of reduce-scatter).
+  void all_gather(std::uint64_t seq, std::byte* out, std::size_t block_bytes, std::size_t piece_bytes);
+  void reduce_scatter(std::uint64_t seq, const std::byte* in, std::size_t count, void* out, const ReduceSpec& spec,
+                      std::size_t piece_bytes, Scratch& scratch);
+  void all_reduce(std::uint64_t seq, std::byte* inout, std::size_t count, const ReduceSpec& spec,
+                  std::size_t piece_bytes, Scratch& scratch);
+
+  // Both wires at once, as the communicator's own.
+  void begin(const WaitContext& wait);
+  void abort(const Error& reason);
+  void cancel_all() noexcept;
+
+ private:
+  Topology topo_;
+  int host_ = 0, local_index_ = 0;
+  std::unique_ptr<Wire> local_, cross_;
+  std::vector<std::byte> partial_;  // reduce-scatter: this rank's blocks summed over its host
+};
+
+// A communicator's two-level schedules, when it has them, and the smallest message that takes them
+// (the whole buffer: all-gather's output, reduce-scatter's input, all-reduce's buffer).
+struct Levels {
+  std::unique_ptr<Hierarchy> hierarchy;
+  std::size_t min_bytes = 0;
+};
+
+}  // namespace coshard::transport::detail
