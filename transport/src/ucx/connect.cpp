@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "direct_probe.hpp"
+#include "env.hpp"
 #include "hierarchy.hpp"
 #include "ring.hpp"
 
@@ -76,11 +77,7 @@ Task<std::vector<PeerIdentity>> exchange(StoreClient& store, std::string prefix,
 std::int64_t hierarchy_proposal(const UcxOptions& ucx) {
   bool on = ucx.hierarchy;
   auto min_bytes = static_cast<std::int64_t>(ucx.hierarchy_min_bytes);
-  if (const char* env = std::getenv("COSHARD_UCX_HIERARCHY"); env && *env) {
-    const std::string v = env;
-    if (v != "0" && v != "1") throw Error(Errc::bad_config, "COSHARD_UCX_HIERARCHY='" + v + "' is not 0 or 1");
-    on = v == "1";
-  }
+  if (auto v = env_switch("COSHARD_UCX_HIERARCHY")) on = *v;
   if (const char* env = std::getenv("COSHARD_UCX_HIERARCHY_MIN_BYTES"); env && *env) {
     char* end = nullptr;
     const long long v = std::strtoll(env, &end, 10);
@@ -113,9 +110,7 @@ Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& sto
   const Wire::Options wo{.liveness_interval = ucx.liveness_interval, .name_by_job_rank = true};
   auto local = std::make_unique<Wire>(ctx, index, topo.per_host, wo);
   auto cross = std::make_unique<Wire>(ctx->eager(), host, topo.hosts, wo);
-  std::vector<int> host_ranks, cross_ranks;
-  for (int l = 0; l < topo.per_host; ++l) host_ranks.push_back(topo.rank(host, l));
-  for (int h = 0; h < topo.hosts; ++h) cross_ranks.push_back(topo.rank(h, index));
+  std::vector<int> host_ranks = topo.ranks_on(host), cross_ranks = topo.ranks_at(index);
   auto local_id = local->self(), cross_id = cross->self();
   local_id.job_rank = cross_id.job_rank = rt.rank();
   // Named arguments: GCC 12 miscompiles temporaries inside a co_await expression.

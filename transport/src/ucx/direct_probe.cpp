@@ -13,18 +13,10 @@
 #include <vector>
 
 #include "coshard/runtime/shared_memory.hpp"
+#include "env.hpp"
 
 namespace coshard::transport::detail {
 namespace {
-
-std::optional<bool> env_switch(const char* name) {
-  const char* env = std::getenv(name);
-  if (!env || !*env) return std::nullopt;
-  std::string v = env;
-  if (v == "1" || v == "on" || v == "true") return true;
-  if (v == "0" || v == "off" || v == "false") return false;
-  throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
-}
 
 // A memfd segment of this process for the probe, freed on every path out.
 class ProbeSegment {

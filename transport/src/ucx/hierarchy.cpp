@@ -28,6 +28,18 @@ std::optional<Topology> Topology::of(const std::vector<PeerIdentity>& peers) {
   return t;
 }
 
+std::vector<int> Topology::ranks_on(int host) const {
+  std::vector<int> r;
+  for (int l = 0; l < per_host; ++l) r.push_back(rank(host, l));
+  return r;
+}
+
+std::vector<int> Topology::ranks_at(int local) const {
+  std::vector<int> r;
+  for (int h = 0; h < hosts; ++h) r.push_back(rank(h, local));
+  return r;
+}
+
 std::string Topology::describe() const {
   return std::to_string(hosts) + " hosts x " + std::to_string(per_host) + " ranks";
 }
@@ -37,7 +49,10 @@ Hierarchy::Hierarchy(Topology topology, int rank, std::unique_ptr<Wire> local, s
       host_(topo_.host_of[static_cast<std::size_t>(rank)]),
       local_index_(topo_.local_of[static_cast<std::size_t>(rank)]),
       local_(std::move(local)),
-      cross_(std::move(cross)) {}
+      cross_(std::move(cross)),
+      counterparts_(topo_.ranks_at(local_index_)) {
+  for (int h = 0; h < topo_.hosts; ++h) host_ranks_.push_back(topo_.ranks_on(h));
+}
 
 namespace {
 
@@ -51,34 +66,36 @@ Blocks blocks_of(const std::vector<int>& ranks, std::size_t each) {
   return b;
 }
 
+// The reduction of each level: the input factor (premul) once at the start, the result's (avg) once
+// at the end.
+std::pair<ReduceSpec, ReduceSpec> levels_of(const ReduceSpec& spec) {
+  ReduceSpec inner = spec, outer = spec;
+  inner.post = 1.0f;
+  outer.scale = 1.0f;
+  return {inner, outer};
+}
+
 }  // namespace
 
 void Hierarchy::all_gather(std::uint64_t seq, std::byte* out, std::size_t block_bytes, std::size_t piece_bytes) {
-  const int hosts = topo_.hosts, per_host = topo_.per_host;
-  std::vector<int> peers;  // my local index on every host
-  for (int h = 0; h < hosts; ++h) peers.push_back(topo_.rank(h, local_index_));
-  ring_all_gather(*cross_, seq, 0, out, blocks_of(peers, block_bytes), piece_bytes);
+  ring_all_gather(*cross_, seq, 0, out, blocks_of(counterparts_, block_bytes), piece_bytes);
   // Now this rank holds one block of every host; the host's ranks swap theirs, host by host.
-  for (int h = 0; h < hosts; ++h) {
-    std::vector<int> host;
-    for (int l = 0; l < per_host; ++l) host.push_back(topo_.rank(h, l));
-    ring_all_gather(*local_, seq, h * per_host, out, blocks_of(host, block_bytes), piece_bytes);
+  for (int h = 0; h < topo_.hosts; ++h) {
+    ring_all_gather(*local_, seq, h * topo_.per_host, out, blocks_of(host_ranks_[static_cast<std::size_t>(h)], block_bytes),
+                    piece_bytes);
   }
 }
 
 void Hierarchy::reduce_scatter(std::uint64_t seq, const std::byte* in, std::size_t count, void* out,
                                const ReduceSpec& spec, std::size_t piece_bytes, Scratch& scratch) {
-  const int hosts = topo_.hosts, per_host = topo_.per_host;
+  const int hosts = topo_.hosts;
   const std::size_t esize = size_of(spec.dtype);
-  ReduceSpec inner = spec, outer = spec;  // the input factor once, at the start; the result's once, at the end
-  inner.post = 1.0f;
-  outer.scale = 1.0f;
+  const auto [inner, outer] = levels_of(spec);
   partial_.resize(static_cast<std::size_t>(hosts) * count * esize);
-  // partial_ block h: the host's sum of the block of rank (h, my local index).
+  // partial_ block h: the host's sum of the block of rank (h, my local index). Host h's blocks go
+  // to this host's ranks in local order, as its ranks are.
   for (int h = 0; h < hosts; ++h) {
-    std::vector<int> blocks;  // the blocks of host h's ranks, in the order of this host's ranks
-    for (int l = 0; l < per_host; ++l) blocks.push_back(topo_.rank(h, l));
-    ring_reduce_scatter(*local_, seq, h * per_host, in, blocks_of(blocks, count),
+    ring_reduce_scatter(*local_, seq, h * topo_.per_host, in, blocks_of(host_ranks_[static_cast<std::size_t>(h)], count),
                         partial_.data() + static_cast<std::size_t>(h) * count * esize, inner, piece_bytes, scratch);
   }
   ring_reduce_scatter(*cross_, seq, 0, partial_.data(), Blocks::uniform(count, hosts), out, outer, piece_bytes,
@@ -88,9 +105,7 @@ void Hierarchy::reduce_scatter(std::uint64_t seq, const std::byte* in, std::size
 void Hierarchy::all_reduce(std::uint64_t seq, std::byte* inout, std::size_t count, const ReduceSpec& spec,
                            std::size_t piece_bytes, Scratch& scratch) {
   const std::size_t esize = size_of(spec.dtype);
-  ReduceSpec inner = spec, outer = spec;
-  inner.post = 1.0f;
-  outer.scale = 1.0f;
+  const auto [inner, outer] = levels_of(spec);
   const auto host_blocks = Blocks::balanced(count, topo_.per_host);
   const auto me = static_cast<std::size_t>(local_index_);
   std::byte* mine = inout + host_blocks.offset[me] * esize;

@@ -30,6 +30,8 @@ struct Topology {
   std::vector<int> host_of, local_of;  // per rank
   std::vector<int> rank_at;            // [host * per_host + local] -> rank
   int rank(int host, int local) const { return rank_at[static_cast<std::size_t>(host * per_host + local)]; }
+  std::vector<int> ranks_on(int host) const;   // the ranks of `host`: its wire's ranks, in order
+  std::vector<int> ranks_at(int local) const;  // local index `local` on every host: the cross wire's
   // The layout of `peers` (indexed by rank) when a two-level schedule pays: more than one host,
   // more than one rank on each and the same number on every host. Nothing otherwise.
   static std::optional<Topology> of(const std::vector<PeerIdentity>& peers);
@@ -62,6 +64,8 @@ class Hierarchy {
   Topology topo_;
   int host_ = 0, local_index_ = 0;
   std::unique_ptr<Wire> local_, cross_;
+  std::vector<std::vector<int>> host_ranks_;  // per host: Topology::ranks_on
+  std::vector<int> counterparts_;             // Topology::ranks_at(this rank's local index)
   std::vector<std::byte> partial_;  // reduce-scatter: this rank's blocks summed over its host
 };
 

@@ -1,0 +1,22 @@
+#pragma once
+// The UCX backend's COSHARD_UCX_* switches: a value that is set but unreadable is a bad_config
+// error naming the variable, never silently ignored.
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::transport::detail {
+
+// 1/on/true or 0/off/false; nothing when unset or empty.
+inline std::optional<bool> env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  std::string v = env;
+  if (v == "1" || v == "on" || v == "true") return true;
+  if (v == "0" || v == "off" || v == "false") return false;
+  throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
+}
+
+}  // namespace coshard::transport::detail
