@@ -54,9 +54,11 @@ TEST(TrainerE2E, PrometheusScrapesEveryRankOfATrainingRun) {
   std::filesystem::create_directories(dir);
   const std::string log = (dir / "log.jsonl").string();
   coshard::testing::CommandResult run;
+  // 4 micro-batches per step: 400 steps of the tiny model alone took 5 s on a quiet machine, short
+  // enough to end between Prometheus's first scrapes and the growth checks below (which then failed).
   std::thread trainer([&] {
     run = coshard::testing::run_command(std::string(COSHARD_RUN_BIN) + " --nproc-per-node 2 -- " + GPT2_TRAIN_BIN +
-                                        " --steps 400 --samples 0 --metrics-port " + std::to_string(base) +
+                                        " --steps 400 --grad-accum 4 --samples 0 --metrics-port " + std::to_string(base) +
                                         " --metrics-linger 6 --log-json " + log);
   });
   const auto deadline = std::chrono::steady_clock::now() + 60s;
@@ -92,7 +94,10 @@ TEST(TrainerE2E, PrometheusScrapesEveryRankOfATrainingRun) {
           << e.name << " is not served by rank " << rank << " in the middle of the run";
     }
   }
-  const auto allocated = by_rank(prom.query("coshard_allocator_allocated_bytes{job=\"coshard\"}"));
+  // Over the scrapes so far, not at this instant: training may have ended (and freed its memory)
+  // between the last wait and this query, which failed a fresh-clone CI run with 0 bytes.
+  const auto allocated =
+      by_rank(prom.query("max_over_time(coshard_allocator_allocated_bytes{job=\"coshard\"}[5m])"));
   EXPECT_GT(allocated.at("0"), 0) << "the allocator gauges must be live while training";
   trainer.join();
   ASSERT_EQ(run.rc, 0) << run.output;
