@@ -49,6 +49,41 @@ TEST_F(Cluster, ACutLinkFailsEveryRankOnBothHostsWithinTheDeadline) {
   EXPECT_NE(node2.find("on node1)"), std::string::npos) << node2;
 }
 
+// A rank killed outright on one host under --max-restarts 1 --resume auto: both hosts' launchers
+// stop their ranks, start them again, and the job ends with the uninterrupted run's losses.
+TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
+  auto dir = train::temp_dir("cluster-restart");
+  const std::string common = kTrainArgs + "--steps 40 --checkpoint-every 4 --metrics-port 0 --checkpoint-dir ";
+  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string ckpt = (dir / "killed").string(), d = dir.string();
+  const std::string train = common + ckpt + " --resume auto";
+  // Once step 8's checkpoint is complete, SIGKILL rank 3 (on node2); "[g]" keeps pgrep off this shell.
+  const std::string kill = "for i in $(seq 1200); do [ -e " + ckpt +
+                           "/step-00000008/manifest.json ] && break; sleep 0.1; done; for p in $(pgrep -f '[g]pt2-train .*" +
+                           ckpt + " '); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=3 && kill -9 $p && echo killed rank 3; done";
+  auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
+                      by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & b=$!; " + kill +
+                      "; wait $a; echo rc1=$?; wait $b; echo rc2=$?");
+  const std::string node1 = read_file(dir / "node1.log"), node2 = read_file(dir / "node2.log");
+  ASSERT_NE(r.output.find("killed rank 3"), std::string::npos) << r.output << node1 << node2;
+  EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << node2;
+  EXPECT_NE(node1.find("coshard-run: node 1 failed: rank 3 (pid"), std::string::npos) << node1;
+  for (const auto& log : {node1, node2}) {
+    EXPECT_NE(log.find("coshard-run: restart 1 of 1: node 1: rank 3"), std::string::npos) << log;
+  }
+  EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
+  EXPECT_NE(node1.find(" after restart 1"), std::string::npos) << node1;
+  // The restarted attempt's last 10 steps are the uninterrupted run's.
+  const auto want = losses(whole.output), got = losses(node1);
+  ASSERT_EQ(want.size(), 40u) << whole.output;
+  ASSERT_GE(got.size(), 10u) << node1;
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
+  }
+}
+
 TEST_F(Cluster, CoshardRunRefusesFlagsThatContradictTheSlurmStep) {
   auto r = run_command(on("login", "srun -N2 --ntasks-per-node=1 " + kRun + " --nnodes 3 --nproc-per-node 2 -- true"));
   EXPECT_NE(r.rc, 0) << r.output;
@@ -61,10 +96,11 @@ TEST_F(Cluster, CoshardRunRefusesFlagsThatContradictTheSlurmStep) {
 }
 
 TEST_F(Cluster, AMasterThatDoesNotAnswerIsNamedWithinTheDeadline) {
-  auto r = run_command(by_hand(1, kFourSteps + "--metrics-port 0 --rendezvous-timeout 5"));
+  auto r = run_command(by_hand(1, kFourSteps + "--metrics-port 0", " --join-timeout 5"));
   EXPECT_NE(r.rc, 0) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
-  EXPECT_NE(r.output.find("cannot reach the rendezvous store at node1:29400 within 5 s"), std::string::npos)
+  EXPECT_NE(r.output.find("node 1 cannot join the job: cannot reach the rendezvous store at node1:29400 within 5 s"),
+            std::string::npos)
       << r.output;
 }
 

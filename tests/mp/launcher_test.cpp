@@ -1,11 +1,17 @@
 // Multi-process tests: real ranks started by coshard-run on this host.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <functional>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -111,6 +117,167 @@ TEST(Launcher, APortInUseIsNamed) {
                "); " + kRun + " --nproc-per-node 1 --master 127.0.0.1:$port -- true; rc=$?; kill %1; exit $rc'");
   EXPECT_NE(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:"), std::string::npos) << r.output;
+}
+
+// A port that was free a moment ago, for a --master that both nodes must be told in advance.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return 29411;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Two launchers of one job on this host (nodes 0 and 1 of --nnodes 2, each with 2 ranks of
+// `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do.
+struct TwoNodes {
+  Run node[2];
+};
+
+TwoNodes two_nodes(const std::string& name, const std::string& script, const std::string& flags,
+                   const std::function<void()>& during = {}) {
+  const std::string file = ::testing::TempDir() + "/coshard-run-" + name + ".sh";
+  std::ofstream(file) << script;
+  const std::string master = "--master 127.0.0.1:" + std::to_string(free_port()) + " --token " + name;
+  TwoNodes out;
+  std::thread nodes[2];
+  for (int n = 0; n < 2; ++n) {
+    nodes[n] = std::thread([&, n] {
+      out.node[n] = run(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 2 " + master + " " +
+                        flags + " -- sh " + file);
+    });
+  }
+  if (during) during();
+  for (auto& t : nodes) t.join();
+  return out;
+}
+
+// Rank 3 (on node 1) fails in the first attempt; the other ranks would sleep for a minute.
+const std::string kFailsOnceOnNode1 =
+    "echo attempt $COSHARD_RESTART_COUNT rank $RANK\n"
+    "if [ $COSHARD_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then sleep 1; exit 5; fi; sleep 60; fi\n";
+
+TEST(LauncherNodes, AFailureOnOneNodeStopsAndRestartsEveryNode) {
+  auto r = two_nodes("restart", kFailsOnceOnNode1, "--max-restarts 2 --grace 3");
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 0) << node.output;
+    EXPECT_NE(node.output.find("restart 1 of 2: node 1: rank 3 (pid"), std::string::npos) << node.output;
+    EXPECT_NE(node.output.find("exited with status 5; starting every rank again"), std::string::npos) << node.output;
+    EXPECT_EQ(node.output.find("restart 2 of 2"), std::string::npos) << node.output;
+    EXPECT_LT(node.seconds, 30) << node.output;  // node 0's sleeping ranks were stopped, not waited for
+  }
+  EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: rank 3"), std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("stopping the local ranks"), std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("[rank 0] attempt 1 rank 0"), std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[1].output.find("[rank 3] attempt 1 rank 3"), std::string::npos) << r.node[1].output;
+}
+
+TEST(LauncherNodes, WhenRestartsRunOutEveryNodeExitsWithTheFailure) {
+  const std::string always = "if [ $RANK = 3 ]; then sleep 1; exit 5; fi; sleep 60\n";
+  auto r = two_nodes("give-up", always, "--max-restarts 1 --grace 3");
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 5) << node.output;
+    EXPECT_NE(node.output.find("restart 1 of 1"), std::string::npos) << node.output;
+    EXPECT_NE(node.output.find("the job failed (exit code 5): node 1: rank 3 (pid"), std::string::npos) << node.output;
+    EXPECT_NE(node.output.find("no restarts left (--max-restarts 1)"), std::string::npos) << node.output;
+    EXPECT_LT(node.seconds, 40) << node.output;
+  }
+}
+
+TEST(LauncherNodes, AnInterruptedNodeEndsTheJobWithoutARestart) {
+  const std::string file = ::testing::TempDir() + "/coshard-run-interrupt.pids";
+  std::remove(file.c_str());
+  auto r = two_nodes("interrupt", "echo $PPID >> " + file + "; sleep 60\n", "--max-restarts 3 --grace 3", [&] {
+    // The launcher of rank 2 or 3 (node 1): the parent of its rank's shell.
+    for (int i = 0; i < 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto pids = run("cat " + file + " 2>/dev/null").output;
+      for (std::size_t at = 0; at < pids.size();) {
+        const auto nl = pids.find('\n', at);
+        const int pid = std::atoi(pids.substr(at, nl - at).c_str());
+        if (run("tr '\\0' ' ' < /proc/" + std::to_string(pid) + "/cmdline").output.find("--node-rank 1") !=
+            std::string::npos) {
+          ::kill(pid, SIGTERM);
+          return;
+        }
+        at = nl == std::string::npos ? pids.size() : nl + 1;
+      }
+    }
+  });
+  EXPECT_EQ(r.node[1].rc, 128 + SIGTERM) << r.node[1].output;
+  EXPECT_EQ(r.node[0].rc, 128 + SIGTERM) << r.node[0].output;
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.output.find("restart 1"), std::string::npos) << node.output;
+    EXPECT_NE(node.output.find("got Terminated"), std::string::npos) << node.output;
+    EXPECT_LT(node.seconds, 30) << node.output;
+  }
+}
+
+// The pid of the launcher of node `node` in the job of token `token`, or 0.
+int launcher_pid(const std::string& token, int node) {
+  // Anchored on the program, so that the shell which runs it (sh -c 'coshard-run ...') is not it.
+  auto ps = run("pgrep -f '^[^ ]*coshard-run --nnodes 2 --node-rank " + std::to_string(node) + " .*--token " + token +
+                " ' | head -1");
+  return std::atoi(ps.output.c_str());
+}
+
+// A launcher killed outright (its host crashed) while its ranks, like node 0's, would sleep on
+// without noticing: node 0 finds it silent, stops its own ranks and ends the job, not restarting
+// it without that node.
+TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
+  auto r = two_nodes("silent", "sleep 120\n", "--max-restarts 2 --grace 3", [&] {
+    for (int i = 0; i < 100 && launcher_pid("silent", 1) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    ::kill(launcher_pid("silent", 1), SIGKILL);
+  });
+  EXPECT_EQ(r.node[1].rc, 128 + SIGKILL) << r.node[1].output;
+  EXPECT_EQ(r.node[0].rc, 1) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: its coshard-run fell silent 10 s ago"), std::string::npos)
+      << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("not restarted"), std::string::npos) << r.node[0].output;
+  EXPECT_EQ(r.node[0].output.find("restart 1"), std::string::npos) << r.node[0].output;
+  EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
+}
+
+TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
+  ::Run twin, other_size, other_restarts;
+  auto r = two_nodes("twice", "sleep 4\n", "--max-restarts 1", [&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Find the job's --master from node 0's command line, and join it wrongly three times.
+    auto ps = run("ps -eo args | grep -- '--token twice' | grep -- '--node-rank 0' | grep -v grep | head -1").output;
+    const auto at = ps.find("--master ");
+    ASSERT_NE(at, std::string::npos) << ps;
+    const std::string master = ps.substr(at, ps.find(' ', at + 9) - at);
+    const std::string join = kRun + " --nnodes 2 --node-rank 1 " + master + " --token twice --join-timeout 5 ";
+    twin = run(join + "--nproc-per-node 2 --max-restarts 1 -- true");
+    other_size = run(join + "--nproc-per-node 3 --max-restarts 1 -- true");
+    other_restarts = run(join + "--nproc-per-node 2 --max-restarts 0 -- true");
+  });
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(r.node[1].rc, 0) << r.node[1].output;
+  // Which of node 1's two launchers claimed it first is a race; the other is refused.
+  const ::Run& refused = twin.rc != 0 ? twin : r.node[1];
+  EXPECT_NE(refused.output.find("node rank 1 was started twice: coshard-run pid"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("Give every node its own --node-rank"), std::string::npos) << refused.output;
+  for (const ::Run* late : {&other_size, &other_restarts}) EXPECT_NE(late->rc, 0) << late->output;
+}
+
+TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {
+  auto r = run(kRun + " --nnodes 2 --node-rank 1 --nproc-per-node 1 --master 127.0.0.1:9 --token t --join-timeout 2 "
+               "-- true");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_LT(r.seconds, 10) << r.output;
+  EXPECT_NE(r.output.find("node 1 cannot join the job: cannot reach the rendezvous store at 127.0.0.1:9 within 2 s"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("start it with --master 127.0.0.1:9"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "child.hpp"
+#include "coordinator.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/store.hpp"
@@ -61,36 +62,32 @@ BlockedSignals block_signals() {
   return s;
 }
 
-// Node 0 serves the rendezvous store for the whole job.
+// Node 0 serves the rendezvous store for the whole job, every attempt included.
 struct StoreHost {
   std::unique_ptr<Scheduler> sched;
   std::unique_ptr<transport::StoreServer> store;
   std::uint16_t port = 0;
 
-  // After a job that ended well, ranks on other nodes may still wait for their last reply from
-  // the store: serve them until they hang up, for a bounded time.
-  void stop(bool drain) {
-    if (store && drain && !store->wait_until_idle(std::chrono::seconds(60))) {
-      std::fprintf(stderr, "coshard-run: %zu rank(s) still connected to the store after 60 s; stopping it\n",
-                   store->stats().connections);
-    }
+  // Stopped once the job has ended everywhere: every node's ranks ended before node 0 decided, and
+  // the other launchers read its decision (Coordinator).
+  ~StoreHost() {
     if (store) store->stop();
     if (sched) sched->stop();
   }
 };
 
-StoreHost host_store(const Options& o, const std::string& token) {
-  StoreHost h;
-  h.port = o.master_port;
+std::unique_ptr<StoreHost> host_store(const Options& o, const std::string& token) {
+  auto h = std::make_unique<StoreHost>();
+  h->port = o.master_port;
   if (o.node_rank == 0) {
-    h.sched = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run"});
-    h.sched->start();
+    h->sched = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run"});
+    h->sched->start();
     transport::StoreServer::Options so;
     so.bind_address = transport::StoreServer::bind_address_for(o.master_addr);
     so.port = o.master_port;
     so.token = token;
-    h.store = std::make_unique<transport::StoreServer>(*h.sched, so);
-    h.port = h.store->port();
+    h->store = std::make_unique<transport::StoreServer>(*h->sched, so);
+    h->port = h->store->port();
   }
   return h;
 }
@@ -159,18 +156,18 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
   return children;
 }
 
-// One attempt: a fresh store (nothing of a failed attempt is read again) and every local rank.
-int run_ranks(const Options& o, const std::string& token, BlockedSignals& signals, int restart, bool& interrupted) {
-  StoreHost store = host_store(o, token);
-  const FlightDir flight(restart);
-  std::vector<Child> children = start_ranks(o, store.port, token, signals.old_mask, restart, flight.path);
+// One attempt of every local rank; returns the local exit code.
+int run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
+              Coordinator& coordinator, int attempt, bool& interrupted) {
+  coordinator.begin(attempt);
+  const FlightDir flight(attempt);
+  std::vector<Child> children = start_ranks(o, port, token, signals.old_mask, attempt, flight.path);
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
-               o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(store.port));
-  Supervisor supervisor(o, children, flight.path);
+               o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
+  Supervisor supervisor(o, children, flight.path, coordinator, attempt);
   supervisor.watch(signals.fd.get());
   interrupted = supervisor.interrupted();
   const int rc = supervisor.result();
-  store.stop(rc == 0 && !interrupted);
   if (rc != 0) {
     std::vector<int> local;
     for (const auto& c : children) local.push_back(c.rank);
@@ -192,12 +189,18 @@ int launch(const Options& o) {
   }
   BlockedSignals signals = block_signals();
   const std::string token = o.token.empty() ? random_token() : o.token;
-  for (int restart = 0;; ++restart) {
+  const auto store = host_store(o, token);
+  Coordinator coordinator(o, store->port, token);
+  for (int attempt = coordinator.first_attempt();; ++attempt) {
     bool interrupted = false;
-    const int rc = run_ranks(o, token, signals, restart, interrupted);
-    if (rc == 0 || interrupted || restart >= o.max_restarts) return rc;
-    std::fprintf(stderr, "coshard-run: restart %d of %d: the job failed (exit code %d); starting every rank again\n",
-                 restart + 1, o.max_restarts, rc);
+    const int rc = run_ranks(o, store->port, token, signals, coordinator, attempt, interrupted);
+    const Verdict v = coordinator.finish(attempt, rc, interrupted);
+    if (!v.restart) {
+      if (v.code != 0) std::fprintf(stderr, "coshard-run: the job failed (exit code %d): %s\n", v.code, v.reason.c_str());
+      return v.code;
+    }
+    std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
+                 o.max_restarts, v.reason.c_str());
   }
 }
 

@@ -62,14 +62,15 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
 
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes M --node-rank K] [--master ADDR:PORT] [--token T]\n"
-         "                   [--grace SECONDS] [--max-restarts N] -- PROGRAM [ARGS...]\n"
+         "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
          "  and stops every rank when one fails. Node 0 serves the rendezvous store at --master\n"
          "  (default 127.0.0.1:0, port 0 picks a free one). Across nodes give every node the same --master\n"
-         "  and --token. --max-restarts N: when a rank fails, stop the others and start every rank again (a\n"
-         "  fresh store, COSHARD_RESTART_COUNT set), up to N times; a trainer with --resume auto continues\n"
-         "  from its last checkpoint. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step\n"
+         "  and --token; the other nodes wait --join-timeout (600 s) for node 0. --max-restarts N: when a rank\n"
+         "  fails on any node, every node stops its ranks and starts them again (COSHARD_RESTART_COUNT set, a\n"
+         "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
+         "  checkpoint. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step\n"
          "  gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
 }
 
@@ -108,6 +109,8 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
       if (o.token.empty()) throw std::invalid_argument("--token must not be empty");
     } else if (a == "--max-restarts") {
       o.max_restarts = static_cast<int>(parse_int(a, value(a), 0, 1000000));
+    } else if (a == "--join-timeout") {
+      o.join_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {
@@ -126,10 +129,6 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
       throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
     }
     if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
-    if (o.max_restarts > 0) {
-      throw std::invalid_argument("--max-restarts works on one node for now: across nodes, restart the whole job "
-                                  "(for example with Slurm's --requeue) and let --resume auto continue it");
-    }
   }
   return o;
 }

@@ -1,4 +1,5 @@
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ struct Options {
   std::string token;              // empty: generated (single node only)
   double grace_seconds = 5;       // SIGTERM, then SIGKILL after this
   int max_restarts = 0;           // when a rank fails: stop all, start all again, up to this many times
+  std::chrono::seconds join_timeout{600};  // to reach node 0's store, and for node 0 to hear from every node
   std::vector<std::string> command;
 };
 

@@ -57,6 +57,11 @@ void Supervisor::watch(int sigfd) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
     }
     reap();
+    if (!exit_code_ && !interrupted_by_ && Clock::now() >= next_check_) {
+      next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
+      coordinator_.heartbeat();
+      check_other_nodes();
+    }
     if (stop_at_ && Clock::now() >= *stop_at_) {
       stop_at_.reset();
       stop_all(SIGTERM);
@@ -67,7 +72,7 @@ void Supervisor::watch(int sigfd) {
 
 int Supervisor::result() const {
   if (interrupted_by_) return 128 + interrupted_by_;
-  if (exit_code_) {
+  if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
       if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
         std::fprintf(stderr, "coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
@@ -130,7 +135,11 @@ void Supervisor::take_signals(int sigfd) {
     int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
-      if (!interrupted_by_) interrupted_by_ = sig;
+      if (!interrupted_by_) {
+        interrupted_by_ = sig;
+        coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
+                                              .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
+      }
       stop_at_.reset();
       stop_all(sig);
     }
@@ -167,10 +176,24 @@ void Supervisor::reap() {
       exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
+      coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = exit_code_, .restartable = true,
+                                            .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
+                                                    " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());
       ask_for_flight_records();
     }
   }
+}
+
+// A failure on another node ends this attempt here too: every node restarts, or none does.
+void Supervisor::check_other_nodes() {
+  auto f = coordinator_.failure(attempt_);
+  if (!f || f->node == o_.node_rank) return;
+  exit_code_ = f->code;
+  stopped_for_other_node_ = true;
+  const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";
+  std::fprintf(stderr, "coshard-run: %s%s; stopping the local ranks\n", who.c_str(), f->what.c_str());
+  ask_for_flight_records();
 }
 
 void Supervisor::kill_late_ranks() {

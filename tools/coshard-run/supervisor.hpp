@@ -1,8 +1,9 @@
 #pragma once
-// Watches the local ranks until every one has ended and its output is drained: relays their output
-// and the launcher's SIGINT/SIGTERM, and when a rank fails stops the others: SIGUSR1 first to the
-// ranks that take it (they write their flight records; a second later SIGTERM, then SIGKILL after
-// the grace period).
+// Watches the local ranks of one attempt until every one has ended and its output is drained:
+// relays their output and the launcher's SIGINT/SIGTERM, and when a rank fails here or another
+// node reports a failure, stops the others: SIGUSR1 first to the ranks that take it (they write
+// their flight records; a second later SIGTERM, then SIGKILL after the grace period). A failure
+// here is reported to the other nodes.
 #include <poll.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "child.hpp"
+#include "coordinator.hpp"
 #include "options.hpp"
 
 namespace coshard::run {
@@ -18,8 +20,9 @@ namespace coshard::run {
 class Supervisor {
  public:
   // `flight_dir`: where this attempt's ranks write their flight records (and say they take SIGUSR1).
-  Supervisor(const Options& o, std::vector<Child>& children, std::string flight_dir)
-      : o_(o), children_(children), flight_dir_(std::move(flight_dir)) {}
+  Supervisor(const Options& o, std::vector<Child>& children, std::string flight_dir, Coordinator& coordinator,
+             int attempt)
+      : o_(o), children_(children), flight_dir_(std::move(flight_dir)), coordinator_(coordinator), attempt_(attempt) {}
 
   // Returns once every rank has ended and its pipes are closed. `sigfd`: a signalfd for SIGINT,
   // SIGTERM and SIGCHLD.
@@ -40,15 +43,20 @@ class Supervisor {
   void relay(Output& out);
   void reap();
   void kill_late_ranks();
+  void check_other_nodes();
 
   const Options& o_;
   std::vector<Child>& children_;
   std::string flight_dir_;
+  Coordinator& coordinator_;
+  int attempt_;
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
   bool killed_ = false;
   int exit_code_ = 0;
   int interrupted_by_ = 0;
+  Clock::time_point next_check_{};  // when to ask again whether another node failed
+  bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
 };
 
 }  // namespace coshard::run

@@ -55,7 +55,7 @@ Task<void> ProcessGroup::finish(std::chrono::milliseconds timeout) {
   // The rank serving the store (rank 0 under srun or torchrun) must outlive every rank's last
   // reply from it: had it left on seeing everyone arrive, a slower rank would lose its connection
   // before hearing so. Every rank counts in once more, and only the server waits for that. (A
-  // store that coshard-run serves stays up until every client hung up: StoreServer::wait_until_idle.)
+  // store that coshard-run serves stays up until every node's ranks have ended.)
   const bool last_to_hear = co_await count_in(*store(), heard, size());
   if (last_to_hear || !rv_.server) co_return;
   co_await wait_all(*store(), heard, timeout, rank(), "not every rank heard that the job ended");

@@ -177,7 +177,7 @@ Task<std::unique_ptr<StoreClient>> StoreClient::connect(Options options) {
 
 Task<void> StoreClient::set(std::string key, std::string value) {
   auto q = request(wire::Op::set);
-  q.str(key).str(value);
+  q.str(impl_->options.key_prefix + key).str(value);
   auto body = co_await impl_->exchange(std::move(q), "set '" + key + "'");
   wire::Reader r(body);
   if (status_of(r) != wire::Status::ok) impl_->bad_reply("set");
@@ -185,7 +185,7 @@ Task<void> StoreClient::set(std::string key, std::string value) {
 
 Task<std::optional<std::string>> StoreClient::get(std::string key) {
   auto q = request(wire::Op::get);
-  q.str(key);
+  q.str(impl_->options.key_prefix + key);
   auto body = co_await impl_->exchange(std::move(q), "get '" + key + "'");
   wire::Reader r(body);
   auto s = status_of(r);
@@ -200,7 +200,7 @@ Task<std::vector<std::string>> StoreClient::wait(std::vector<std::string> keys,
   auto limit = timeout.value_or(impl_->options.op_timeout);
   auto q = request(wire::Op::wait);
   q.i64(limit.count()).i64(static_cast<std::int64_t>(keys.size()));
-  for (const auto& k : keys) q.str(k);
+  for (const auto& k : keys) q.str(impl_->options.key_prefix + k);
   std::string what = "wait for " + std::to_string(keys.size()) + " key(s)";
   // The server answers at its deadline; give the reply a little longer to arrive.
   auto body = co_await impl_->exchange(std::move(q), what, limit + std::chrono::seconds(5));
@@ -231,7 +231,7 @@ Task<std::vector<std::string>> StoreClient::wait(std::vector<std::string> keys,
 
 Task<std::int64_t> StoreClient::add(std::string key, std::int64_t delta) {
   auto q = request(wire::Op::add);
-  q.str(key).i64(delta);
+  q.str(impl_->options.key_prefix + key).i64(delta);
   auto body = co_await impl_->exchange(std::move(q), "add '" + key + "'");
   wire::Reader r(body);
   auto s = status_of(r);
@@ -245,7 +245,7 @@ Task<std::int64_t> StoreClient::add(std::string key, std::int64_t delta) {
 
 Task<std::string> StoreClient::compare_set(std::string key, std::string expected, std::string desired) {
   auto q = request(wire::Op::compare_set);
-  q.str(key).str(expected).str(desired);
+  q.str(impl_->options.key_prefix + key).str(expected).str(desired);
   auto body = co_await impl_->exchange(std::move(q), "compare_set '" + key + "'");
   wire::Reader r(body);
   auto s = status_of(r);
@@ -256,7 +256,7 @@ Task<std::string> StoreClient::compare_set(std::string key, std::string expected
 
 Task<bool> StoreClient::erase(std::string key) {
   auto q = request(wire::Op::del);
-  q.str(key);
+  q.str(impl_->options.key_prefix + key);
   auto body = co_await impl_->exchange(std::move(q), "erase '" + key + "'");
   wire::Reader r(body);
   auto s = status_of(r);

@@ -83,6 +83,9 @@ class StoreClient {
     std::chrono::milliseconds connect_timeout{30000};  ///< retries with back-off until then
     std::chrono::milliseconds op_timeout{300000};      ///< any one call
     StoreLimits limits;                                ///< larger frames are refused, both ways
+    /// Put in front of every key this client names, so that clients of one attempt of a job never
+    /// see the keys of another on a store that outlives attempts (coshard-run --max-restarts).
+    std::string key_prefix;
   };
 
   /// Connects (retrying while the server is not up yet) and presents the token.

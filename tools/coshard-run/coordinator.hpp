@@ -1,0 +1,99 @@
+#pragma once
+// The launchers of one job, one per node, agree through the store that node 0's launcher serves
+// for the whole job (keys under "coshard/launch/"):
+//   node/K                which launcher holds node rank K, with its flags (a second one is refused)
+//   attempt               the attempt node 0 runs now, for a launcher that joins late
+//   alive/K               a count node K's launcher raises every second while its ranks run
+//   attempt/A/failure     the first failure of attempt A: every launcher then stops its ranks
+//   attempt/A/done/K      node K's ranks of attempt A have all ended
+//   attempt/A/verdict     node 0's decision once every node is done: restart, or exit with a code
+//   attempt/A/read/K      node K read a verdict that ends the job: node 0 may stop the store
+// A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
+// (transport::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "options.hpp"
+
+namespace coshard {
+class Scheduler;
+namespace transport {
+class StoreClient;
+}
+}  // namespace coshard
+
+namespace coshard::run {
+
+// This host's name, as the launchers' messages give it.
+std::string this_host();
+
+// Why an attempt failed; the first report of an attempt stands.
+struct Failure {
+  int node = 0;
+  int code = 1;             // the job's exit code when it is not restarted
+  bool restartable = true;  // false when a launcher was interrupted or lost the store
+  std::string what;         // "rank 3 (pid 812 on node2) exited with status 1"
+};
+
+// What node 0 decided once every node's ranks of an attempt had ended.
+struct Verdict {
+  bool restart = false;
+  int code = 0;        // the launcher's exit code when not restarting
+  std::string reason;  // why it ends unsuccessfully or restarts; empty after success
+};
+
+class Coordinator {
+ public:
+  // Connects to the store (retrying until --join-timeout), claims this node rank and, on other
+  // nodes than 0, checks that node 0 runs with the same --nproc-per-node and --max-restarts.
+  // Throws Error naming the launcher that holds the node rank already, or the flag that differs.
+  Coordinator(const Options& o, std::uint16_t port, const std::string& token);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // The attempt to start with: 0 on node 0, node 0's current one on a node that joins later.
+  int first_attempt() const noexcept { return first_attempt_; }
+  // Node 0 publishes the attempt it starts (for late joiners); a no-op elsewhere.
+  void begin(int attempt);
+  // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
+  void heartbeat();
+  // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
+  // and on node 0 so is another node's launcher that fell silent (it is then reported).
+  std::optional<Failure> failure(int attempt);
+  // Reports this node's failure and returns the one that stands (another node's may be first).
+  Failure report(int attempt, Failure f);
+  // Once every local rank of `attempt` has ended with `rc`: says so, and returns node 0's verdict
+  // (node 0 waits for every node that joined, bounded, and decides). No node restarts when one
+  // launcher was `interrupted` (SIGINT/SIGTERM).
+  Verdict finish(int attempt, int rc, bool interrupted);
+
+ private:
+  Verdict decide(int attempt);
+  Verdict await_verdict(int attempt);
+  void await_readers(int attempt, const std::vector<int>& nodes);
+  std::optional<int> silent_node(int attempt, const std::vector<int>& nodes);
+
+  const Options& o_;
+  std::string where_;  // the store's ADDR:PORT, for errors
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<transport::StoreClient> store_;
+  int first_attempt_ = 0;
+  bool lost_ = false;  // the store could not be reached: nothing more is asked of it
+  std::int64_t beats_ = 0;
+  std::chrono::steady_clock::time_point next_beat_{};
+  // Node 0: each node's last count and since when it has not changed; checked once a second.
+  struct Beat {
+    std::string count;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<int, Beat> heard_;
+  std::chrono::steady_clock::time_point next_watch_{};
+};
+
+}  // namespace coshard::run
