@@ -219,6 +219,43 @@ TEST(TrainerCheckpoint, AKillDuringASaveLeavesThePreviousCheckpointTheLatest) {
   EXPECT_NE(resumed.output.find("resumed from " + dir + "/" + name), std::string::npos) << resumed.output;
 }
 
+// Rank 0 killed at the very system call that would publish step 8's manifest (strace injects the
+// SIGKILL at the rename), after every rank's file of that step is complete: the step is no
+// checkpoint, step 4 stays the latest and verifies, and --resume auto continues from it.
+TEST(TrainerCheckpoint, AKillBetweenTheLastRankFileAndTheManifestLeavesThePreviousCheckpointTheLatest) {
+  if (run_command("command -v strace").rc != 0) GTEST_SKIP() << "strace is not installed: scripts/setup installs it";
+  auto d = temp_dir("kill-manifest");
+  const std::string dir = (d / "c").string(), step8 = dir + "/step-00000008";
+  const std::string common = "--steps 12 --seq 32 --checkpoint-every 4 --checkpoint-async false --checkpoint-dir " + dir + " ";
+  const std::string wrapper = (d / "rank.sh").string();
+  // strace 6.1 matches a rename by its first path only: the temporary manifest, named for rank 0's
+  // pid, which -D keeps the shell's ($$). --seccomp-bpf would let that rename through.
+  std::ofstream(wrapper) << "if [ \"$RANK\" = 0 ]; then exec strace -D -f -qq -o /dev/null -P " << step8
+                         << "/manifest.json.tmp.$$ -e trace=rename -e inject=rename:signal=KILL \"$@\"; fi\n"
+                            "exec \"$@\"\n";
+  auto job = run_command(kRun + " --nproc-per-node 2 -- sh " + wrapper + " " + kTrain + " --metrics-port 0 --samples 0 " +
+                         common);
+  EXPECT_NE(job.rc, 0) << job.output;
+  EXPECT_NE(job.output.find("rank 0 (pid"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("was killed by signal 9"), std::string::npos) << job.output;
+  // Every rank's file of step 8 is whole; only the manifest is missing.
+  for (const char* rank : {"rank-00000.bin", "rank-00001.bin"}) {
+    EXPECT_TRUE(fs::exists(step8 + "/" + rank)) << rank << " of step 8 is missing: the kill came too early";
+  }
+  EXPECT_FALSE(fs::exists(step8 + "/manifest.json")) << "the kill came too late";
+  std::ifstream latest(dir + "/latest");
+  std::string points_to;
+  latest >> points_to;
+  EXPECT_EQ(points_to, "step-00000004");
+  EXPECT_EQ(run_command(std::string(COSHARD_CKPT_BIN) + " verify " + dir + "/step-00000004").rc, 0);
+  auto broken = run_command(std::string(COSHARD_CKPT_BIN) + " verify " + step8);
+  EXPECT_NE(broken.rc, 0) << broken.output;
+  EXPECT_NE(broken.output.find("no manifest.json"), std::string::npos) << broken.output;
+  auto resumed = run_command(launch(2, common + "--resume auto"));
+  EXPECT_EQ(resumed.rc, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + dir + "/step-00000004"), std::string::npos) << resumed.output;
+}
+
 // coshard-ckpt: export writes what --save writes at the same step, byte for byte; import makes a
 // checkpoint of it that exports back to the same bytes; verify finds a flipped byte.
 TEST(TrainerCheckpoint, CkptToolExportsWhatSaveWritesImportsAndVerifies) {
