@@ -161,7 +161,7 @@ TwoNodes two_nodes(const std::string& name, const std::string& script, const std
 
 // Rank 3 (on node 1) fails in the first attempt; the other ranks would sleep for a minute.
 const std::string kFailsOnceOnNode1 =
-    "echo attempt $COSHARD_RESTART_COUNT rank $RANK\n"
+    "echo attempt $COSHARD_RESTART_COUNT rank $RANK after $COSHARD_RESTART_EXIT_CODE from $COSHARD_RESTART_FAILED_RANK\n"
     "if [ $COSHARD_RESTART_COUNT = 0 ]; then if [ $RANK = 3 ]; then sleep 1; exit 5; fi; sleep 60; fi\n";
 
 TEST(LauncherNodes, AFailureOnOneNodeStopsAndRestartsEveryNode) {
@@ -175,8 +175,10 @@ TEST(LauncherNodes, AFailureOnOneNodeStopsAndRestartsEveryNode) {
   }
   EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: rank 3"), std::string::npos) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("stopping the local ranks"), std::string::npos) << r.node[0].output;
-  EXPECT_NE(r.node[0].output.find("[rank 0] attempt 1 rank 0"), std::string::npos) << r.node[0].output;
-  EXPECT_NE(r.node[1].output.find("[rank 3] attempt 1 rank 3"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[0].output.find("[rank 0] attempt 0 rank 0 after 0 from -1"), std::string::npos) << r.node[0].output;
+  // The restarted ranks know which rank failed and how (the trainer exports it as metrics).
+  EXPECT_NE(r.node[0].output.find("[rank 0] attempt 1 rank 0 after 5 from 3"), std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[1].output.find("[rank 3] attempt 1 rank 3 after 5 from 3"), std::string::npos) << r.node[1].output;
 }
 
 TEST(LauncherNodes, WhenRestartsRunOutEveryNodeExitsWithTheFailure) {

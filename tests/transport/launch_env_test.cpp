@@ -159,6 +159,9 @@ TEST(LaunchEnv, RestartCountFromCoshardRunOrTorchrun) {
   };
   EXPECT_EQ(with("COSHARD_RESTART_COUNT", "2").value().restart_count, 2);
   EXPECT_EQ(with("TORCHELASTIC_RESTART_COUNT", "3").value().restart_count, 3);
+  EXPECT_EQ(with("COSHARD_RESTART_EXIT_CODE", "137").value().restart_exit_code, 137);
+  EXPECT_EQ(with("COSHARD_RESTART_FAILED_RANK", "3").value().restart_failed_rank, 3);
+  EXPECT_EQ(resolve_launch_env(env(base)).value().restart_failed_rank, -1);
   auto bad = with("COSHARD_RESTART_COUNT", "-1");
   ASSERT_FALSE(bad);
   EXPECT_NE(std::string(bad.error().what()).find("COSHARD_RESTART_COUNT=-1 must not be negative"), std::string::npos);

@@ -23,34 +23,37 @@ constexpr auto kSilentFor = std::chrono::seconds(10);
 
 std::string attempt_key(int attempt, const std::string& what) { return "attempt/" + std::to_string(attempt) + "/" + what; }
 
-// "<node> <code> <restartable> <what>"
+// "<node> <rank> <code> <restartable> <what>"
 std::string encode(const Failure& f) {
-  return std::to_string(f.node) + " " + std::to_string(f.code) + " " + (f.restartable ? "1" : "0") + " " + f.what;
+  return std::to_string(f.node) + " " + std::to_string(f.rank) + " " + std::to_string(f.code) + " " +
+         (f.restartable ? "1" : "0") + " " + f.what;
 }
 
 Failure decode(const std::string& s) {
   Failure f;
   std::istringstream in(s);
   int restartable = 0;
-  in >> f.node >> f.code >> restartable;
+  in >> f.node >> f.rank >> f.code >> restartable;
   f.restartable = restartable != 0;
   in.get();
   std::getline(in, f.what, '\0');
   return f;
 }
 
-// "restart\n<reason>" or "exit <code>\n<reason>"
+// "restart|exit <code> <failed rank>\n<reason>"
 std::string encode(const Verdict& v) {
-  return (v.restart ? std::string("restart") : "exit " + std::to_string(v.code)) + "\n" + v.reason;
+  return std::string(v.restart ? "restart " : "exit ") + std::to_string(v.code) + " " + std::to_string(v.failed_rank) +
+         "\n" + v.reason;
 }
 
 Verdict decode_verdict(const std::string& s) {
   Verdict v;
-  const auto nl = s.find('\n');
-  const std::string head = s.substr(0, nl);
-  v.restart = head == "restart";
-  if (!v.restart) v.code = head.size() > 5 ? std::stoi(head.substr(5)) : 1;
-  if (nl != std::string::npos) v.reason = s.substr(nl + 1);
+  std::istringstream in(s);
+  std::string what;
+  v.code = 1;
+  in >> what >> v.code >> v.failed_rank;
+  v.restart = what == "restart";
+  if (const auto nl = s.find('\n'); nl != std::string::npos) v.reason = s.substr(nl + 1);
   return v;
 }
 
@@ -229,6 +232,7 @@ Verdict Coordinator::decide(int attempt) {
   Verdict v;
   if (failed) {
     v.code = failed->code;
+    v.failed_rank = failed->rank;
     v.reason = (failed->node >= 0 ? "node " + std::to_string(failed->node) + ": " : "") + failed->what;
     v.restart = failed->restartable && attempt < o_.max_restarts && missing.empty() && interrupted.empty();
   }

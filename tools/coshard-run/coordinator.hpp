@@ -35,6 +35,7 @@ std::string this_host();
 // Why an attempt failed; the first report of an attempt stands.
 struct Failure {
   int node = 0;
+  int rank = -1;            // the job rank that failed; -1 when a launcher did
   int code = 1;             // the job's exit code when it is not restarted
   bool restartable = true;  // false when a launcher was interrupted or lost the store
   std::string what;         // "rank 3 (pid 812 on node2) exited with status 1"
@@ -43,7 +44,8 @@ struct Failure {
 // What node 0 decided once every node's ranks of an attempt had ended.
 struct Verdict {
   bool restart = false;
-  int code = 0;        // the launcher's exit code when not restarting
+  int code = 0;        // the launcher's exit code when not restarting; the failure's when restarting
+  int failed_rank = -1;  // the rank whose failure ended the attempt, if a rank's did
   std::string reason;  // why it ends unsuccessfully or restarts; empty after success
 };
 

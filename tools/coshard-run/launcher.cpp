@@ -115,10 +115,18 @@ struct FlightDir {
   FlightDir& operator=(const FlightDir&) = delete;
 };
 
+// Why the attempt before this one ended, for the ranks' metrics.
+struct LastFailure {
+  int code = 0, rank = -1;
+};
+
 // What a rank learns from its environment (torchrun's names, and the store's token).
 std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, std::uint16_t port,
-                                  const std::string& token, int restart, const std::string& flight_dir) {
+                                  const std::string& token, int restart, const LastFailure& last,
+                                  const std::string& flight_dir) {
   return {
+      "COSHARD_RESTART_EXIT_CODE=" + std::to_string(last.code),
+      "COSHARD_RESTART_FAILED_RANK=" + std::to_string(last.rank),
       "COSHARD_FLIGHT_DIR=" + flight_dir,
       "COSHARD_RESTART_COUNT=" + std::to_string(restart),
       "RANK=" + std::to_string(rank),
@@ -134,11 +142,12 @@ std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, st
 }
 
 std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::string& token,
-                               const sigset_t& old_mask, int restart, const std::string& flight_dir) {
+                               const sigset_t& old_mask, int restart, const LastFailure& last,
+                               const std::string& flight_dir) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     const int rank = o.node_rank * o.nproc_per_node + lr;
-    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart, flight_dir));
+    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart, last, flight_dir));
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
@@ -158,10 +167,10 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
 
 // One attempt of every local rank; returns the local exit code.
 int run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
-              Coordinator& coordinator, int attempt, bool& interrupted) {
+              Coordinator& coordinator, int attempt, const LastFailure& last, bool& interrupted) {
   coordinator.begin(attempt);
   const FlightDir flight(attempt);
-  std::vector<Child> children = start_ranks(o, port, token, signals.old_mask, attempt, flight.path);
+  std::vector<Child> children = start_ranks(o, port, token, signals.old_mask, attempt, last, flight.path);
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
                o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
   Supervisor supervisor(o, children, flight.path, coordinator, attempt);
@@ -191,9 +200,10 @@ int launch(const Options& o) {
   const std::string token = o.token.empty() ? random_token() : o.token;
   const auto store = host_store(o, token);
   Coordinator coordinator(o, store->port, token);
+  LastFailure last;
   for (int attempt = coordinator.first_attempt();; ++attempt) {
     bool interrupted = false;
-    const int rc = run_ranks(o, store->port, token, signals, coordinator, attempt, interrupted);
+    const int rc = run_ranks(o, store->port, token, signals, coordinator, attempt, last, interrupted);
     const Verdict v = coordinator.finish(attempt, rc, interrupted);
     if (!v.restart) {
       if (v.code != 0) std::fprintf(stderr, "coshard-run: the job failed (exit code %d): %s\n", v.code, v.reason.c_str());
@@ -201,6 +211,7 @@ int launch(const Options& o) {
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
                  o.max_restarts, v.reason.c_str());
+    last = LastFailure{.code = v.code, .rank = v.failed_rank};
   }
 }
 

@@ -176,7 +176,7 @@ void Supervisor::reap() {
       exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
-      coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = exit_code_, .restartable = true,
+      coordinator_.report(attempt_, Failure{.node = o_.node_rank, .rank = c.rank, .code = exit_code_, .restartable = true,
                                             .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
                                                     " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());

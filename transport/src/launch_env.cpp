@@ -90,6 +90,8 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   }
   if (auto t = env("COSHARD_TOKEN")) out.token = *t;
   if (auto h = env("COSHARD_STORE_HOSTED")) out.store_hosted = *h == "1";
+  if (auto n = r.integer("COSHARD_RESTART_EXIT_CODE", false)) out.restart_exit_code = static_cast<int>(*n);
+  if (auto n = r.integer("COSHARD_RESTART_FAILED_RANK", false)) out.restart_failed_rank = static_cast<int>(*n);
   for (const char* name : {"COSHARD_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"}) {
     if (!env(name)) continue;
     if (auto n = r.integer(name, false); n && *n >= 0) {

@@ -212,6 +212,14 @@ int prepare_and_run(train::Job& job) {
   m.telemetry()
       .gauge("coshard_restarts", "Times the launcher restarted this job before this attempt (coshard-run --max-restarts)", {})
       .set(job.env.restart_count);
+  m.telemetry()
+      .gauge("coshard_restart_exit_code",
+             "Exit code of the failure behind the latest restart (128 + the signal for a rank killed by one; 0 before any)", {})
+      .set(job.env.restart_exit_code);
+  m.telemetry()
+      .gauge("coshard_restart_failed_rank",
+             "Job rank whose failure caused the latest restart (-1 before any, or when a launcher failed)", {})
+      .set(job.env.restart_failed_rank);
   std::printf("rank %d of %d: metrics at %s\n", job.env.rank, job.env.world_size, m.url().c_str());
   std::fflush(stdout);
   int rc = 0;

@@ -25,6 +25,8 @@ struct LaunchEnv {
   std::string source = "none";  ///< torchrun | openmpi | pmi | slurm | none
   bool store_hosted = false;    ///< COSHARD_STORE_HOSTED=1: the launcher serves the store, not rank 0
   int restart_count = 0;        ///< COSHARD_RESTART_COUNT (coshard-run --max-restarts) or TORCHELASTIC_RESTART_COUNT
+  int restart_exit_code = 0;    ///< COSHARD_RESTART_EXIT_CODE: exit code of the failure behind the latest restart
+  int restart_failed_rank = -1;  ///< COSHARD_RESTART_FAILED_RANK: the rank that failed then (-1: none, or a launcher)
 };
 
 /// Looks up one environment variable: its value, or nothing when it is not set (tests pass a map).
