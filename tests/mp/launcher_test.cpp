@@ -248,6 +248,36 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
 }
 
+// Node 1's launcher starts 6 s late, after node 0's ranks gave up their 3 s rendezvous. Without a
+// restart node 0 ends naming the ranks that never came; with one, node 1 joins the attempt that
+// node 0 runs by then, and the job completes.
+TEST(LauncherNodes, ANodeThatJoinsAfterTheRendezvousDeadlineIsNamedOrJoinsTheNextAttempt) {
+  for (const int restarts : {0, 1}) {
+    const std::string master = "--master 127.0.0.1:" + std::to_string(free_port()) + " --token late" +
+                               std::to_string(restarts) + " --max-restarts " + std::to_string(restarts) + " --join-timeout 5 ";
+    // 3 s to meet in the first attempt, 30 s in the next (sanitizer builds start slowly).
+    const std::string ranks = " --nnodes 2 --nproc-per-node 2 " + master + "-- sh -c 'exec " + kCheck +
+                              " --timeout-ms $(( COSHARD_RESTART_COUNT == 0 ? 3000 : 30000 ))'";
+    ::Run node0, node1;
+    std::thread first([&] { node0 = run(kRun + " --node-rank 0" + ranks); });
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    node1 = run(kRun + " --node-rank 1" + ranks);
+    first.join();
+    if (restarts == 0) {
+      EXPECT_NE(node0.rc, 0) << node0.output;
+      EXPECT_NE(node0.output.find("rendezvous of 4 ranks did not complete"), std::string::npos) << node0.output;
+      EXPECT_NE(node0.output.find("coshard/attempt/0/coshard/rendezvous/rank/2"), std::string::npos) << node0.output;
+      EXPECT_NE(node1.rc, 0) << node1.output;  // node 0 and its store are gone
+      EXPECT_NE(node1.output.find("node 1 cannot join the job"), std::string::npos) << node1.output;
+    } else {
+      EXPECT_EQ(node0.rc, 0) << node0.output;
+      EXPECT_EQ(node1.rc, 0) << node1.output;
+      EXPECT_NE(node0.output.find("restart 1 of 1"), std::string::npos) << node0.output;
+      EXPECT_NE(node1.output.find("[rank 3] rank 3 ok world 4"), std::string::npos) << node1.output;
+    }
+  }
+}
+
 TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
   ::Run twin, other_size, other_restarts;
   auto r = two_nodes("twice", "sleep 4\n", "--max-restarts 1", [&] {
