@@ -222,6 +222,21 @@ TEST(LauncherNodes, AnInterruptedNodeEndsTheJobWithoutARestart) {
   }
 }
 
+// Node 1's ranks ignore SIGTERM, so its launcher takes --grace 14 s to stop them after rank 1 on
+// node 0 failed: it keeps beating meanwhile, and node 0 waits for it and restarts both nodes
+// instead of taking it for lost after 10 s of silence.
+TEST(LauncherNodes, ANodeSlowToStopItsRanksIsWaitedForNotTakenForLost) {
+  const std::string script =
+      "if [ $RANK -ge 2 ]; then trap '' TERM; fi\n"
+      "if [ $COSHARD_RESTART_COUNT = 0 ]; then if [ $RANK = 1 ]; then sleep 1; exit 5; fi; sleep 60; fi\n";
+  auto r = two_nodes("slow-stop", script, "--max-restarts 1 --grace 14");
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 0) << node.output;
+    EXPECT_NE(node.output.find("restart 1 of 1: node 0: rank 1 (pid"), std::string::npos) << node.output;
+  }
+  EXPECT_NE(r.node[1].output.find("did not stop within 14 s; killing it"), std::string::npos) << r.node[1].output;
+}
+
 // The pid of the launcher of node `node` in the job of token `token`, or 0.
 int launcher_pid(const std::string& token, int node) {
   // Anchored on the program, so that the shell which runs it (sh -c 'coshard-run ...') is not it.

@@ -57,10 +57,10 @@ void Supervisor::watch(int sigfd) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
     }
     reap();
-    if (!exit_code_ && !interrupted_by_ && Clock::now() >= next_check_) {
+    if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
-      coordinator_.heartbeat();
-      check_other_nodes();
+      coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
+      if (!exit_code_ && !interrupted_by_) check_other_nodes();
     }
     if (stop_at_ && Clock::now() >= *stop_at_) {
       stop_at_.reset();
