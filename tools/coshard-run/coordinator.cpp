@@ -1,10 +1,12 @@
 #include "coordinator.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -19,7 +21,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A node whose launcher stopped beating for this long is lost (its host crashed, or it was cut off).
-constexpr auto kSilentFor = std::chrono::seconds(10);
+// Well above a store call's own limit (kStoreCall), so one slow call never passes for silence.
+constexpr auto kSilentFor = std::chrono::seconds(15);
+constexpr auto kStoreCall = std::chrono::seconds(5);
+constexpr auto kPoll = std::chrono::milliseconds(200);
+
+// SIGINT or SIGTERM waiting for the launcher (they stay blocked, for its signalfd), or 0: the
+// waits outside the supervisor honour them too.
+int pending_stop() {
+  sigset_t pending;
+  if (::sigpending(&pending) != 0) return 0;
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (sigismember(&pending, sig) == 1) return sig;
+  }
+  return 0;
+}
 
 std::string attempt_key(int attempt, const std::string& what) { return "attempt/" + std::to_string(attempt) + "/" + what; }
 
@@ -94,44 +110,64 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.port = port;
   so.token = token;
   so.connect_timeout = o.join_timeout;
-  so.op_timeout = std::chrono::seconds(10);  // a poll that hangs would stall the relay of output
+  so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
   try {
     store_ = sched_->sync_wait(transport::StoreClient::connect(so));
   } catch (const Error& e) {
+    close();
     throw Error(e.code(), "node " + std::to_string(o.node_rank) + " cannot join the job: " + e.message() +
                               ". Node 0's coshard-run serves the store: start it with --master " + where_ +
                               " (or give this node a longer --join-timeout)");
   }
-  const std::string me = std::to_string(o.nproc_per_node) + " " + std::to_string(o.max_restarts) + " " +
+  try {
+    join();
+  } catch (...) {
+    close();  // no destructor runs for a constructor that throws
+    throw;
+  }
+}
+
+// Checks this node's flags against node 0's, then claims the node rank and beats once, so that
+// node 0 judges it from now on.
+void Coordinator::join() {
+  const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
                          this_host() + " " + std::to_string(::getpid());
-  const std::string key = "node/" + std::to_string(o.node_rank);
-  const std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
+  if (o_.node_rank != 0) {
+    const Claim zero = parse_claim(sched_->sync_wait(store_->wait({"node/0"}, o_.join_timeout)).at(0));
+    for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o_.nproc_per_node, zero.nproc},
+                                            std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts}}) {
+      if (here != there) {
+        throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on node " +
+                                          std::to_string(o_.node_rank) + " but " + std::to_string(there) +
+                                          " on node 0 (" + zero.describe() + "): give every node the same " + flag);
+      }
+    }
+  }
+  const std::string holder = sched_->sync_wait(store_->compare_set("node/" + std::to_string(o_.node_rank), "", me));
   if (holder != me) {
-    throw Error(Errc::bad_config, "node rank " + std::to_string(o.node_rank) + " was started twice: " +
+    throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
                                       parse_claim(holder).describe() + " already holds it (this is " +
                                       parse_claim(me).describe() + "). Give every node its own --node-rank");
   }
-  if (o.node_rank == 0) return;
-  const Claim zero = parse_claim(sched_->sync_wait(store_->wait({"node/0"}, o.join_timeout)).at(0));
-  for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
-                                          std::tuple{"--max-restarts", o.max_restarts, zero.max_restarts}}) {
-    if (here != there) {
-      throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on node " +
-                                        std::to_string(o.node_rank) + " but " + std::to_string(there) +
-                                        " on node 0 (" + zero.describe() + "): give every node the same " + flag);
-    }
-  }
-  first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
+  heartbeat();
+  if (o_.node_rank != 0) first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
 }
 
-Coordinator::~Coordinator() {
-  // The connection is the scheduler's: close it there, then stop the thread.
-  sched_->sync_wait([](std::unique_ptr<transport::StoreClient> c) -> Task<void> {
-    c.reset();
-    co_return;
-  }(std::move(store_)));
+Coordinator::~Coordinator() { close(); }
+
+// The connection is the scheduler's: closed there, then the thread stops.
+void Coordinator::close() noexcept {
+  if (!sched_) return;
+  try {
+    sched_->sync_wait([](std::unique_ptr<transport::StoreClient> c) -> Task<void> {
+      c.reset();
+      co_return;
+    }(std::move(store_)));
+  } catch (const std::exception&) {
+  }
   sched_->stop();
+  sched_.reset();
 }
 
 void Coordinator::begin(int attempt) {
@@ -161,14 +197,18 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     for (int n = 1; n < o_.nnodes; ++n) others.push_back(n);
     const auto n = silent_node(attempt, others);
     if (!n) return std::nullopt;
-    return report(attempt, Failure{.node = *n, .code = 1, .restartable = false,
-                                   .what = "its coshard-run fell silent " + std::to_string(kSilentFor.count()) +
-                                           " s ago (its host is down, or cut off from node 0)"});
+    return report_silent(attempt, *n);
   } catch (const Error& e) {
     lost_ = true;
     return Failure{.node = -1, .code = 1, .restartable = false,
                    .what = "lost the store at " + where_ + " (node 0's coshard-run): " + e.message()};
   }
+}
+
+Failure Coordinator::report_silent(int attempt, int node) {
+  return report(attempt, Failure{.node = node, .code = 1, .restartable = false,
+                                 .what = "its coshard-run fell silent " + std::to_string(kSilentFor.count()) +
+                                         " s ago (its host is down, or cut off from node 0)"});
 }
 
 Failure Coordinator::report(int attempt, Failure f) {
@@ -182,34 +222,40 @@ Failure Coordinator::report(int attempt, Failure f) {
 }
 
 Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
-  if (!lost_) {
-    try {
-      sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
-                                    std::to_string(rc) + (interrupted ? " interrupted" : "")));
-      if (o_.node_rank == 0) return decide(attempt);
-      Verdict v = await_verdict(attempt);
-      // Node 0 keeps its store up for the job's end until every node has read it.
-      if (!v.restart) sched_->sync_wait(store_->set(attempt_key(attempt, "read/" + std::to_string(o_.node_rank)), ""));
-      return v;
-    } catch (const Error& e) {
-      lost_ = true;
-      return Verdict{.restart = false, .code = rc ? rc : 1, .reason = "lost the store at " + where_ + ": " + e.message()};
-    }
+  const int code = rc ? rc : 1;
+  if (lost_) return Verdict{.code = code, .reason = "lost the store at " + where_ + " (node 0's coshard-run)"};
+  Verdict v;
+  try {
+    sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
+                                  std::to_string(rc) + (interrupted ? " interrupted" : "")));
+    if (o_.node_rank == 0) return decide(attempt);
+    v = await_verdict(attempt);
+  } catch (const Error& e) {
+    lost_ = true;
+    return Verdict{.code = code, .reason = "lost the store at " + where_ + ": " + e.message()};
   }
-  return Verdict{.restart = false, .code = rc ? rc : 1, .reason = "lost the store at " + where_ + " (node 0's coshard-run)"};
+  try {  // node 0 keeps its store up for the job's end until every node has read it
+    if (!v.restart) sched_->sync_wait(store_->set(attempt_key(attempt, "read/" + std::to_string(o_.node_rank)), ""));
+  } catch (const Error&) {
+    // the verdict was read: node 0 stopping its store at this moment changes nothing
+  }
+  return v;
 }
 
 // Node 0: waits until every node that joined has said its ranks ended (after a failure, for the
-// grace period and a minute more; otherwise up to --join-timeout), or until one falls silent,
-// then decides.
+// grace period and a minute more), until one falls silent, until --join-timeout passed with the
+// missing nodes never heard from, or until this launcher is told to stop; then decides.
 Verdict Coordinator::decide(int attempt) {
   std::vector<int> missing;
   for (int n = 0; n < o_.nnodes; ++n) missing.push_back(n);
   std::vector<int> done;
-  auto deadline = Clock::now() + o_.join_timeout;
+  std::optional<Clock::time_point> deadline;  // set by a failure; before one, liveness bounds the wait
   std::optional<Failure> failed;
   std::vector<int> interrupted;  // nodes whose launcher was told to stop: no restart then
+  int stop = 0;
+  const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
+    heartbeat();  // the others, awaiting the verdict, judge node 0 by it
     std::erase_if(missing, [&](int n) {
       if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
         if (said->ends_with(" interrupted")) interrupted.push_back(n);
@@ -219,16 +265,36 @@ Verdict Coordinator::decide(int attempt) {
       // After a failure a node that never joined is not waited for: it has no ranks to stop.
       return failed && !sched_->sync_wait(store_->get("node/" + std::to_string(n)));
     });
-    if (silent_node(attempt, missing)) break;
-    if (missing.empty() || Clock::now() >= deadline) break;
+    if (missing.empty() || (deadline && Clock::now() >= *deadline)) break;
+    if (Clock::now() >= join_deadline && std::none_of(missing.begin(), missing.end(), [&](int n) { return heard_.count(n); })) {
+      break;
+    }
+    if (const auto n = silent_node(attempt, missing)) {
+      failed = report_silent(attempt, *n);
+      break;
+    }
+    if ((stop = pending_stop())) {
+      failed = report(attempt, Failure{.node = 0, .code = 128 + stop, .restartable = false,
+                                       .what = "coshard-run on " + this_host() + " got " + strsignal(stop)});
+      break;
+    }
     if (!failed && (failed = failure(attempt))) {
-      deadline = std::min(deadline, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                       std::chrono::duration<double>(o_.grace_seconds + 60)));
+      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(o_.grace_seconds + 60));
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(kPoll);
   }
   if (!failed) failed = failure(attempt);
+  if (stop) interrupted.push_back(0);
+  Verdict v = verdict(attempt, failed, missing, interrupted);
+  sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
+  if (!v.restart) await_readers(attempt, done);
+  return v;
+}
+
+Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
+                             const std::vector<int>& interrupted) const {
   Verdict v;
   if (failed) {
     v.code = failed->code;
@@ -247,26 +313,26 @@ Verdict Coordinator::decide(int attempt) {
   } else if (failed && !v.restart && failed->restartable && interrupted.empty()) {
     v.reason += "; no restarts left (--max-restarts " + std::to_string(o_.max_restarts) + ")";
   }
-  sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
-  if (!v.restart) await_readers(attempt, done);
   return v;
 }
 
 // A node among `nodes` (not 0) whose count has not changed for kSilentFor and that has not said
-// its ranks of `attempt` ended. A node not heard from yet is not judged: it may be starting.
+// its ranks of `attempt` ended. Every node beats once when it joins, so a joined node is judged.
 std::optional<int> Coordinator::silent_node(int attempt, const std::vector<int>& nodes) {
   for (int n : nodes) {
     if (n == 0) continue;
-    const auto count = sched_->sync_wait(store_->get("alive/" + std::to_string(n)));
-    if (!count) continue;
-    auto [it, first] = heard_.try_emplace(n, Beat{*count, Clock::now()});
-    if (!first && it->second.count != *count) it->second = Beat{*count, Clock::now()};
-    if (Clock::now() - it->second.since >= kSilentFor &&
-        !sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
-      return n;
-    }
+    if (silent(n) && !sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) return n;
   }
   return std::nullopt;
+}
+
+// Whether node `n`'s count stood still for kSilentFor (false for a node not heard from yet).
+bool Coordinator::silent(int n) {
+  const auto count = sched_->sync_wait(store_->get("alive/" + std::to_string(n)));
+  if (!count) return false;
+  auto [it, first] = heard_.try_emplace(n, Beat{*count, Clock::now()});
+  if (!first && it->second.count != *count) it->second = Beat{*count, Clock::now()};
+  return Clock::now() - it->second.since >= kSilentFor;
 }
 
 // The job ends: the store stops with node 0's launcher, once the others have read the verdict.
@@ -282,16 +348,21 @@ void Coordinator::await_readers(int attempt, const std::vector<int>& nodes) {
   }
 }
 
+// Other nodes: as long as node 0 beats (its ranks may run on well after these ended), and this
+// launcher is not told to stop.
 Verdict Coordinator::await_verdict(int attempt) {
-  const auto limit = o_.join_timeout + std::chrono::seconds(static_cast<long>(o_.grace_seconds) + 120);
-  try {
-    return decode_verdict(sched_->sync_wait(store_->wait({attempt_key(attempt, "verdict")}, limit)).at(0));
-  } catch (const Error& e) {
-    if (e.code() != Errc::timeout) throw;
-    return Verdict{.restart = false, .code = 1,
-                   .reason = "node 0's coshard-run did not decide within " +
-                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) +
-                             " s whether to restart: " + e.message()};
+  heard_.clear();
+  for (;;) {
+    if (auto v = sched_->sync_wait(store_->get(attempt_key(attempt, "verdict")))) return decode_verdict(*v);
+    if (silent(0)) {
+      return Verdict{.code = 1, .reason = "node 0's coshard-run fell silent " + std::to_string(kSilentFor.count()) +
+                                          " s ago, before it said whether the job restarts"};
+    }
+    if (const int stop = pending_stop()) {
+      return Verdict{.code = 128 + stop,
+                     .reason = std::string("got ") + strsignal(stop) + " while waiting for node 0's verdict"};
+    }
+    std::this_thread::sleep_for(kPoll);
   }
 }
 

@@ -51,9 +51,9 @@ struct Verdict {
 
 class Coordinator {
  public:
-  // Connects to the store (retrying until --join-timeout), claims this node rank and, on other
-  // nodes than 0, checks that node 0 runs with the same --nproc-per-node and --max-restarts.
-  // Throws Error naming the launcher that holds the node rank already, or the flag that differs.
+  // Connects to the store (retrying until --join-timeout), checks on other nodes than 0 that node 0
+  // runs with the same --nproc-per-node and --max-restarts, and claims this node rank. Throws
+  // Error naming the flag that differs, or the launcher that holds the node rank already.
   Coordinator(const Options& o, std::uint16_t port, const std::string& token);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
@@ -71,15 +71,21 @@ class Coordinator {
   // Reports this node's failure and returns the one that stands (another node's may be first).
   Failure report(int attempt, Failure f);
   // Once every local rank of `attempt` has ended with `rc`: says so, and returns node 0's verdict
-  // (node 0 waits for every node that joined, bounded, and decides). No node restarts when one
-  // launcher was `interrupted` (SIGINT/SIGTERM).
+  // (node 0 waits for every node that joined while it beats, and decides; the others wait while
+  // node 0 beats). No node restarts when one launcher was `interrupted` (SIGINT/SIGTERM).
   Verdict finish(int attempt, int rc, bool interrupted);
 
  private:
+  void join();
+  void close() noexcept;
   Verdict decide(int attempt);
+  Verdict verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
+                  const std::vector<int>& interrupted) const;
   Verdict await_verdict(int attempt);
   void await_readers(int attempt, const std::vector<int>& nodes);
+  Failure report_silent(int attempt, int node);
   std::optional<int> silent_node(int attempt, const std::vector<int>& nodes);
+  bool silent(int node);
 
   const Options& o_;
   std::string where_;  // the store's ADDR:PORT, for errors
@@ -89,7 +95,8 @@ class Coordinator {
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};
-  // Node 0: each node's last count and since when it has not changed; checked once a second.
+  // Each node's last count and since when it has not changed (node 0 judges the others once a
+  // second; the others judge node 0 while they await its verdict).
   struct Beat {
     std::string count;
     std::chrono::steady_clock::time_point since;

@@ -62,6 +62,10 @@ void Supervisor::watch(int sigfd) {
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
       if (!exit_code_ && !interrupted_by_) check_other_nodes();
     }
+    if (ask_at_ && Clock::now() >= *ask_at_) {
+      ask_at_.reset();
+      if (any_running()) ask_for_flight_records();
+    }
     if (stop_at_ && Clock::now() >= *stop_at_) {
       stop_at_.reset();
       stop_all(SIGTERM);
@@ -187,8 +191,19 @@ void Supervisor::reap() {
 
 // A failure on another node ends this attempt here too: every node restarts, or none does.
 void Supervisor::check_other_nodes() {
+  // Only reached before this node reported anything: a failure naming this node is node 0's
+  // verdict that it fell silent, and its ranks stop too.
   auto f = coordinator_.failure(attempt_);
-  if (!f || f->node == o_.node_rank) return;
+  if (!f) return;
+  if (f->node < 0) {
+    // This launcher lost the store. Its ranks likely meet the same fault (a cut link, node 0's host
+    // down) and name the peer they miss when their collectives time out: give them that time.
+    exit_code_ = f->code;
+    std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n",
+                 f->what.c_str(), static_cast<long long>(kLostStoreWait.count()));
+    ask_at_ = Clock::now() + kLostStoreWait;
+    return;
+  }
   exit_code_ = f->code;
   stopped_for_other_node_ = true;
   const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";

@@ -50,6 +50,8 @@ class Supervisor {
   std::string flight_dir_;
   Coordinator& coordinator_;
   int attempt_;
+  static constexpr std::chrono::seconds kLostStoreWait{10};
+  std::optional<Clock::time_point> ask_at_;   // after losing the store: stop the ranks then
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
   bool killed_ = false;
