@@ -109,22 +109,37 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.host = o.master_addr;
   so.port = port;
   so.token = token;
-  so.connect_timeout = o.join_timeout;
   so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
   try {
-    store_ = sched_->sync_wait(transport::StoreClient::connect(so));
-  } catch (const Error& e) {
-    close();
-    throw Error(e.code(), "node " + std::to_string(o.node_rank) + " cannot join the job: " + e.message() +
-                              ". Node 0's coshard-run serves the store: start it with --master " + where_ +
-                              " (or give this node a longer --join-timeout)");
-  }
-  try {
+    connect(std::move(so));
     join();
   } catch (...) {
     close();  // no destructor runs for a constructor that throws
     throw;
+  }
+}
+
+// Connects in slices of at most 2 s until --join-timeout, so that SIGINT/SIGTERM end the wait.
+void Coordinator::connect(transport::StoreClient::Options so) {
+  const std::string who = "node " + std::to_string(o_.node_rank) + " cannot join the job: ";
+  const auto deadline = Clock::now() + o_.join_timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    so.connect_timeout = std::clamp(left, std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
+    try {
+      store_ = sched_->sync_wait(transport::StoreClient::connect(so));
+      return;
+    } catch (const Error& e) {
+      if (e.code() != Errc::timeout) throw Error(e.code(), who + e.message());
+      if (Clock::now() >= deadline) {
+        throw Error(Errc::timeout, who + "cannot reach the rendezvous store at " + where_ + " within " +
+                                       std::to_string(o_.join_timeout.count()) + " s (" + e.message() +
+                                       "). Node 0's coshard-run serves the store: start it with --master " + where_ +
+                                       " (or give this node a longer --join-timeout)");
+      }
+    }
+    if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + "got " + strsignal(sig) + " while joining");
   }
 }
 
@@ -134,7 +149,7 @@ void Coordinator::join() {
   const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
                          this_host() + " " + std::to_string(::getpid());
   if (o_.node_rank != 0) {
-    const Claim zero = parse_claim(sched_->sync_wait(store_->wait({"node/0"}, o_.join_timeout)).at(0));
+    const Claim zero = parse_claim(await_node_zero());
     for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o_.nproc_per_node, zero.nproc},
                                             std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts}}) {
       if (here != there) {
@@ -152,6 +167,23 @@ void Coordinator::join() {
   }
   heartbeat();
   if (o_.node_rank != 0) first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
+}
+
+// Node 0's claim: it claims as soon as its store is up, but this node may have come first.
+std::string Coordinator::await_node_zero() {
+  const auto deadline = Clock::now() + o_.join_timeout;
+  for (;;) {
+    if (auto claim = sched_->sync_wait(store_->get("node/0"))) return *claim;
+    if (Clock::now() >= deadline) {
+      throw Error(Errc::timeout, "node " + std::to_string(o_.node_rank) + " reached the store at " + where_ +
+                                     " but node 0's coshard-run did not join within " +
+                                     std::to_string(o_.join_timeout.count()) + " s");
+    }
+    if (const int sig = pending_stop()) {
+      throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
 }
 
 Coordinator::~Coordinator() { close(); }
@@ -203,6 +235,12 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     return Failure{.node = -1, .code = 1, .restartable = false,
                    .what = "lost the store at " + where_ + " (node 0's coshard-run): " + e.message()};
   }
+}
+
+// This launcher was told to stop (`sig`): no node restarts `attempt`.
+Failure Coordinator::stopped(int attempt, int sig) {
+  return report(attempt, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
+                                 .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
 }
 
 Failure Coordinator::report_silent(int attempt, int node) {
@@ -274,8 +312,7 @@ Verdict Coordinator::decide(int attempt) {
       break;
     }
     if ((stop = pending_stop())) {
-      failed = report(attempt, Failure{.node = 0, .code = 128 + stop, .restartable = false,
-                                       .what = "coshard-run on " + this_host() + " got " + strsignal(stop)});
+      failed = stopped(attempt, stop);
       break;
     }
     if (!failed && (failed = failure(attempt))) {
@@ -285,8 +322,9 @@ Verdict Coordinator::decide(int attempt) {
     }
     std::this_thread::sleep_for(kPoll);
   }
+  if (!stop && (stop = pending_stop())) failed = stopped(attempt, stop);  // also when node 0 ended last
   if (!failed) failed = failure(attempt);
-  if (stop) interrupted.push_back(0);
+  if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
   Verdict v = verdict(attempt, failed, missing, interrupted);
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
@@ -342,8 +380,7 @@ void Coordinator::await_readers(int attempt, const std::vector<int>& nodes) {
   if (keys.empty()) return;
   try {
     sched_->sync_wait(store_->wait(std::move(keys), std::chrono::milliseconds(30000)));
-  } catch (const Error& e) {
-    if (e.code() != Errc::timeout) throw;
+  } catch (const Error& e) {  // the verdict is out: a late reader only misses the store's last reply
     std::fprintf(stderr, "coshard-run: not every node read how the job ended within 30 s: %s\n", e.message().c_str());
   }
 }
@@ -359,6 +396,8 @@ Verdict Coordinator::await_verdict(int attempt) {
                                           " s ago, before it said whether the job restarts"};
     }
     if (const int stop = pending_stop()) {
+      // Should node 0 restart, its next attempt ends at once rather than waiting for this node.
+      stopped(attempt + 1, stop);
       return Verdict{.code = 128 + stop,
                      .reason = std::string("got ") + strsignal(stop) + " while waiting for node 0's verdict"};
     }

@@ -18,14 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "coshard/transport/store.hpp"
 #include "options.hpp"
-
-namespace coshard {
-class Scheduler;
-namespace transport {
-class StoreClient;
-}
-}  // namespace coshard
 
 namespace coshard::run {
 
@@ -76,8 +70,11 @@ class Coordinator {
   Verdict finish(int attempt, int rc, bool interrupted);
 
  private:
+  void connect(transport::StoreClient::Options so);
   void join();
+  std::string await_node_zero();
   void close() noexcept;
+  Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
   Verdict verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
                   const std::vector<int>& interrupted) const;

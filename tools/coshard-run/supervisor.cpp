@@ -60,10 +60,11 @@ void Supervisor::watch(int sigfd) {
     if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
-      if (!exit_code_ && !interrupted_by_) check_other_nodes();
+      if (!exit_code_ && !interrupted_by_ && !lost_store_) check_other_nodes();
     }
     if (ask_at_ && Clock::now() >= *ask_at_) {
       ask_at_.reset();
+      if (!exit_code_) exit_code_ = 1;
       if (any_running()) ask_for_flight_records();
     }
     if (stop_at_ && Clock::now() >= *stop_at_) {
@@ -139,6 +140,7 @@ void Supervisor::take_signals(int sigfd) {
     int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
+      ask_at_.reset();  // stopping already
       if (!interrupted_by_) {
         interrupted_by_ = sig;
         coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
@@ -184,6 +186,7 @@ void Supervisor::reap() {
                                             .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
                                                     " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());
+      ask_at_.reset();  // stopping now
       ask_for_flight_records();
     }
   }
@@ -197,8 +200,9 @@ void Supervisor::check_other_nodes() {
   if (!f) return;
   if (f->node < 0) {
     // This launcher lost the store. Its ranks likely meet the same fault (a cut link, node 0's host
-    // down) and name the peer they miss when their collectives time out: give them that time.
-    exit_code_ = f->code;
+    // down) and name the peer they miss when their collectives time out: give them that time. A
+    // rank failing meanwhile is handled as usual (reap); otherwise they are stopped at ask_at_.
+    lost_store_ = true;
     std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n",
                  f->what.c_str(), static_cast<long long>(kLostStoreWait.count()));
     ask_at_ = Clock::now() + kLostStoreWait;
