@@ -317,23 +317,6 @@ TEST_F(StoreTest, StoppingTheServerFailsAPendingWaitQuickly) {
 
 }  // namespace
 
-// What coshard-run does before it stops node 0's store: serve until the last client hangs up.
-TEST_F(StoreTest, WaitUntilIdleReturnsOnceTheLastClientHangsUp) {
-  auto server = serve();
-  EXPECT_TRUE(server->wait_until_idle(10ms));  // nobody connected yet
-  auto connect = [](StoreClient::Options o) -> Task<std::unique_ptr<StoreClient>> {
-    co_return co_await StoreClient::connect(o);
-  };
-  auto client = client_sched.sync_wait(connect(client_options(server->port())));
-  EXPECT_FALSE(server->wait_until_idle(200ms));
-  std::thread hang_up([&] {
-    std::this_thread::sleep_for(100ms);
-    client.reset();
-  });
-  EXPECT_TRUE(server->wait_until_idle(5s));
-  hang_up.join();
-}
-
 TEST(StoreServerBind, MasterNamesBindWhatTheirClientsReach) {
   EXPECT_EQ(StoreServer::bind_address_for("10.1.2.3"), "10.1.2.3");
   EXPECT_EQ(StoreServer::bind_address_for("::1"), "::1");

@@ -339,11 +339,6 @@ void StoreServer::stop() {
   st->cv.wait_for(lock, 10s, [&] { return st->tasks == 0; });
 }
 
-bool StoreServer::wait_until_idle(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(state_->m);  // a session's end notifies under this lock (task_ended)
-  return state_->cv.wait_for(lock, timeout, [&] { return state_->connections.load() == 0; });
-}
-
 StoreServer::Stats StoreServer::stats() const { return {state_->connections.load(), state_->rejected.load()}; }
 
 }  // namespace coshard::transport

@@ -60,11 +60,6 @@ class StoreServer {
   };
   /// The counters now.
   Stats stats() const;
-  /// Blocks until no client is connected or `timeout` passed; true when none is. Call it from a
-  /// thread other than the scheduler's, before stop(), so that clients on other hosts still
-  /// waiting for their last reply get it: a launcher's ranks are done when it sees them exit,
-  /// ranks elsewhere only when they hang up.
-  bool wait_until_idle(std::chrono::milliseconds timeout);
 
   struct State;
 
