@@ -34,7 +34,8 @@ DivideFactors DivideFactors::of(std::optional<double> custom_factor, DType reduc
 
 GradientReducer::GradientReducer(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
     : ctx_(ctx), units_(units), comms_(comms), offload_(offload),
-      factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)) {
+      factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)),
+      staging_(ctx.reduce_dtype), outputs_(ctx.reduce_dtype) {
   pool_ = std::make_unique<BufferPool>(DType::f32);
 }
 
@@ -79,10 +80,24 @@ void GradientReducer::reduce(std::size_t ui, const Event& grads_ready) {
   accumulate(u, out, factors_.post);
   Event done;
   done.record(sink());
-  input.record_use(done);
-  out.record_use(done);
   u.grads.reduced = done;
   release_buffer(u, done);
+  release_temporaries(done);
+}
+
+// A buffer of the reduce stream from `pool`; the stream waits for the slot's previous use.
+Tensor GradientReducer::temporary(BufferPool& pool, std::int64_t numel) {
+  auto lease = pool.acquire(ctx_.rt.allocator(), numel);
+  if (lease.previous_use) ctx_.streams.reduce->wait(*lease.previous_use);
+  acquired_.push_back({&pool, lease.slot});
+  return lease.buffer.view(0, {numel});
+}
+
+void GradientReducer::release_temporaries(const Event& done) {
+  for (const Held& h : held_) h.pool->release(h.slot, held_done_);
+  held_ = std::move(acquired_);
+  acquired_.clear();
+  held_done_ = done;
 }
 
 // The reduction's input: the f32 buffer itself, or a copy cast to the reduce dtype and scaled by
@@ -90,7 +105,7 @@ void GradientReducer::reduce(std::size_t ui, const Event& grads_ready) {
 Tensor GradientReducer::cast_for_reduction(const UnitState& u, double pre) {
   Tensor grad = u.grads.buffer;
   if (ctx_.reduce_dtype == DType::f32 && pre == 1.0) return grad;
-  Tensor input = Tensor::empty(ctx_.rt.allocator(), ctx_.reduce_dtype, {u.layout.padded});
+  Tensor input = temporary(staging_, u.layout.padded);
   const DType rd = ctx_.reduce_dtype;
   const auto scale = static_cast<float>(1.0 / pre);
   ctx_.streams.reduce->enqueue([grad, input, rd, scale] {
@@ -117,7 +132,7 @@ Event GradientReducer::collective(UnitState& u, const Tensor& input, Tensor& out
     ctx_.log.push_back("backward " + u.name + " all_reduce");
     return comms_.all_reduce->all_reduce(out, f.reduce_scatter, stream, u.name);
   }
-  out = Tensor::empty(ctx_.rt.allocator(), ctx_.reduce_dtype, {u.layout.chunk});
+  out = temporary(outputs_, u.layout.chunk);
   Event last = comms_.reduce_scatter->reduce_scatter(input, out, f.reduce_scatter, stream, u.name);
   ctx_.log.push_back("backward " + u.name + " reduce_scatter");
   if (comms_.all_reduce) {

@@ -63,13 +63,28 @@ class GradientReducer {
   Stream& sink() noexcept;
   void accumulate(UnitState& u, const Tensor& out, double post);
   void release_buffer(UnitState& u, const Event& done);
+  Tensor temporary(BufferPool& pool, std::int64_t numel);
+  void release_temporaries(const Event& done);
 
   Context& ctx_;
   std::vector<UnitState>& units_;
   CommGroups& comms_;
   Offload* offload_;
   DivideFactors factors_;
-  std::unique_ptr<BufferPool> pool_;  // f32 unsharded gradient buffers, sized for the largest unit
+  std::unique_ptr<BufferPool> pool_;  // f32 unsharded gradient buffers, sized per unit
+  // A reduction's temporaries, in the reduce dtype: the cast input (unsharded) and the
+  // reduce-scatter output (a shard). Fresh tensors per unit would all be alive at once, since the
+  // host issues backward ahead of the streams: one more copy of the sharded parameters, and with a
+  // 16-bit reduce dtype half the unsharded model. Double buffered: a reduction's slots go back
+  // when the next one is issued, so a reduce-scatter reuses the buffers of the reduction before
+  // last, whose accumulation (on d2h when offloaded) had a whole reduction's time to finish.
+  BufferPool staging_, outputs_;
+  struct Held {
+    BufferPool* pool;
+    int slot;
+  };
+  std::vector<Held> acquired_, held_;  // the reduction being issued's slots, the previous one's
+  Event held_done_;
 };
 
 }  // namespace coshard::fsdp::detail
