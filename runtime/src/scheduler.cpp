@@ -5,6 +5,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
+#include <algorithm>
 #include <cstdio>
 
 namespace coshard {
@@ -36,6 +37,7 @@ struct Scheduler::Impl {
   std::condition_variable cv;
   std::size_t live = 0;
   std::exception_ptr first_error;
+  std::shared_ptr<detail::WaitRegistry> waits = std::make_shared<detail::WaitRegistry>();
 
   void run_loop() {
     using clock = std::chrono::steady_clock;
@@ -171,16 +173,38 @@ std::exception_ptr Scheduler::first_error() const {
   return impl_->first_error;
 }
 
+const std::shared_ptr<detail::WaitRegistry>& Scheduler::wait_registry() const noexcept { return impl_->waits; }
+
+std::vector<Scheduler::SuspendedWait> Scheduler::suspended() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<SuspendedWait> out;
+  {
+    std::lock_guard lock(impl_->waits->m);
+    for (const auto* w : impl_->waits->waits) {
+      if (w->pending()) out.push_back({w->what(), now - w->since()});
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.waited > b.waited; });
+  return out;
+}
+
 namespace {
+std::string seconds_text(std::chrono::nanoseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
 struct TimerWaiter final : detail::Waiter {
-  TimerWaiter(Scheduler& s, std::coroutine_handle<> h, asio::io_context& io) : Waiter(s, h), timer(io) {}
+  TimerWaiter(Scheduler& s, std::coroutine_handle<> h, asio::io_context& io, std::chrono::nanoseconds d)
+      : Waiter(s, h, "sleep_for(" + seconds_text(d) + ")"), timer(io) {}
   asio::steady_timer timer;
 };
 }  // namespace
 
 void Scheduler::SleepAwaiter::start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token) {
   if (token.stop_requested()) detail::throw_cancelled("sleep_for");
-  auto w = std::make_shared<TimerWaiter>(s, h, s.impl_->io);
+  auto w = std::make_shared<TimerWaiter>(s, h, s.impl_->io, duration);
   waiter = w;
   w->timer.expires_after(duration);
   // The timer lives in the waiter; its handler runs on the scheduler thread.

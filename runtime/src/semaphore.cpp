@@ -17,7 +17,7 @@ void Semaphore::enqueue(AcquireAwaiter& a, Scheduler& s, std::coroutine_handle<>
     throw Error(Errc::invalid_argument, "Semaphore used off its scheduler thread; it is not thread-safe");
   }
   if (token.stop_requested()) detail::throw_cancelled("Semaphore::acquire");
-  a.waiter = std::make_shared<detail::Waiter>(s, h);
+  a.waiter = std::make_shared<detail::Waiter>(s, h, "Semaphore::acquire");
   waiters_.push_back(a.waiter);
   a.waiter->arm(token, [this, w = a.waiter.get()] {
     auto it = std::find_if(waiters_.begin(), waiters_.end(), [w](const auto& p) { return p.get() == w; });

@@ -7,7 +7,28 @@ namespace coshard {
 
 Stream::~Stream() = default;
 
-void Stream::enqueue(std::function<void()> work, std::string span) { impl_->enqueue(std::move(work), std::move(span)); }
+void Stream::enqueue(std::function<void()> work, std::string span) {
+  impl_->note_enqueued(span);
+  impl_->enqueue(std::move(work), std::move(span));
+}
+
+namespace detail {
+
+void StreamImpl::note_enqueued(const std::string& span) {
+  std::lock_guard lock(note_m_);
+  ++enqueued_;
+  if (!span.empty()) last_span_ = span;
+}
+
+std::string StreamImpl::describe_point() {
+  std::lock_guard lock(note_m_);
+  std::string s = "stream '" + name() + "'";
+  if (enqueued_ == 0) return s + " (nothing enqueued yet)";
+  s += " after work item " + std::to_string(enqueued_);
+  return last_span_.empty() ? s : s + " (last labelled '" + last_span_ + "')";
+}
+
+}  // namespace detail
 
 void Stream::wait(const Event& event) {
   if (!event.recorded()) {
@@ -39,6 +60,7 @@ void Event::record(Stream& stream) {
                                             "' of " + stream.device().to_string());
   }
   point_ = stream.impl().record();
+  point_->what = stream.impl().describe_point();
 }
 
 static void throw_unrecorded(const char* what) {
@@ -62,7 +84,7 @@ bool Event::Awaiter::await_ready() const { return point->ready(); }
 
 void Event::Awaiter::start(Scheduler& s, std::coroutine_handle<> h, const std::stop_token& token) {
   if (token.stop_requested()) detail::throw_cancelled("co_await Event");
-  waiter = std::make_shared<detail::Waiter>(s, h);
+  waiter = std::make_shared<detail::Waiter>(s, h, point->what);
   waiter->arm(token);
   point->notify(waiter);
 }

@@ -15,6 +15,17 @@ void throw_cancelled(const char* what) {
   throw Error(Errc::cancelled, std::string(what) + " cancelled: the awaiting task was asked to stop");
 }
 
+Waiter::Waiter(Scheduler& sched, std::coroutine_handle<> h, std::string what)
+    : sched_(sched), registry_(sched.wait_registry()), handle_(h), what_(std::move(what)) {
+  std::lock_guard lock(registry_->m);
+  registry_->waits.insert(this);
+}
+
+Waiter::~Waiter() {
+  std::lock_guard lock(registry_->m);
+  registry_->waits.erase(this);
+}
+
 bool Waiter::complete(std::exception_ptr error) {
   int expected = 0;
   if (!state_.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return false;

@@ -48,6 +48,43 @@ TEST_F(StreamTest, AwaitingAnEventResumesOnTheSchedulerThread) {
   EXPECT_TRUE(e.query());
 }
 
+// What a hang dump lists: each suspended task's wait, named by the stream and the work before the
+// event, for as long as it is pending, longest first.
+TEST_F(StreamTest, TheSchedulerListsSuspendedWaitsAndWhatTheyAwait) {
+  auto s = Stream::cpu(Device::cpu(), "compute");
+  Event before_anything;
+  before_anything.record(s);
+  std::atomic<bool> release{false};
+  s.enqueue([&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  }, "backward h.3");
+  s.enqueue([] {});
+  Event e;
+  e.record(s);
+  EXPECT_EQ(before_anything.point()->what, "stream 'compute' (nothing enqueued yet)");
+  auto wait_on = [](Event ev) -> Task<void> { co_await ev; };
+  auto nap = []() -> Task<void> { co_await sleep_for(30s); };
+  sched.spawn(wait_on(e));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (sched.suspended().empty() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(5ms);
+  sched.spawn(nap());
+  while (sched.suspended().size() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  auto waits = sched.suspended();
+  ASSERT_EQ(waits.size(), 2u);
+  EXPECT_EQ(waits[0].what, "stream 'compute' after work item 2 (last labelled 'backward h.3')");
+  EXPECT_EQ(waits[1].what, "sleep_for(30 s)");
+  EXPECT_GE(waits[0].waited, waits[1].waited);
+  release = true;
+  s.synchronize();
+  while (sched.suspended().size() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  waits = sched.suspended();
+  ASSERT_EQ(waits.size(), 1u);  // the event's wait ended; the sleep is still pending
+  EXPECT_EQ(waits[0].what, "sleep_for(30 s)");
+  sched.stop();  // cancels the sleep
+  EXPECT_TRUE(sched.suspended().empty());
+}
+
 TEST_F(StreamTest, StreamWaitOrdersAcrossStreamsWithoutBlockingTheHost) {
   auto a = Stream::cpu(Device::cpu(), "a");
   auto b = Stream::cpu(Device::cpu(), "b");

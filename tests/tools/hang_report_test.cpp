@@ -57,6 +57,24 @@ TEST_F(HangReport, NamesWhereEachRankIsWhoWroteNothingAndWhoIsBehind) {
   EXPECT_NE(r.find("behind: rank 2 (not yet at #7)"), std::string::npos) << r;
 }
 
+TEST_F(HangReport, SaysWhatEachRanksSuspendedTasksAwait) {
+  record("world", 0, {op(7, "all_gather", "failed", "timed out")});
+  record("world", 1, {op(6, "all_gather", "running")});
+  std::ofstream(dir / "coshard-coroutines-rank0.json")
+      << R"j({"job_rank":0,"suspended":[{"what":"stream 'ucx.world' after work item 9 (last labelled 'all_gather#7')",)j"
+      << R"j("waited_s":30.25},{"what":"sleep_for(1 s)","waited_s":0.5},{"what":"a","waited_s":0.1},)j"
+      << R"j({"what":"b","waited_s":0.1}]})j" << "\n";
+  std::ofstream(dir / "coshard-coroutines-rank1.json") << R"j({"job_rank":1,"suspended":[]})j" << "\n";
+  std::ofstream(dir / "coshard-coroutines-rank2.json") << R"j({"job_rank":2,"susp)j";  // cut short
+  const auto r = report({0, 1, 2});
+  EXPECT_NE(r.find("rank 0 awaits: stream 'ucx.world' after work item 9 (last labelled 'all_gather#7') for 30.2 s; "
+                   "sleep_for(1 s) for 0.5 s; a for 0.1 s (+1 more)\n"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("rank 1 awaits: nothing (no task suspended"), std::string::npos) << r;
+  EXPECT_EQ(r.find("rank 2 awaits"), std::string::npos) << r;
+}
+
 TEST_F(HangReport, ACommunicatorWhoseOpsAllCompletedIsLeftOut) {
   record("control", 0, {op(3, "all_reduce", "done")});
   record("control", 1, {op(2, "all_reduce", "done")});

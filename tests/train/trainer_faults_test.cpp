@@ -79,6 +79,8 @@ TEST(TrainerFaults, AStoppedRankFailsTheOthersAtTheDeadlineAndIsNamedAndKilled) 
   EXPECT_NE(job.output.find("(pid " + pid + ") is stopped (SIGSTOP"), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("coshard-run: flight records (in "), std::string::npos) << job.output;
   EXPECT_NE(job.output.find("behind: rank " + std::to_string(rank) + " (no record"), std::string::npos) << job.output;
+  // The ranks that failed say what their suspended tasks awaited: a communicator's stream.
+  EXPECT_NE(job.output.find(" awaits: stream '"), std::string::npos) << job.output;
   // Nothing of the job is left, the stopped rank included.
   EXPECT_EQ(newest_rank(log.string()), 0) << "a rank outlived its job";
   EXPECT_NE(::kill(stopped, 0), 0);

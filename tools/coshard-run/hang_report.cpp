@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -76,6 +77,36 @@ std::optional<Position> position_of(const nlohmann::json& record) {
   return at;
 }
 
+// One line per rank that wrote coshard-coroutines-rank<r>.json: what its suspended tasks await,
+// longest first (the first three; the rest counted).
+std::vector<std::string> suspended_lines(const std::string& dir) {
+  std::map<int, std::string> by_rank;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (!name.starts_with("coshard-coroutines-rank") || e.path().extension() != ".json") continue;
+    try {
+      std::ifstream f(e.path());
+      const auto record = nlohmann::json::parse(f);
+      const auto& waits = record.at("suspended");
+      std::string line = "rank " + std::to_string(record.at("job_rank").get<int>()) + " awaits: ";
+      if (waits.empty()) line += "nothing (no task suspended: busy or blocked in a call)";
+      for (std::size_t i = 0; i < waits.size() && i < 3; ++i) {
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.1f s", waits[i].at("waited_s").get<double>());
+        line += (i ? "; " : "") + waits[i].at("what").get<std::string>() + " for " + secs;
+      }
+      if (waits.size() > 3) line += " (+" + std::to_string(waits.size() - 3) + " more)";
+      by_rank[record.at("job_rank").get<int>()] = line;
+    } catch (const std::exception&) {
+      // cut short by a dying rank: skipped
+    }
+  }
+  std::vector<std::string> lines;
+  for (auto& [rank, line] : by_rank) lines.push_back(std::move(line));
+  return lines;
+}
+
 }  // namespace
 
 std::vector<std::string> flight_report(const std::string& dir, const std::vector<int>& local_ranks) {
@@ -130,6 +161,9 @@ std::vector<std::string> flight_report(const std::string& dir, const std::vector
     if (!behind.empty()) {
       lines.push_back("  behind: " + join_ranks(behind) + " (not yet at #" + std::to_string(newest) + ")");
     }
+  }
+  if (!lines.empty()) {
+    for (auto& line : suspended_lines(dir)) lines.push_back(std::move(line));
   }
   return lines;
 }

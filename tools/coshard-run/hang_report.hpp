@@ -27,8 +27,9 @@ std::vector<std::string> stopped_ranks(const std::vector<Child>& children);
 // Reads every flight record (coshard-flight-<comm>-rank<r>.json, which a rank writes when one of its
 // collectives fails, and on SIGUSR1) in `dir` and returns lines that say, per communicator with an
 // operation that did not complete, which operation (op#seq and state) each rank was last in, which
-// of `local_ranks` wrote no record, and which ranks are behind the others. Ranks are job ranks.
-// Empty when no communicator was stuck.
+// of `local_ranks` wrote no record, and which ranks are behind the others; then, per rank that
+// wrote coshard-coroutines-rank<r>.json (transport::dump_suspended), what its suspended tasks
+// await. Ranks are job ranks. Empty when no communicator was stuck.
 std::vector<std::string> flight_report(const std::string& dir, const std::vector<int>& local_ranks);
 
 }  // namespace coshard::run

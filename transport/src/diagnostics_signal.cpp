@@ -12,6 +12,7 @@
 #include <string>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/transport/flight_recorder.hpp"
 
 namespace coshard::transport {
 namespace {
@@ -84,7 +85,8 @@ DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
       std::fprintf(stderr, "rank %d: flight records written (SIGUSR1)\n", rt.rank());
     }
   });
-  return Serving(*this);
+  const auto suspended = rt.add_diagnostic([&rt] { dump_suspended(rt.scheduler(), rt.rank()); });
+  return Serving(*this, rt, suspended);
 }
 
 void DiagnosticsSignal::stop() noexcept {

@@ -135,7 +135,13 @@ std::string FlightRecorder::json(const Owner& owner) const {
   return out + "]}";
 }
 
-std::string FlightRecorder::dump(const Owner& owner) const {
+namespace {
+
+// Writes `text` to `name` in $COSHARD_FLIGHT_DIR (else the temporary directory); the path, or
+// empty when it could not be written. Written whole under a name of this thread's, then renamed:
+// two threads may write the same record (a failing communicator and a SIGUSR1), and a rank may be
+// killed mid-write; the report must never read half a record.
+std::string write_record(const std::string& name, const std::string& text) {
   std::error_code ec;
   std::filesystem::path dir;
   if (const char* d = std::getenv("COSHARD_FLIGHT_DIR"); d && *d) {
@@ -145,20 +151,40 @@ std::string FlightRecorder::dump(const Owner& owner) const {
     if (ec) return {};
   }
   std::filesystem::create_directories(dir, ec);
-  std::string safe = owner.comm;
-  std::replace_if(safe.begin(), safe.end(), [](char c) { return c == '/' || c == ' '; }, '_');
-  auto path = dir / ("coshard-flight-" + safe + "-rank" + std::to_string(owner.job_rank) + ".json");
-  // Written whole under a name of this thread's, then renamed: two threads may write the same
-  // record (a failing communicator and a SIGUSR1), and a rank may be killed mid-write; the report
-  // must never read half a record.
+  auto path = dir / name;
   auto tmp = path;
   tmp += ".tmp." + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   std::ofstream f(tmp, std::ios::trunc);
-  f << json(owner) << '\n';
+  f << text << '\n';
   f.close();
   if (!f) return {};
   std::filesystem::rename(tmp, path, ec);
   return ec ? std::string{} : path.string();
+}
+
+}  // namespace
+
+std::string FlightRecorder::dump(const Owner& owner) const {
+  std::string safe = owner.comm;
+  std::replace_if(safe.begin(), safe.end(), [](char c) { return c == '/' || c == ' '; }, '_');
+  return write_record("coshard-flight-" + safe + "-rank" + std::to_string(owner.job_rank) + ".json", json(owner));
+}
+
+std::string suspended_json(const Scheduler& scheduler, int job_rank) {
+  std::string out = "{\"job_rank\":" + std::to_string(job_rank) + ",\"suspended\":[";
+  bool first = true;
+  for (const auto& w : scheduler.suspended()) {
+    if (!first) out += ",";
+    first = false;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.3f", std::chrono::duration<double>(w.waited).count());
+    out += "{\"what\":\"" + json_escape(w.what) + "\",\"waited_s\":" + secs + "}";
+  }
+  return out + "]}";
+}
+
+std::string dump_suspended(const Scheduler& scheduler, int job_rank) {
+  return write_record("coshard-coroutines-rank" + std::to_string(job_rank) + ".json", suspended_json(scheduler, job_rank));
 }
 
 }  // namespace coshard::transport

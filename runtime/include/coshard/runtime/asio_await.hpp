@@ -42,7 +42,7 @@ struct AsioOp {
     auto& s = detail::scheduler_of(h, "Asio operation");
     auto token = detail::stop_token_of(h);
     if (token.stop_requested()) detail::throw_cancelled("Asio operation");
-    waiter = std::make_shared<detail::IoWaiter>(s, h);
+    waiter = std::make_shared<detail::IoWaiter>(s, h, "an Asio operation (socket or timer)");
     waiter->arm(token, [c = cancel]() mutable { c(); });
     start([w = waiter](std::error_code ec, std::size_t n = 0) {
       w->result = {ec, n};

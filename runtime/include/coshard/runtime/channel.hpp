@@ -46,7 +46,7 @@ class Channel {
       auto token = detail::stop_token_of(h);
       ch.check_thread(s);
       if (token.stop_requested()) detail::throw_cancelled("Channel::recv");
-      waiter = std::make_shared<RecvWaiter>(s, h);
+      waiter = std::make_shared<RecvWaiter>(s, h, "Channel::recv");
       ch.receivers_.push_back(waiter);
       waiter->arm(token, [c = &ch, w = waiter.get()] { erase(c->receivers_, w); });
     }
@@ -71,7 +71,7 @@ class Channel {
       auto token = detail::stop_token_of(h);
       ch.check_thread(s);
       if (token.stop_requested()) detail::throw_cancelled("Channel::send");
-      waiter = std::make_shared<SendWaiter>(s, h);
+      waiter = std::make_shared<SendWaiter>(s, h, "Channel::send (full)");
       waiter->value = std::move(value);
       ch.senders_.push_back(waiter);
       waiter->arm(token, [c = &ch, w = waiter.get()] { erase(c->senders_, w); });

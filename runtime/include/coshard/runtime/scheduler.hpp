@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/task.hpp"
@@ -75,6 +76,19 @@ class Scheduler {
   /// The first failure of a spawned task (cancellation is not one) or of the scheduler thread
   /// itself; null when none. Thread-safe.
   std::exception_ptr first_error() const;
+
+  /// A task suspended on this scheduler: what it awaits, and for how long so far.
+  struct SuspendedWait {
+    std::string what;                  ///< e.g. "stream 'compute' after 'backward h.3'"
+    std::chrono::nanoseconds waited{};  ///< since it suspended
+  };
+  /// The pending waits of this scheduler's tasks (an event, a timer, a socket, a channel, a
+  /// semaphore), longest first, for hang dumps. Thread-safe; a task awaiting another task is
+  /// listed by the wait at the bottom of its chain.
+  std::vector<SuspendedWait> suspended() const;
+  /// @cond INTERNAL
+  const std::shared_ptr<detail::WaitRegistry>& wait_registry() const noexcept;
+  /// @endcond
 
   /// Runs `task` on the scheduler and blocks the calling (non-scheduler) thread until it ends.
   template <class T>

@@ -6,9 +6,11 @@
 // that error (naming the stream and the work's span), so no waiter hangs. Once the error is
 // handled, reset() lets the work enqueued after it run again.
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "coshard/runtime/device.hpp"
@@ -29,6 +31,9 @@ class Completion {
   virtual void notify(std::shared_ptr<Waiter> w) = 0;
   /// Blocks the calling thread until ready or `limit` passes; returns ready().
   virtual bool block_until_ready(std::chrono::nanoseconds limit) = 0;
+  /// Where the point is, for hang dumps: "stream 'compute' after 'backward h.3'". Set once by
+  /// Event::record before the event is shared.
+  std::string what = "an event";
 };
 
 class StreamImpl {
@@ -46,6 +51,15 @@ class StreamImpl {
   /// backend; 0 where the device does not say).
   virtual std::chrono::nanoseconds busy() const noexcept { return {}; }
   virtual std::chrono::nanoseconds stalled() const noexcept { return {}; }
+
+  // What the host enqueued last, so that an event says which work it waits behind.
+  void note_enqueued(const std::string& span);
+  std::string describe_point();
+
+ private:
+  std::mutex note_m_;  // streams may be fed from more than one thread
+  std::uint64_t enqueued_ = 0;
+  std::string last_span_;
 };
 
 }  // namespace detail

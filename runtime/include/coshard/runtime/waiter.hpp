@@ -3,12 +3,16 @@
 // cancellation, whichever comes first. Either way the coroutine resumes on its own scheduler,
 // never inline on the completing thread.
 #include <atomic>
+#include <chrono>
 #include <coroutine>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <stop_token>
+#include <string>
 
 #include "coshard/runtime/task.hpp"
 
@@ -17,12 +21,23 @@ class Scheduler;
 
 namespace detail {
 
+class Waiter;
+
+// The pending waits of one scheduler's tasks. Shared with every waiter, so a waiter that outlives
+// its scheduler (held by a stream or an Asio handler) still unregisters safely.
+struct WaitRegistry {
+  mutable std::mutex m;  // waiters are made on the scheduler thread but may die on any
+  std::set<const Waiter*> waits;
+};
+
 class Waiter : public std::enable_shared_from_this<Waiter> {
  public:
-  Waiter(Scheduler& sched, std::coroutine_handle<> h) : sched_(sched), handle_(h) {}
+  /// `what` says what the coroutine awaits; the scheduler lists pending waits for hang dumps
+  /// (Scheduler::suspended).
+  Waiter(Scheduler& sched, std::coroutine_handle<> h, std::string what);
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
-  virtual ~Waiter() = default;
+  virtual ~Waiter();
 
   /// Finishes the wait with a value-less success or an error. Thread-safe; returns false when the
   /// wait already ended (the other side won).
@@ -37,13 +52,18 @@ class Waiter : public std::enable_shared_from_this<Waiter> {
     if (error_) std::rethrow_exception(error_);
   }
   Scheduler& scheduler() const noexcept { return sched_; }
+  const std::string& what() const noexcept { return what_; }
+  std::chrono::steady_clock::time_point since() const noexcept { return since_; }
 
  private:
   void cancel_from_any_thread();
   void resume_on_scheduler();
 
   Scheduler& sched_;
+  std::shared_ptr<WaitRegistry> registry_;
   std::coroutine_handle<> handle_;
+  std::string what_;
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
   std::atomic<int> state_{0};  ///< 0 pending, 1 ended
   std::exception_ptr error_;
   std::function<void()> on_cancel_;

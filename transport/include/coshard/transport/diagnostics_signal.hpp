@@ -4,6 +4,7 @@
 // user may send it to a rank that seems hung. A handler wakes a thread of its own, so the records
 // are written even when the scheduler thread is stuck.
 #include <atomic>
+#include <cstdint>
 #include <string>
 #include <thread>
 
@@ -32,17 +33,25 @@ class DiagnosticsSignal {
   /// Serving SIGUSR1 for one Runtime; stops when destroyed, so declare it after the Runtime.
   class [[nodiscard]] Serving {
    public:
-    explicit Serving(DiagnosticsSignal& d) : d_(d) {}  ///< made by DiagnosticsSignal::serve()
-    ~Serving() { d_.stop(); }                            ///< stops serving
+    /// Made by DiagnosticsSignal::serve().
+    Serving(DiagnosticsSignal& d, Runtime& rt, std::uint64_t suspended) : d_(d), rt_(rt), suspended_(suspended) {}
+    ~Serving() {  ///< stops serving
+      d_.stop();
+      rt_.remove_diagnostic(suspended_);
+    }
     Serving(const Serving&) = delete;
     Serving& operator=(const Serving&) = delete;
 
    private:
     DiagnosticsSignal& d_;
+    Runtime& rt_;
+    std::uint64_t suspended_;
   };
 
   /// From now on SIGUSR1 runs `rt.write_diagnostics()` on a thread of this object's and prints
-  /// "rank R: flight records written (SIGUSR1)" on stderr, until the result is destroyed.
+  /// "rank R: flight records written (SIGUSR1)" on stderr, until the result is destroyed. Among
+  /// the diagnostics, beside the communicators' flight records: what the rank's suspended tasks
+  /// await (transport::dump_suspended, under the rank of `rt`).
   Serving serve(Runtime& rt);
   /// Stops serving (a SIGUSR1 arriving later wakes nobody and is dropped). Idempotent.
   void stop() noexcept;

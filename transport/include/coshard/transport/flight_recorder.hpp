@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/communicator.hpp"
 
 namespace coshard::transport {
@@ -74,5 +75,12 @@ class FlightRecorder {
   std::vector<OpRecord> ring_;  ///< ring_[id % capacity_]
   std::map<std::string, std::uint64_t> algorithm_counts_;
 };
+
+/// The tasks of `scheduler` suspended now and what each awaits (Scheduler::suspended), as JSON:
+/// {"job_rank":R,"suspended":[{"what":"stream 'compute' after ...","waited_s":12.5},...]}.
+std::string suspended_json(const Scheduler& scheduler, int job_rank);
+/// Writes suspended_json() to `<dir>/coshard-coroutines-rank<job_rank>.json` beside the flight
+/// records; returns the path, or empty when it could not be written.
+std::string dump_suspended(const Scheduler& scheduler, int job_rank);
 
 }  // namespace coshard::transport
