@@ -72,6 +72,18 @@ std::uint64_t algorithm_count(const Communicator& c, const std::string& algorith
   return std::strtoull(json.c_str() + at + algorithm.size() + 3, nullptr, 10);
 }
 
+// The largest coshard_peer_segments_mapped_bytes this rank serves (any communicator).
+double mapped_peer_bytes(Runtime& rt) {
+  std::istringstream text(dynamic_cast<metrics::PrometheusTelemetry&>(rt.telemetry()).serialize());
+  double most = 0;
+  for (std::string line; std::getline(text, line);) {
+    if (line.starts_with("coshard_peer_segments_mapped_bytes{")) {
+      most = std::max(most, std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr));
+    }
+  }
+  return most;
+}
+
 bool direct_expected(int n, const Flags& f) {
   const char* env = std::getenv("COSHARD_UCX_DIRECT");
   return n > 1 && f.hosts < 2 && !(env && std::string(env) == "0");
@@ -410,6 +422,10 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
     ++ck.failures;
     std::fprintf(stderr, "rank %d: %llu collectives ran on the direct path; expected %s\n", ck.rank,
                  static_cast<unsigned long long>(direct), direct_expected(w.size(), f) ? "some" : "none");
+  }
+  if (direct > 0 && mapped_peer_bytes(rt) <= 0) {  // the direct path maps its peers' segments
+    ++ck.failures;
+    std::fprintf(stderr, "rank %d: the direct path ran but coshard_peer_segments_mapped_bytes counts nothing\n", ck.rank);
   }
   if ((hierarchical > 0) != hierarchy_expected(w.size(), f)) {
     ++ck.failures;

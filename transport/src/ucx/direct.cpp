@@ -42,15 +42,22 @@ const std::byte* SegmentCache::map(int peer, const SegmentRef& ref) {
     it = next;
   }
   PeerMapping mapping = PeerMapping::map(ref);
+  bytes_ += mapping.size();
   lru_.push_front(Entry{peer, ref, std::move(mapping)});
   index_[key] = lru_.begin();
   while (lru_.size() > capacity_) erase(std::prev(lru_.end()));
+  report();
   return lru_.front().mapping.data();
 }
 
 void SegmentCache::erase(std::list<Entry>::iterator it) {
+  bytes_ -= it->mapping.size();
   index_.erase(std::make_pair(it->peer, it->ref.id));
   lru_.erase(it);  // unmaps
+}
+
+void SegmentCache::report() const {
+  if (gauge_) gauge_->set(static_cast<double>(bytes_));
 }
 
 bool Direct::ready(const OpInfo& info, const void* p, std::size_t bytes, bool usable) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "coshard/runtime/shared_memory.hpp"
+#include "coshard/runtime/telemetry.hpp"
 #include "ring.hpp"
 #include "wire.hpp"
 
@@ -33,13 +34,16 @@ namespace coshard::transport::detail {
 
 // Peers' segments mapped here, keyed by (peer, segment id); the least recently used is unmapped
 // beyond `capacity`. A segment whose descriptor number a newer segment of the same peer now uses
-// was freed by that peer: its mapping goes at once (it would pin the freed memory).
+// was freed by that peer: its mapping goes at once (it would pin the freed memory). The bytes
+// mapped go to `mapped_bytes` (coshard_peer_segments_mapped_bytes) when given.
 class SegmentCache {
  public:
-  explicit SegmentCache(std::size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  SegmentCache(std::size_t capacity, Gauge* mapped_bytes)
+      : capacity_(capacity == 0 ? 1 : capacity), gauge_(mapped_bytes) {}
   // The segment's base in this process; throws Error(io) when it cannot be mapped.
   const std::byte* map(int peer, const SegmentRef& ref);
   std::size_t size() const noexcept { return lru_.size(); }
+  std::size_t bytes() const noexcept { return bytes_; }
 
  private:
   struct Entry {
@@ -48,7 +52,10 @@ class SegmentCache {
     PeerMapping mapping;
   };
   void erase(std::list<Entry>::iterator it);
+  void report() const;
   std::size_t capacity_;
+  Gauge* gauge_;
+  std::size_t bytes_ = 0;
   std::list<Entry> lru_;  // most recently used first
   std::map<std::pair<int, std::uint64_t>, std::list<Entry>::iterator> index_;
 };
@@ -58,7 +65,8 @@ void check_segment_ref(const OpInfo& info, int peer, const SegmentRef& ref, std:
 
 class Direct {
  public:
-  Direct(Wire& wire, std::size_t cache_entries) : wire_(wire), cache_(cache_entries) {}
+  Direct(Wire& wire, std::size_t cache_entries, Gauge* mapped_bytes)
+      : wire_(wire), cache_(cache_entries, mapped_bytes) {}
 
   // Each returns false, having moved nothing, when some rank cannot take the direct path for this
   // operation (then every rank returns false); true once the operation is complete. Throws like

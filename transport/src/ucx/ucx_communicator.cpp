@@ -57,12 +57,17 @@ class UcxCommunicator final : public Communicator {
       local.progress_with({wire_.get(), &cross});
       cross.progress_with({wire_.get(), &local});
     }
+    Telemetry& t = options_.telemetry ? *options_.telemetry : rt_.telemetry();
     if (direct.on && wire_->size() > 1) {
       // Segments of every peer that recent operations used: a few buffers per peer in practice.
-      direct_ = std::make_unique<detail::Direct>(*wire_, std::max<std::size_t>(64, 32 * static_cast<std::size_t>(size())));
+      Gauge& mapped = t.gauge("coshard_peer_segments_mapped_bytes",
+                              "Bytes of peers' shared-memory segments this communicator keeps mapped (direct path)",
+                              {{"comm", options_.name}, {"transport", "ucx"}});
+      mapped.set(0);
+      direct_ = std::make_unique<detail::Direct>(*wire_, std::max<std::size_t>(64, 32 * static_cast<std::size_t>(size())),
+                                                 &mapped);
       direct_min_bytes_ = std::max<std::size_t>(1, direct.min_bytes);
     }
-    Telemetry& t = options_.telemetry ? *options_.telemetry : rt_.telemetry();
     stream_ = std::make_unique<Stream>(
         Stream::cpu(Device::cpu(), options_.name, Stream::Options{.telemetry = &t, .rank = rt_.rank()}));
     metrics_ = std::make_unique<detail::OpMetrics>(t);
