@@ -74,6 +74,8 @@ DiagnosticsSignal::~DiagnosticsSignal() {
 DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
   stop();
   stop_ = false;
+  // Registered before the thread starts: nothing may throw once it runs without a Serving to stop it.
+  const auto suspended = rt.add_diagnostic([&rt] { dump_suspended(rt.scheduler(), rt.rank()); });
   thread_ = std::thread([this, &rt] {
     while (!stop_.load()) {
       pollfd p{wake_[0], POLLIN, 0};
@@ -85,7 +87,6 @@ DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
       std::fprintf(stderr, "rank %d: flight records written (SIGUSR1)\n", rt.rank());
     }
   });
-  const auto suspended = rt.add_diagnostic([&rt] { dump_suspended(rt.scheduler(), rt.rank()); });
   return Serving(*this, rt, suspended);
 }
 

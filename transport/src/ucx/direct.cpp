@@ -54,6 +54,7 @@ void SegmentCache::erase(std::list<Entry>::iterator it) {
   bytes_ -= it->mapping.size();
   index_.erase(std::make_pair(it->peer, it->ref.id));
   lru_.erase(it);  // unmaps
+  report();        // also when the mapping that follows fails
 }
 
 void SegmentCache::report() const {
