@@ -5,7 +5,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -18,6 +21,8 @@ namespace {
 
 class CpuCompletion final : public detail::Completion {
  public:
+  explicit CpuCompletion(std::shared_ptr<const std::string> stream) : source(std::move(stream)) {}
+  const std::shared_ptr<const std::string> source;  // the recording stream's name, for stalls()
   bool ready() const override {
     std::lock_guard lock(m_);
     return done_;
@@ -82,7 +87,11 @@ class CpuStream final : public detail::StreamImpl {
 
  public:
   CpuStream(Device device, std::string name, Stream::Options options)
-      : device_(device), name_(std::move(name)), options_(options) {
+      : device_(device),
+        name_(std::move(name)),
+        options_(options),
+        shared_name_(std::make_shared<const std::string>(name_)),
+        jitter_(options.jitter_seed ^ std::hash<std::string>{}(name_)) {
     worker_ = std::thread([this] { run(); });
   }
   ~CpuStream() override {
@@ -98,7 +107,7 @@ class CpuStream final : public detail::StreamImpl {
   const std::string& name() const noexcept override { return name_; }
 
   std::shared_ptr<detail::Completion> record() override {
-    auto p = std::make_shared<CpuCompletion>();
+    auto p = std::make_shared<CpuCompletion>(shared_name_);
     push(Mark{p});
     return p;
   }
@@ -116,6 +125,10 @@ class CpuStream final : public detail::StreamImpl {
   }
   std::chrono::nanoseconds stalled() const noexcept override {
     return std::chrono::nanoseconds(stalled_ns_.load(std::memory_order_relaxed));
+  }
+  std::map<std::string, std::chrono::nanoseconds> stalls() const override {
+    std::lock_guard lock(stalls_m_);
+    return stalls_;
   }
 
  private:
@@ -156,6 +169,10 @@ class CpuStream final : public detail::StreamImpl {
   void execute(Work& w) {
     ++items_;
     if (poison_) return;
+    if (options_.jitter.count() > 0) {
+      std::uniform_int_distribution<std::int64_t> us(0, options_.jitter.count());
+      std::this_thread::sleep_for(std::chrono::microseconds(us(jitter_)));
+    }
     const auto begin = std::chrono::steady_clock::now();
     struct Account {  // adds the item's time even when it throws
       std::atomic<std::int64_t>& total;
@@ -188,7 +205,10 @@ class CpuStream final : public detail::StreamImpl {
     if (!w.point->ready()) {
       const auto begin = std::chrono::steady_clock::now();
       w.point->block();
-      stalled_ns_.fetch_add((std::chrono::steady_clock::now() - begin).count(), std::memory_order_relaxed);
+      const auto stalled = std::chrono::steady_clock::now() - begin;
+      stalled_ns_.fetch_add(stalled.count(), std::memory_order_relaxed);
+      std::lock_guard lock(stalls_m_);
+      stalls_[*w.point->source] += stalled;
     }
     if (auto e = w.point->error()) poison_ = e;  // an upstream failure flows downstream
   }
@@ -203,10 +223,14 @@ class CpuStream final : public detail::StreamImpl {
   std::atomic<std::size_t> queued_{0};
   std::atomic<std::int64_t> busy_ns_{0};
   std::atomic<std::int64_t> stalled_ns_{0};
+  std::shared_ptr<const std::string> shared_name_;
+  mutable std::mutex stalls_m_;
+  std::map<std::string, std::chrono::nanoseconds> stalls_;  // only stalls, so rarely touched
   static constexpr std::chrono::microseconds kPollBeforeSleep{50};
   // Worker-thread state only:
   std::exception_ptr poison_;
   std::size_t items_ = 0;
+  std::mt19937_64 jitter_;
   std::thread worker_;
 };
 

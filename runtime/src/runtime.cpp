@@ -9,6 +9,10 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
   telemetry_ = options_.telemetry ? options_.telemetry : &noop_;
   Allocator::Options alloc_options{.cap_bytes = options_.memory_cap_bytes};
   if (options_.device.kind == DeviceKind::cuda) {
+    if (options_.stream_jitter.count() > 0) {
+      throw Error(Errc::invalid_argument, "stream jitter (fault injection) needs the CPU backend, not " +
+                                              options_.device.to_string() + ": set it to 0 on CUDA devices");
+    }
     auto probe = cuda::probe();
     if (options_.device.index >= probe.devices) {
       throw Error(Errc::device, "cannot use " + options_.device.to_string() + ": " +
@@ -41,7 +45,11 @@ Stream& Runtime::stream(std::string_view name) {
   if (auto it = streams_.find(name); it != streams_.end()) return it->second;
   Stream s = options_.device.kind == DeviceKind::cuda
                  ? cuda::make_stream(options_.device, std::string(name), *poller_)
-                 : Stream::cpu(options_.device, std::string(name), {.telemetry = telemetry_, .rank = options_.rank});
+                 : Stream::cpu(options_.device, std::string(name),
+                               {.telemetry = telemetry_,
+                                .rank = options_.rank,
+                                .jitter = options_.stream_jitter,
+                                .jitter_seed = static_cast<std::uint64_t>(options_.rank)});
   return streams_.emplace(std::string(name), std::move(s)).first->second;
 }
 

@@ -60,4 +60,15 @@ TEST(Runtime, ACudaDeviceWithoutAGpuIsAClearError) {
   }
 }
 
+TEST(Runtime, StreamJitterIsRefusedOnCuda) {
+  try {
+    Runtime rt({.device = Device::cuda(0), .stream_jitter = std::chrono::microseconds(100)});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("stream jitter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CPU backend"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace

@@ -107,23 +107,22 @@ TEST_F(StreamTest, StreamWaitOrdersAcrossStreamsWithoutBlockingTheHost) {
   EXPECT_EQ(seen_by_b, 1);
 }
 
-// Thousands of random enqueue/record/wait operations on 4 streams, checked against a sequential
-// model of the happens-before relation (vector clocks).
-TEST_F(StreamTest, RandomCrossStreamOrderingMatchesTheSequentialModel) {
+// Random enqueue/record/wait operations on 4 streams, checked against a sequential model of the
+// happens-before relation (vector clocks). Returns the number of items that ran too early.
+int ordering_violations(int operations, Stream::Options options) {
   constexpr int kStreams = 4;
-  constexpr int kOps = 6000;
   std::vector<Stream> streams;
-  for (int s = 0; s < kStreams; ++s) streams.push_back(Stream::cpu(Device::cpu(), "s" + std::to_string(s)));
+  for (int s = 0; s < kStreams; ++s) streams.push_back(Stream::cpu(Device::cpu(), "s" + std::to_string(s), options));
   using Clock = std::array<int, kStreams>;  // per stream: the last item that must come before
   std::vector<Clock> frontier(kStreams, Clock{-1, -1, -1, -1});
   std::vector<std::vector<int>> exec(kStreams);      // exec[s][i]: global order of item i on s
   std::vector<std::vector<Clock>> required(kStreams);  // what item i on s must follow
-  for (auto& e : exec) e.reserve(kOps);
+  for (auto& e : exec) e.reserve(operations);
   std::atomic<int> ticket{0};
   std::vector<std::pair<Event, Clock>> events;
   std::mt19937 rng(1234);
   int counts[kStreams] = {};
-  for (int op = 0; op < kOps; ++op) {
+  for (int op = 0; op < operations; ++op) {
     int s = static_cast<int>(rng() % kStreams);
     int kind = static_cast<int>(rng() % 10);
     if (kind < 6) {
@@ -149,14 +148,29 @@ TEST_F(StreamTest, RandomCrossStreamOrderingMatchesTheSequentialModel) {
   int violations = 0;
   for (int s = 0; s < kStreams; ++s) {
     for (std::size_t i = 0; i < exec[s].size(); ++i) {
-      ASSERT_GE(exec[s][i], 0);
+      EXPECT_GE(exec[s][i], 0) << "item " << i << " of stream " << s << " never ran";
       for (int t = 0; t < kStreams; ++t) {
         int dep = required[s][i][t];
         if (dep >= 0 && exec[t][dep] > exec[s][i]) ++violations;
       }
     }
   }
-  EXPECT_EQ(violations, 0);
+  return violations;
+}
+
+TEST_F(StreamTest, RandomCrossStreamOrderingMatchesTheSequentialModel) { EXPECT_EQ(ordering_violations(6000, {}), 0); }
+
+// Fault injection: a random delay before every item reshuffles how the streams interleave, never
+// the order that events and waits impose.
+TEST_F(StreamTest, JitterDelaysEveryItemButKeepsTheOrder) {
+  EXPECT_EQ(ordering_violations(400, {.jitter = 300us, .jitter_seed = 7}), 0);
+  auto s = Stream::cpu(Device::cpu(), "jittered", {.jitter = 2ms, .jitter_seed = 7});
+  const auto begin = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i) s.enqueue([] {});
+  s.synchronize();
+  // 40 delays drawn uniformly from [0, 2 ms] add up to 40 ms on average; below 10 ms the
+  // delays are not applied (load only makes it slower).
+  EXPECT_GE(std::chrono::steady_clock::now() - begin, 10ms);
 }
 
 TEST_F(StreamTest, ThrowingWorkPoisonsLaterEventsInsteadOfHanging) {

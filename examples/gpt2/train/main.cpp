@@ -224,7 +224,10 @@ int prepare_and_run(train::Job& job) {
   std::fflush(stdout);
   int rc = 0;
   {
-    Runtime rt({.name = "gpt2-train", .rank = job.env.rank, .telemetry = &m.telemetry()});
+    Runtime rt({.name = "gpt2-train",
+                .rank = job.env.rank,
+                .telemetry = &m.telemetry(),
+                .stream_jitter = std::chrono::microseconds(job.o.stream_jitter_us)});
     auto serving = diagnostics.serve(rt);
     auto watching = m.watch(rt.allocator());  // live allocator gauges; the last figures stay served
     rc = rt.scheduler().sync_wait(run(rt, job));

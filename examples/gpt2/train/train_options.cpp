@@ -71,6 +71,10 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
                  "seconds to reach the rendezvous store (MASTER_ADDR:MASTER_PORT) and for every rank to join")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  app.add_option("--stream-jitter-us", o.stream_jitter_us,
+                 "fault injection (scripts/soak): every stream sleeps a random time up to this before each work item; "
+                 "the losses must not change")
+      ->capture_default_str()->check(CLI::Range(0, 1000000));
 }
 
 void add_output_flags(CLI::App& app, TrainOptions& o) {

@@ -1,6 +1,7 @@
 #pragma once
 // Runtime owns the services of one rank: telemetry sink, scheduler, the device's event poller,
 // allocator and named streams. It starts them in dependency order and stops them in reverse.
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -35,6 +36,10 @@ class Runtime {
     /// ranks on this host can map (shared_memory.hpp), so that collectives between them copy once.
     bool shared_host_memory = true;
     std::size_t shared_host_min_bytes = std::size_t{1} << 20;  ///< see shared_host_memory
+    /// Fault injection for soak and stress runs: every stream sleeps a random time in
+    /// [0, stream_jitter] before each work item (Stream::Options::jitter; the delays depend on the
+    /// rank and the stream's name). CPU backend; refused on CUDA. Zero: off.
+    std::chrono::microseconds stream_jitter{0};
   };
 
   /// Starts the services; throws Error(device) when a CUDA device is asked for but not visible.

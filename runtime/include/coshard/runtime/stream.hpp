@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,6 +52,8 @@ class StreamImpl {
   /// backend; 0 where the device does not say).
   virtual std::chrono::nanoseconds busy() const noexcept { return {}; }
   virtual std::chrono::nanoseconds stalled() const noexcept { return {}; }
+  /// stalled(), by the name of the stream that recorded the awaited event (CPU backend).
+  virtual std::map<std::string, std::chrono::nanoseconds> stalls() const { return {}; }
 
   // What the host enqueued last, so that an event says which work it waits behind.
   void note_enqueued(const std::string& span);
@@ -73,6 +76,11 @@ class Stream {
   struct Options {
     Telemetry* telemetry = nullptr;  ///< timeline spans for labelled work, when it is tracing
     int rank = 0;                    ///< rank shown on those spans
+    /// Fault injection for soak and stress runs: the worker sleeps a random time in [0, jitter]
+    /// before each work item, so that a missing stream-side wait shows as a wrong result instead
+    /// of hiding behind lucky timing. Results must not change. Zero: off.
+    std::chrono::microseconds jitter{0};
+    std::uint64_t jitter_seed = 0;  ///< with the stream's name, picks the delays (reproducible)
   };
   /// A CPU stream: an in-order worker thread with a queue.
   static Stream cpu(Device device, std::string name);
@@ -106,6 +114,9 @@ class Stream {
   /// is the compute stream). CPU backend; zero on CUDA.
   std::chrono::nanoseconds busy() const noexcept { return impl_->busy(); }
   std::chrono::nanoseconds stalled() const noexcept { return impl_->stalled(); }  ///< time blocked in waits; see busy()
+  /// stalled() split by the stream each awaited event was recorded on, so that a caller can tell
+  /// waiting for a collective from waiting for a copy or the optimizer. CPU backend; empty on CUDA.
+  std::map<std::string, std::chrono::nanoseconds> stalls() const { return impl_->stalls(); }
 
   /// The backend behind the handle, for backends and transports (e.g. the native CUDA stream).
   detail::StreamImpl& impl() noexcept { return *impl_; }
