@@ -36,6 +36,8 @@ class BufferPool {
   std::size_t held() const noexcept;
   /// Elements over all slots.
   std::int64_t numel() const noexcept;
+  /// Bytes over all slots, held or free (what the pool keeps allocated).
+  std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * size_of(dtype_); }
 
  private:
   struct Slot {

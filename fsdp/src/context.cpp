@@ -9,7 +9,12 @@ EngineMetrics EngineMetrics::register_in(Telemetry& t) {
                                "Prefetches deferred because the in-flight limit of unsharded units was reached", {});
   m.prefetch_misses = &t.counter("coshard_prefetch_misses_total", "Units unsharded on demand when their phase began", {});
   m.exposed_total = &t.counter("coshard_exposed_communication_seconds_total",
-                               "Time compute and optimizer streams stalled waiting for communication", {});
+                               "Time the compute stream stalled waiting for collectives (all-gathers, and reductions "
+                               "holding a gradient buffer)", {});
+  for (const char* on : {"unshard", "reduce", "optimizer", "h2d"}) {
+    m.compute_stall[on] = &t.counter("coshard_compute_stall_seconds_total",
+                                     "Time the compute stream stalled, by the stream it waited for", {{"stream", on}});
+  }
   m.overlap = &t.gauge("coshard_overlap_ratio", "Share of collective time hidden behind compute, since the start", {});
   m.h2d_bytes = &t.counter("coshard_h2d_bytes_total", "Bytes copied host to device (offloaded master shards)", {});
   m.d2h_bytes = &t.counter("coshard_d2h_bytes_total", "Bytes copied device to host (offloaded gradient shards)", {});

@@ -2,6 +2,7 @@
 // What every collaborator of the engine shares, fixed at creation: the options, this rank's place
 // in the world and its shard group, the dtypes, the streams, the telemetry families; and the one
 // mutable thing they all append to, the issue log.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct EngineMetrics {
   Counter* d2h_seconds = nullptr;
   Counter* optimizer_overlapped = nullptr;
   Counter* optimizer_exposed = nullptr;
+  // coshard_compute_stall_seconds_total by the stream the compute stream waited for.
+  std::map<std::string, Counter*, std::less<>> compute_stall;
 
   static EngineMetrics register_in(Telemetry& t);
 };

@@ -199,6 +199,11 @@ Task<void> Engine::optimizer_step() {
   m.optimizer->report();
   const CommStats now = comm_stats();
   m.ctx.metrics.exposed_total->add(std::max(0.0, now.exposed_seconds - m.reported.exposed_seconds));
+  for (const auto& [on, seconds] : now.compute_stall_seconds) {
+    const auto counter = m.ctx.metrics.compute_stall.find(on);
+    if (counter == m.ctx.metrics.compute_stall.end()) continue;
+    counter->second->add(std::max(0.0, seconds - m.reported.compute_stall_seconds[on]));
+  }
   m.ctx.metrics.overlap->set(now.overlap_ratio());
   m.reported = now;
 }
@@ -250,7 +255,12 @@ Task<void> Engine::synchronize() { return detail::quiesce(impl_->ctx); }
 CommStats Engine::comm_stats() const {
   CommStats s;
   s.communication_seconds = impl_->comms.busy_seconds();
-  s.exposed_seconds = std::chrono::duration<double>(impl_->ctx.streams.compute->stalled()).count();
+  const auto& streams = impl_->ctx.streams;
+  for (const auto& [on, t] : streams.compute->stalls()) {
+    const double seconds = std::chrono::duration<double>(t).count();
+    s.compute_stall_seconds[on] = seconds;
+    if (on == streams.unshard->name() || on == streams.reduce->name()) s.exposed_seconds += seconds;
+  }
   return s;
 }
 
@@ -276,6 +286,7 @@ MemoryReport Engine::memory_report() const {
   r.max_unit_unsharded_bytes = m.unsharder->max_unit_bytes();
   r.all_units_unsharded_bytes = m.unsharder->all_units_param_bytes();
   r.pool_slots = m.unsharder->slots();
+  r.pool_bytes = m.unsharder->pool_bytes() + m.reducer->pool_bytes();
   return r;
 }
 

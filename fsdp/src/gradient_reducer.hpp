@@ -56,6 +56,10 @@ class GradientReducer {
   // The total p-norm of the gradient shards (one all-reduce over `control`), and scales them to
   // at most `max_norm`. Waits for every unit's reduction.
   Task<double> clip(double max_norm, double p);
+  // What the gradient and temporary pools hold allocated now (held and free slots).
+  std::size_t pool_bytes() const noexcept {
+    return (pool_ ? pool_->bytes() : 0) + staging_.bytes() + outputs_.bytes();
+  }
 
  private:
   Tensor cast_for_reduction(const UnitState& u, double pre);

@@ -43,6 +43,8 @@ class Unsharder {
   std::size_t max_unit_bytes() const noexcept;
   // Parameters (+ f32 copies) of every unit, unsharded.
   std::size_t all_units_param_bytes() const noexcept;
+  // What the parameter pools hold allocated now (both dtypes, held and free slots).
+  std::size_t pool_bytes() const noexcept { return (params_ ? params_->bytes() : 0) + (f32_ ? f32_->bytes() : 0); }
 
  private:
   Tensor gather(UnitState& u, const Tensor& buf, bool from_post_forward_shard);

@@ -55,7 +55,7 @@ struct Config {
   std::string offload = "none";  // none | params | all
   bool pipelined = true;
   double clip_max = 0;      // > 0: Options::clip
-  bool stress = false;      // random delays on the compute, h2d and d2h streams
+  bool stress = false;      // a random delay before every work item on every stream
   std::size_t host_cap = 0;
   std::string save;          // a sharded checkpoint written after step save_at - 1
   int save_at = -1;
@@ -270,15 +270,6 @@ struct Run {
   // Trains `steps` steps with the configured micro-batch pattern and compares with the reference.
   Task<void> parity() {
     auto engine = co_await make_engine();
-    if (cfg.stress) {
-      // Work of random length on the streams the offload pipeline orders: results must not change.
-      state.perturb = [seed = std::uint64_t{17 + static_cast<unsigned>(pg.rank())}](Runtime& r) mutable {
-        for (const char* s : {"compute", "h2d", "d2h", "unshard", "reduce"}) {
-          const auto us = static_cast<int>(mix(++seed) % 3000);
-          r.stream(s).enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
-        }
-      };
-    }
     Reference ref(cfg.layers);
     const Reference init = ref;  // where training starts: the unit of compare_params
     const int micros = static_cast<int>(cfg.micro.size());
@@ -407,22 +398,40 @@ struct Run {
 
   // Step time with every unit's compute and every all-gather taking delay_ms: the fastest of the
   // steps, as a descheduled rank can only make a step slower, never faster (CI's ratio once
-  // landed on the limit under load).
+  // landed on the limit under load). Also the compute stream's wait for all-gathers (its stalls on
+  // the unshard stream) in the least exposed step, next to what the schedule predicts: with
+  // prefetch only the first all-gather of each step (nothing computes before it); without it
+  // every all-gather, n in forward and n - 1 in backward (the last unit stays gathered). And the
+  // least of its other stalls per step, by stream, for the record.
   Task<void> overlap() {
     auto engine = co_await make_engine();
     state.compute_ms = cfg.delay_ms;
     co_await step(*engine, 0);
     double ms = 1e300;
+    std::map<std::string, double> least;  // per stream: the least stall of a step, ms
     for (int s = 1; s <= cfg.steps; ++s) {
+      co_await engine->synchronize();
       const auto t0 = std::chrono::steady_clock::now();
+      auto before = engine->comm_stats().compute_stall_seconds;
       co_await step(*engine, s);
+      co_await engine->synchronize();
       ms = std::min(ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      for (const char* on : {"unshard", "reduce", "optimizer"}) {
+        const double stalled = (engine->comm_stats().compute_stall_seconds[on] - before[on]) * 1e3;
+        least[on] = s == 1 ? stalled : std::min(least[on], stalled);
+      }
     }
     const int n = static_cast<int>(cfg.layers.size());
     const bool no_shard = cfg.strategy == fsdp::Strategy::no_shard;
     // Serialised: forward n x (gather + compute), backward (n - 1) gathers + n computes.
     const double serial = cfg.delay_ms * (no_shard ? 2.0 * n : 2.0 * n + n + (n - 1));
-    if (pg.rank() == 0) std::printf("step %.1f ms, serialised %.1f ms, ratio %.2f\n", ms, serial, ms / serial);
+    const bool prefetch = cfg.forward_prefetch > 0 && cfg.backward != fsdp::BackwardPrefetch::none;
+    const double predicted = no_shard ? 0.0 : cfg.delay_ms * (prefetch ? 1.0 : 2.0 * n - 1);
+    if (pg.rank() == 0) {
+      std::printf("step %.1f ms, serialised %.1f ms, ratio %.2f\n", ms, serial, ms / serial);
+      std::printf("all-gather wait %.1f ms, predicted %.1f ms; reduce wait %.1f ms, optimizer wait %.1f ms\n",
+                  least["unshard"], predicted, least["reduce"], least["optimizer"]);
+    }
   }
 
   // Peak allocator memory over a whole step, once the pools have their size, against the FSDP
@@ -473,6 +482,22 @@ struct Run {
       ++failures;
       std::fprintf(stderr, "rank %d: the pool grew to %zu slots (depth %zu)\n", pg.rank(),
                    engine->memory_report().pool_slots, depth);
+    }
+    // The report accounts for what the engine holds: its pools fit the formula's transient part,
+    // and with the sharded state they explain the peak, up to the scalars and the allocator's
+    // rounding of each tensor to its size class (the report counts exact sizes); a pool left out
+    // of the report falls short by a whole unit's buffer.
+    const auto report = engine->memory_report();
+    const std::size_t transient = gathered + grads + temporaries;
+    const std::size_t rounding = block(1) * (4 * cfg.layers.size() + 16);
+    if (pg.rank() == 0) {
+      std::printf("report: sharded state %zu + pools %zu bytes (transient bound %zu)\n", report.sharded_state_bytes,
+                  report.pool_bytes, transient);
+    }
+    if (report.pool_bytes > transient || report.sharded_state_bytes + report.pool_bytes + 4096 + rounding < peak) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: memory_report: sharded %zu + pools %zu bytes against a peak of %zu (pools at most %zu)\n",
+                   pg.rank(), report.sharded_state_bytes, report.pool_bytes, peak, transient);
     }
   }
 
@@ -777,6 +802,9 @@ int main(int argc, char** argv) {
   Config cfg = parse(argc, argv);
   // Every rank must report the error itself, not be stopped by the launcher once one has.
   if (cfg.mode == "wrong-order") ::signal(SIGTERM, SIG_IGN);
-  return transport::run_rank("engine_check", {.name = "engine"},
+  // --stress: up to 1 ms before each work item, longer than any item of these models, so the
+  // streams' interleaving varies freely: results must not change.
+  const auto jitter = std::chrono::microseconds(cfg.stress ? 1000 : 0);
+  return transport::run_rank("engine_check", {.name = "engine", .stream_jitter = jitter},
                              [&](Runtime& rt, const transport::LaunchEnv&) { return main_task(rt, cfg); });
 }

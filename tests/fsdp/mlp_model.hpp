@@ -77,7 +77,6 @@ struct MlpState {
   float loss = 0;
   int compute_ms = 0;  // test hook: each kernel also occupies the stream this long
   bool skip_compute = false;  // benchmark hook: run the schedule without the kernels
-  std::function<void(Runtime&)> perturb;  // test hook: called as each unit phase starts
 
   void set_batch(const Batch& b) {
     rows = static_cast<std::int64_t>(b.x.size()) / layers.front().in;
@@ -138,13 +137,11 @@ class MlpUnit final : public fsdp::Unit {
   std::string name() const override { return "layers." + std::to_string(i_); }
   std::vector<fsdp::ParamSpec> params() const override { return layer_params(i_, s_.layers[i_]); }
   Task<void> forward(fsdp::Scope& scope) override {
-    if (s_.perturb) s_.perturb(scope.runtime());
     auto w = scope.param(0), b = scope.param(1);
     scope.enqueue([this, w, b] { s_.forward(i_, w, b); }, "forward " + name());
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
-    if (s_.perturb) s_.perturb(scope.runtime());
     auto w = scope.param(0), dw = scope.grad(0), db = scope.grad(1);
     scope.enqueue([this, w, dw, db] { s_.backward(i_, w, dw, db); }, "backward " + name());
     co_return;

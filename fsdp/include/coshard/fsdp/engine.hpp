@@ -42,6 +42,11 @@ struct MemoryReport {
   /// to backward. The pool sizes each buffer for its unit, so this, not units x the largest, bounds it.
   std::size_t all_units_unsharded_bytes = 0;
   std::size_t pool_slots = 0;             ///< unsharded buffers the pool holds
+  /// Bytes every pool of the engine keeps allocated on the device, in use or free for reuse: the
+  /// unsharded parameters (+ f32 copies), the f32 gradient buffers, and the reduction's cast
+  /// inputs and reduce-scatter outputs. With sharded_state_bytes, what the engine holds between
+  /// steps.
+  std::size_t pool_bytes = 0;
 };
 
 /// Full (unsharded) f32 parameters by name, each flattened row-major.
@@ -50,7 +55,13 @@ using StateDict = std::map<std::string, std::vector<float>>;
 /// Totals since the engine was created (CPU backend: measured on the streams).
 struct CommStats {
   double communication_seconds = 0;  ///< the communicators' streams running collectives
-  double exposed_seconds = 0;        ///< the compute stream stalled waiting for others
+  /// The compute stream stalled waiting for collectives: for an all-gather (the unshard stream),
+  /// or for a reduction still holding the gradient buffer it needs (the reduce stream).
+  double exposed_seconds = 0;
+  /// Every stall of the compute stream, by the stream it waited for: "unshard" and "reduce" (the
+  /// exposed communication above), "optimizer" (the previous step, and the reductions it waits
+  /// for at the end of backward), "h2d" (offloaded shards not copied in yet).
+  std::map<std::string, double> compute_stall_seconds;
   /// Share of communication time hidden behind compute: 1 - exposed / communication (1 without
   /// communication). Exported as coshard_overlap_ratio.
   double overlap_ratio() const {     // share of communication hidden behind compute
