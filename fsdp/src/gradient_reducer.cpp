@@ -37,6 +37,10 @@ GradientReducer::GradientReducer(Context& ctx, std::vector<UnitState>& units, Co
       factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)),
       staging_(ctx.reduce_dtype), outputs_(ctx.reduce_dtype) {
   pool_ = std::make_unique<BufferPool>(DType::f32);
+  for (const auto& u : units_) {
+    max_padded_ = std::max(max_padded_, u.layout.padded);
+    max_chunk_ = std::max(max_chunk_, u.layout.chunk);
+  }
 }
 
 void GradientReducer::open(std::size_t ui, bool sync) {
@@ -85,15 +89,31 @@ void GradientReducer::reduce(std::size_t ui, const Event& grads_ready) {
   release_temporaries(done);
 }
 
-// A buffer of the reduce stream from `pool`; the stream waits for the slot's previous use.
-Tensor GradientReducer::temporary(BufferPool& pool, std::int64_t numel) {
-  auto lease = pool.acquire(ctx_.rt.allocator(), numel);
+// A buffer of the reduce stream from `pool`; the stream waits for the slot's previous use. Slots
+// are sized for the largest unit (`capacity`) from the first reduction on: grown only at the
+// largest unit's reduction, a smaller slot would be replaced while its last use is pending, and
+// both would be held at that moment (on GPT-2 124M a block's shard more at the peak). There is
+// one set of slots (two with offload), so this costs nothing once the largest unit has reduced.
+Tensor GradientReducer::temporary(BufferPool& pool, std::int64_t numel, std::int64_t capacity) {
+  auto lease = pool.acquire(ctx_.rt.allocator(), capacity);
   if (lease.previous_use) ctx_.streams.reduce->wait(*lease.previous_use);
   acquired_.push_back({&pool, lease.slot});
   return lease.buffer.view(0, {numel});
 }
 
+// Without gradient offload the accumulation runs on the reduce stream itself, so the next
+// reduction's cast and reduce-scatter come after it in stream order anyway: the slots go back at
+// once and one set serves every reduction. (Kept double buffered there, blocks alternated between
+// the two slots and the root's request replaced whichever small one was free: on GPT-2 124M two
+// root-sized outputs, 79 MB more at the peak.) With offload the accumulation runs on d2h, where it
+// may still read a slot while the next reduce-scatter writes: there a reduction's slots go back
+// when the next one is issued.
 void GradientReducer::release_temporaries(const Event& done) {
+  if (!offload_) {
+    for (const Held& h : acquired_) h.pool->release(h.slot, done);
+    acquired_.clear();
+    return;
+  }
   for (const Held& h : held_) h.pool->release(h.slot, held_done_);
   held_ = std::move(acquired_);
   acquired_.clear();
@@ -105,7 +125,7 @@ void GradientReducer::release_temporaries(const Event& done) {
 Tensor GradientReducer::cast_for_reduction(const UnitState& u, double pre) {
   Tensor grad = u.grads.buffer;
   if (ctx_.reduce_dtype == DType::f32 && pre == 1.0) return grad;
-  Tensor input = temporary(staging_, u.layout.padded);
+  Tensor input = temporary(staging_, u.layout.padded, max_padded_);
   const DType rd = ctx_.reduce_dtype;
   const auto scale = static_cast<float>(1.0 / pre);
   ctx_.streams.reduce->enqueue([grad, input, rd, scale] {
@@ -132,7 +152,7 @@ Event GradientReducer::collective(UnitState& u, const Tensor& input, Tensor& out
     ctx_.log.push_back("backward " + u.name + " all_reduce");
     return comms_.all_reduce->all_reduce(out, f.reduce_scatter, stream, u.name);
   }
-  out = temporary(outputs_, u.layout.chunk);
+  out = temporary(outputs_, u.layout.chunk, max_chunk_);
   Event last = comms_.reduce_scatter->reduce_scatter(input, out, f.reduce_scatter, stream, u.name);
   ctx_.log.push_back("backward " + u.name + " reduce_scatter");
   if (comms_.all_reduce) {

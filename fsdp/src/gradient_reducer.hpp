@@ -67,7 +67,7 @@ class GradientReducer {
   Stream& sink() noexcept;
   void accumulate(UnitState& u, const Tensor& out, double post);
   void release_buffer(UnitState& u, const Event& done);
-  Tensor temporary(BufferPool& pool, std::int64_t numel);
+  Tensor temporary(BufferPool& pool, std::int64_t numel, std::int64_t capacity);
   void release_temporaries(const Event& done);
 
   Context& ctx_;
@@ -79,10 +79,13 @@ class GradientReducer {
   // A reduction's temporaries, in the reduce dtype: the cast input (unsharded) and the
   // reduce-scatter output (a shard). Fresh tensors per unit would all be alive at once, since the
   // host issues backward ahead of the streams: one more copy of the sharded parameters, and with a
-  // 16-bit reduce dtype half the unsharded model. Double buffered: a reduction's slots go back
-  // when the next one is issued, so a reduce-scatter reuses the buffers of the reduction before
-  // last, whose accumulation (on d2h when offloaded) had a whole reduction's time to finish.
+  // 16-bit reduce dtype half the unsharded model. One set serves every reduction when the
+  // accumulation runs on the reduce stream (release_temporaries); with gradient offload they are
+  // double buffered: a reduction's slots go back when the next one is issued, so a reduce-scatter
+  // reuses those of the reduction before last, whose accumulation on d2h had a whole reduction's
+  // time to finish.
   BufferPool staging_, outputs_;
+  std::int64_t max_padded_ = 0, max_chunk_ = 0;  // the largest unit's: what every slot holds
   struct Held {
     BufferPool* pool;
     int slot;

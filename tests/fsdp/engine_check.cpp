@@ -437,7 +437,7 @@ struct Run {
   // Peak allocator memory over a whole step, once the pools have their size, against the FSDP
   // formula computed here from the model (not from the engine's report): the sharded state, the
   // gathered units (in_flight of them, or every unit when kept after forward), one f32 gradient
-  // buffer, and the reduction's temporaries double buffered. A unit left unsharded after forward
+  // buffer, and one set of the reduction's temporaries. A unit left unsharded after forward
   // adds its whole size; reduce-scatter outputs that pile up add a shard per unit.
   Task<void> memory() {
     auto engine = co_await make_engine();
@@ -466,7 +466,9 @@ struct Run {
     const bool keep = cfg.strategy == fsdp::Strategy::shard_grad_op || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
     const std::size_t gathered = keep ? all_units : static_cast<std::size_t>(cfg.in_flight) * max_unit;
     const std::size_t grads = block(max_padded * 4);
-    const std::size_t temporaries = 2 * block(max_chunk * rs) + (rs == 4 ? 0 : 2 * block(max_padded * rs));
+    // One set of temporaries; double buffered when the accumulation runs on d2h (offloaded gradients).
+    const std::size_t sets = cfg.offload == "all" ? 2 : 1;
+    const std::size_t temporaries = sets * (block(max_chunk * rs) + (rs == 4 ? 0 : block(max_padded * rs)));
     const std::size_t bound = sharded + gathered + grads + temporaries + 4096;  // + scalars (loss, norms)
     if (pg.rank() == 0) {
       std::printf("peak %zu bytes, bound %zu (sharded %zu + gathered %zu + gradients %zu + temporaries %zu + 4096)\n",

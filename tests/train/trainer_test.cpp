@@ -40,9 +40,12 @@ TEST(Trainer, DefaultRunLearnsAndLogsEveryStep) {
   for (std::string line; std::getline(f, line);) steps.push_back(json::parse(line));  // every line parses
   ASSERT_EQ(steps.size(), 150u);
   for (const auto& s : steps) {
-    for (const char* key : {"step", "loss", "tokens_per_s", "step_s", "exposed_comm_s", "peak_mem_bytes"}) {
+    for (const char* key : {"step", "loss", "tokens_per_s", "step_s", "exposed_comm_s", "peak_mem_bytes", "state_bytes", "pool_bytes"}) {
       EXPECT_TRUE(s.contains(key)) << key << " missing in " << s.dump();
     }
+    // The engine's state and pools are allocated when the step ends, so the peak covers them.
+    EXPECT_GE(s["peak_mem_bytes"].get<double>(), s["state_bytes"].get<double>() + s["pool_bytes"].get<double>()) << s.dump();
+    EXPECT_GT(s["pool_bytes"].get<double>(), 0) << s.dump();
   }
   const double first = steps.front()["loss"], last = steps.back()["loss"];
   EXPECT_NEAR(first, std::log(256.0), 0.3);  // byte vocabulary at initialisation

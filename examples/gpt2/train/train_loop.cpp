@@ -53,10 +53,11 @@ void StepLog::write(const StepRecord& r) {
   if (!f_) return;
   std::fprintf(f_,
                "{\"step\":%d,\"loss\":%s,\"val_loss\":%s,\"lr\":%s,\"tokens_per_s\":%s,\"step_s\":%s,"
-               "\"exposed_comm_s\":%s,\"overlap_ratio\":%s,\"peak_mem_bytes\":%zu}\n",
+               "\"exposed_comm_s\":%s,\"overlap_ratio\":%s,\"peak_mem_bytes\":%zu,\"state_bytes\":%zu,"
+               "\"pool_bytes\":%zu}\n",
                r.step, json_number(r.loss).c_str(), json_number(r.val).c_str(), json_number(r.lr).c_str(),
                json_number(r.tokens_per_s).c_str(), json_number(r.step_s).c_str(), json_number(r.exposed).c_str(),
-               json_number(r.overlap).c_str(), r.peak);
+               json_number(r.overlap).c_str(), r.peak, r.state_bytes, r.pool_bytes);
   std::fflush(f_);
 }
 
@@ -148,6 +149,9 @@ Task<float> TrainLoop::train_step(int step) {
   metrics_.loss.set(r.loss);
   if (validation_due(step)) r.val = co_await validation_loss();
   r.peak = rt_.allocator().stats().peak_allocated_bytes;
+  const auto memory = engine_.memory_report();
+  r.state_bytes = memory.sharded_state_bytes;
+  r.pool_bytes = memory.pool_bytes;
   progress_.step(r.step, r.loss, r.tokens_per_s, r.exposed / r.step_s, r.val);
   log_.write(r);
   co_return r.loss;

@@ -26,7 +26,9 @@ struct StepRecord {
   double tokens_per_s = 0;
   double exposed = 0;  // seconds the compute stream waited on communication
   double overlap = 0;
-  std::size_t peak = 0;
+  std::size_t peak = 0;  // the allocator's peak since the start
+  std::size_t state_bytes = 0;  // the engine's sharded state on the device (memory_report)
+  std::size_t pool_bytes = 0;   // what its pools hold: unsharded parameters, gradients, temporaries
 };
 
 // Rank 0's --log-json: one JSON object per step, to a file or stdout. Closed by close() or at
