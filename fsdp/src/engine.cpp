@@ -177,6 +177,7 @@ Task<void> Engine::finish_backward() {
   Impl& m = *impl_;
   // Units still unsharded (prefetched but not used) go back to the pool.
   m.optimizer->mark_backward(false);
+  m.reducer->end_backward();
   const Event now = record_on(*m.ctx.streams.compute);
   for (std::size_t i = 0; i < m.units.size(); ++i) m.unsharder->reshard(i, now, false);
   m.plan->end_iteration();

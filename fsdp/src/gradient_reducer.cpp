@@ -211,12 +211,14 @@ void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
   }, (offload_ ? "d2h " : "accumulate grads ") + u.name);
 }
 
-// The pool slot goes back with the reduction's event; the no_sync accumulator is zeroed for the
-// next accumulation once the reduction read it.
+// The pool slot goes back with the reduction's event, one reduction later (held_grad_); the
+// no_sync accumulator is zeroed for the next accumulation once the reduction read it.
 void GradientReducer::release_buffer(UnitState& u, const Event& done) {
   Gradients& g = u.grads;
   if (g.slot >= 0) {
-    pool_->release(g.slot, done);
+    if (held_grad_slot_ >= 0) pool_->release(held_grad_slot_, held_grad_done_);
+    held_grad_slot_ = g.slot;
+    held_grad_done_ = done;
     g.slot = -1;
   } else {
     Tensor acc = g.accumulated;
@@ -226,6 +228,12 @@ void GradientReducer::release_buffer(UnitState& u, const Event& done) {
     g.accumulated_pending = false;
   }
   g.buffer = Tensor();
+}
+
+void GradientReducer::end_backward() {
+  if (held_grad_slot_ < 0) return;
+  pool_->release(held_grad_slot_, held_grad_done_);
+  held_grad_slot_ = -1;
 }
 
 void GradientReducer::zero_grad() {

@@ -51,6 +51,9 @@ class GradientReducer {
   void keep(std::size_t u);
   // After its last backward phase, with sync: reduce into the gradient shard.
   void reduce(std::size_t u, const Event& grads_ready);
+  // After the last backward phase of an iteration: the gradient slot held back for overlap (see
+  // held_grad_) goes back to the pool.
+  void end_backward();
   // Enqueues zeroing of every gradient shard after its reduction.
   void zero_grad();
   // The total p-norm of the gradient shards (one all-reduce over `control`), and scales them to
@@ -92,6 +95,11 @@ class GradientReducer {
   };
   std::vector<Held> acquired_, held_;  // the reduction being issued's slots, the previous one's
   Event held_done_;
+  // The gradient slot of the unit reduced last, held until the next unit's reduction is issued:
+  // the next backward then computes into the slot of the unit before, and its kernels overlap
+  // this reduce-scatter instead of waiting for it (one more gradient buffer, as FSDP holds).
+  int held_grad_slot_ = -1;
+  Event held_grad_done_;
 };
 
 }  // namespace coshard::fsdp::detail

@@ -5,7 +5,7 @@
 //   --strategy full_shard|shard_grad_op|no_shard|hybrid_shard|hybrid_shard_zero2  --shard-group N
 //   --layers 16x15,15x8   --steps 10   --rows 4 (per rank)   --param-dtype f32|bf16|f16
 //   --reduce-dtype ...    --forward-prefetch K   --backward pre|post|none   --reshard-int G
-//   --in-flight N   --micro no_sync,sync   --delay-ms D   --clip-p 2|1|inf   --lr 0.01   --verbose 1
+//   --in-flight N   --micro no_sync,sync   --delay-ms D   --rs-delay-ms D   --clip-p 2|1|inf   --lr 0.01   --verbose 1
 // Prints "rank R: <mode> ok ..." on success; exit 1 with the differences otherwise.
 #include <signal.h>
 
@@ -49,6 +49,7 @@ struct Config {
   bool verbose = false;  // --verbose 1: print each parameter's drift
   std::vector<std::string> micro{"sync"};
   int delay_ms = 0;
+  int rs_delay_ms = 0;      // each reduce-scatter also takes this long (overlap mode)
   double clip_p = 2;
   double lr = 0.01;
   bool root = false;  // first and last layer as one two-phase unit
@@ -113,6 +114,7 @@ Config parse(int argc, char** argv) {
     else if (k == "--verbose") c.verbose = v == "1";
     else if (k == "--micro") c.micro = split(v, ',');
     else if (k == "--delay-ms") c.delay_ms = std::atoi(v.c_str());
+    else if (k == "--rs-delay-ms") c.rs_delay_ms = std::atoi(v.c_str());
     else if (k == "--clip-p") c.clip_p = v == "inf" ? std::numeric_limits<double>::infinity() : std::atof(v.c_str());
     else if (k == "--lr") c.lr = std::atof(v.c_str());
     else if (k == "--root") c.root = v == "1";
@@ -196,6 +198,7 @@ struct Run {
       ++collectives[comm + " " + std::string(transport::to_string(info.op))];
       ++dtypes[comm + " " + std::string(transport::to_string(info.op)) + " " + std::string(to_string(info.dtype))];
       if (cfg.delay_ms > 0 && comm == "all_gather") std::this_thread::sleep_for(std::chrono::milliseconds(cfg.delay_ms));
+      if (cfg.rs_delay_ms > 0 && comm == "reduce_scatter") std::this_thread::sleep_for(std::chrono::milliseconds(cfg.rs_delay_ms));
     };
     return o;
   }
@@ -436,8 +439,8 @@ struct Run {
 
   // Peak allocator memory over a whole step, once the pools have their size, against the FSDP
   // formula computed here from the model (not from the engine's report): the sharded state, the
-  // gathered units (in_flight of them, or every unit when kept after forward), one f32 gradient
-  // buffer, and one set of the reduction's temporaries. A unit left unsharded after forward
+  // gathered units (in_flight of them, or every unit when kept after forward), two f32 gradient
+  // buffers, and one set of the reduction's temporaries. A unit left unsharded after forward
   // adds its whole size; reduce-scatter outputs that pile up add a shard per unit.
   Task<void> memory() {
     auto engine = co_await make_engine();
@@ -465,7 +468,8 @@ struct Run {
     }
     const bool keep = cfg.strategy == fsdp::Strategy::shard_grad_op || cfg.strategy == fsdp::Strategy::hybrid_shard_zero2;
     const std::size_t gathered = keep ? all_units : static_cast<std::size_t>(cfg.in_flight) * max_unit;
-    const std::size_t grads = block(max_padded * 4);
+    // Two f32 gradient buffers: the unit computing, and the one before whose reduction overlaps it.
+    const std::size_t grads = 2 * block(max_padded * 4);
     // One set of temporaries; double buffered when the accumulation runs on d2h (offloaded gradients).
     const std::size_t sets = cfg.offload == "all" ? 2 : 1;
     const std::size_t temporaries = sets * (block(max_chunk * rs) + (rs == 4 ? 0 : block(max_padded * rs)));

@@ -43,7 +43,8 @@ struct Formula {
 // ln_f (4 tensors), which runs first and last and stays gathered through the step, as FSDP's root.
 // Between steps: the sharded state (f32 master, gradient shard, AdamW's two moments). During one:
 // the root and `in_flight` (2) blocks gathered, or every unit when kept after forward; the root's
-// gradient buffer (open from the head's backward to the embedding's) and one block's; one
+// gradient buffer (open from the head's backward to the embedding's) and two blocks' (the one
+// computing, and the one before, whose reduce-scatter overlaps that compute); one
 // reduce-scatter output, the root's (the reduce stream runs one reduction at a time).
 Formula formula_124m(bool keep_after_forward) {
   constexpr std::int64_t d = 768, vocab = 50257, context = 1024, blocks = 12;
@@ -52,7 +53,7 @@ Formula formula_124m(bool keep_after_forward) {
   Formula f{};
   f.sharded = 4 * (blocks * block(block_unit.shard) + block(root.shard));
   f.gathered = block(root.full) + (keep_after_forward ? blocks : 2) * block(block_unit.full);
-  f.gradients = block(root.full) + block(block_unit.full);
+  f.gradients = block(root.full) + 2 * block(block_unit.full);
   f.reduction = block(root.shard);
   f.total = f.sharded + f.gathered + f.gradients + f.reduction + (1 << 20);  // + scalars: loss, norms
   return f;
