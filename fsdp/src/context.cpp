@@ -10,8 +10,8 @@ EngineMetrics EngineMetrics::register_in(Telemetry& t) {
   m.prefetch_misses = &t.counter("coshard_prefetch_misses_total", "Units unsharded on demand when their phase began", {});
   m.exposed_total = &t.counter("coshard_exposed_communication_seconds_total",
                                "Time the compute stream stalled waiting for collectives (all-gathers, and reductions "
-                               "holding a gradient buffer)", {});
-  for (const char* on : {"unshard", "reduce", "optimizer", "h2d"}) {
+                               "holding a gradient buffer, accumulated on d2h when offloaded)", {});
+  for (const char* on : {"unshard", "reduce", "d2h", "optimizer"}) {
     m.compute_stall[on] = &t.counter("coshard_compute_stall_seconds_total",
                                      "Time the compute stream stalled, by the stream it waited for", {{"stream", on}});
   }

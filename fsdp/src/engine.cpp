@@ -260,7 +260,9 @@ CommStats Engine::comm_stats() const {
   for (const auto& [on, t] : streams.compute->stalls()) {
     const double seconds = std::chrono::duration<double>(t).count();
     s.compute_stall_seconds[on] = seconds;
-    if (on == streams.unshard->name() || on == streams.reduce->name()) s.exposed_seconds += seconds;
+    const bool collective = on == streams.unshard->name() || on == streams.reduce->name() ||
+                            (streams.d2h && on == streams.d2h->name());  // where offloaded reductions end
+    if (collective) s.exposed_seconds += seconds;
   }
   return s;
 }

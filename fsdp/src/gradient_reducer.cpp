@@ -211,7 +211,7 @@ void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
   }, (offload_ ? "d2h " : "accumulate grads ") + u.name);
 }
 
-// The pool slot goes back with the reduction's event, one reduction later (held_grad_); the
+// The pool slot goes back with the reduction's event, one reduction later (held_grad_slot_); the
 // no_sync accumulator is zeroed for the next accumulation once the reduction read it.
 void GradientReducer::release_buffer(UnitState& u, const Event& done) {
   Gradients& g = u.grads;

@@ -52,7 +52,7 @@ class GradientReducer {
   // After its last backward phase, with sync: reduce into the gradient shard.
   void reduce(std::size_t u, const Event& grads_ready);
   // After the last backward phase of an iteration: the gradient slot held back for overlap (see
-  // held_grad_) goes back to the pool.
+  // held_grad_slot_) goes back to the pool.
   void end_backward();
   // Enqueues zeroing of every gradient shard after its reduction.
   void zero_grad();

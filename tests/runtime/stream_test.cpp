@@ -173,6 +173,26 @@ TEST_F(StreamTest, JitterDelaysEveryItemButKeepsTheOrder) {
   EXPECT_GE(std::chrono::steady_clock::now() - begin, 10ms);
 }
 
+// stalls() credits each wait to the stream that recorded the awaited event, and adds up to stalled().
+TEST_F(StreamTest, StallsAreCountedByTheStreamWaitedFor) {
+  auto slow = Stream::cpu(Device::cpu(), "slow");
+  auto fast = Stream::cpu(Device::cpu(), "fast");
+  auto waiting = Stream::cpu(Device::cpu(), "waiting");
+  slow.enqueue([] { std::this_thread::sleep_for(30ms); });
+  Event late, early;
+  late.record(slow);
+  early.record(fast);
+  waiting.wait(late);
+  waiting.wait(early);  // already reached: no stall
+  waiting.synchronize();
+  const auto stalls = waiting.stalls();
+  ASSERT_EQ(stalls.count("slow"), 1u);
+  EXPECT_GE(stalls.at("slow"), 20ms);
+  EXPECT_EQ(stalls.count("fast"), 0u);
+  EXPECT_EQ(stalls.at("slow"), waiting.stalled());
+  EXPECT_TRUE(slow.stalls().empty());
+}
+
 TEST_F(StreamTest, ThrowingWorkPoisonsLaterEventsInsteadOfHanging) {
   auto s = Stream::cpu(Device::cpu(), "compute");
   s.enqueue([] { throw std::runtime_error("kernel exploded"); });

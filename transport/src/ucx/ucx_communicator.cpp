@@ -69,7 +69,11 @@ class UcxCommunicator final : public Communicator {
       direct_min_bytes_ = std::max<std::size_t>(1, direct.min_bytes);
     }
     stream_ = std::make_unique<Stream>(
-        Stream::cpu(Device::cpu(), options_.name, Stream::Options{.telemetry = &t, .rank = rt_.rank()}));
+        Stream::cpu(Device::cpu(), options_.name,
+                    Stream::Options{.telemetry = &t,
+                                    .rank = rt_.rank(),
+                                    .jitter = rt_.stream_jitter(),
+                                    .jitter_seed = static_cast<std::uint64_t>(rt_.rank())}));
     metrics_ = std::make_unique<detail::OpMetrics>(t);
     telemetry_ = &t;
     peer_wait_.assign(static_cast<std::size_t>(size()), nullptr);  // made for the peers heard from

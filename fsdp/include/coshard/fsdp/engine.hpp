@@ -56,11 +56,12 @@ using StateDict = std::map<std::string, std::vector<float>>;
 struct CommStats {
   double communication_seconds = 0;  ///< the communicators' streams running collectives
   /// The compute stream stalled waiting for collectives: for an all-gather (the unshard stream),
-  /// or for a reduction still holding the gradient buffer it needs (the reduce stream).
+  /// or for a reduction still holding the gradient buffer it needs (the reduce stream, or d2h
+  /// where offloaded gradients are accumulated).
   double exposed_seconds = 0;
-  /// Every stall of the compute stream, by the stream it waited for: "unshard" and "reduce" (the
-  /// exposed communication above), "optimizer" (the previous step, and the reductions it waits
-  /// for at the end of backward), "h2d" (offloaded shards not copied in yet).
+  /// Every stall of the compute stream, by the stream it waited for: "unshard", "reduce" and
+  /// "d2h" (the exposed communication above), "optimizer" (the previous step, and the reductions
+  /// it waits for at the end of backward).
   std::map<std::string, double> compute_stall_seconds;
   /// Share of communication time hidden behind compute: 1 - exposed / communication (1 without
   /// communication). Exported as coshard_overlap_ratio.

@@ -56,6 +56,8 @@ class Runtime {
   Allocator& allocator() noexcept { return *allocator_; }     ///< the caching allocator of device()
   Device device() const noexcept { return options_.device; }  ///< Options::device
   int rank() const noexcept { return options_.rank; }         ///< Options::rank
+  /// Options::stream_jitter, for the streams other services make (a communicator's own stream).
+  std::chrono::microseconds stream_jitter() const noexcept { return options_.stream_jitter; }
 
   /// The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
   /// scheduler thread or before tasks run: the map is not locked.
