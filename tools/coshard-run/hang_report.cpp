@@ -77,31 +77,38 @@ std::optional<Position> position_of(const nlohmann::json& record) {
   return at;
 }
 
+// Calls `use` on every JSON record in `dir` whose file name starts with `prefix`. A record cut
+// short by a dying rank (or missing a field `use` reads) is skipped, not fatal.
+template <class F>
+void for_each_record(const std::string& dir, const std::string& prefix, F use) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.path().filename().string().starts_with(prefix) || e.path().extension() != ".json") continue;
+    try {
+      std::ifstream f(e.path());
+      use(nlohmann::json::parse(f));
+    } catch (const std::exception&) {
+      // skipped: see above
+    }
+  }
+}
+
 // One line per rank that wrote coshard-coroutines-rank<r>.json: what its suspended tasks await,
 // longest first (the first three; the rest counted).
 std::vector<std::string> suspended_lines(const std::string& dir) {
   std::map<int, std::string> by_rank;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const auto name = e.path().filename().string();
-    if (!name.starts_with("coshard-coroutines-rank") || e.path().extension() != ".json") continue;
-    try {
-      std::ifstream f(e.path());
-      const auto record = nlohmann::json::parse(f);
-      const auto& waits = record.at("suspended");
-      std::string line = "rank " + std::to_string(record.at("job_rank").get<int>()) + " awaits: ";
-      if (waits.empty()) line += "nothing (no task suspended: busy or blocked in a call)";
-      for (std::size_t i = 0; i < waits.size() && i < 3; ++i) {
-        char secs[32];
-        std::snprintf(secs, sizeof secs, "%.1f s", waits[i].at("waited_s").get<double>());
-        line += (i ? "; " : "") + waits[i].at("what").get<std::string>() + " for " + secs;
-      }
-      if (waits.size() > 3) line += " (+" + std::to_string(waits.size() - 3) + " more)";
-      by_rank[record.at("job_rank").get<int>()] = line;
-    } catch (const std::exception&) {
-      // cut short by a dying rank: skipped
+  for_each_record(dir, "coshard-coroutines-rank", [&](const nlohmann::json& record) {
+    const auto& waits = record.at("suspended");
+    std::string line = "rank " + std::to_string(record.at("job_rank").get<int>()) + " awaits: ";
+    if (waits.empty()) line += "nothing (no task suspended: busy or blocked in a call)";
+    for (std::size_t i = 0; i < waits.size() && i < 3; ++i) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.1f s", waits[i].at("waited_s").get<double>());
+      line += (i ? "; " : "") + waits[i].at("what").get<std::string>() + " for " + secs;
     }
-  }
+    if (waits.size() > 3) line += " (+" + std::to_string(waits.size() - 3) + " more)";
+    by_rank[record.at("job_rank").get<int>()] = line;
+  });
   std::vector<std::string> lines;
   for (auto& [rank, line] : by_rank) lines.push_back(std::move(line));
   return lines;
@@ -111,20 +118,11 @@ std::vector<std::string> suspended_lines(const std::string& dir) {
 
 std::vector<std::string> flight_report(const std::string& dir, const std::vector<int>& local_ranks) {
   std::map<std::string, std::map<int, Position>> comms;  // comm -> rank -> position
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const auto name = e.path().filename().string();
-    if (!name.starts_with("coshard-flight-") || e.path().extension() != ".json") continue;
-    try {
-      std::ifstream f(e.path());
-      auto record = nlohmann::json::parse(f);
-      const auto comm = record.at("comm").get<std::string>();
-      const int rank = record.contains("job_rank") ? record.at("job_rank").get<int>() : record.at("rank").get<int>();
-      if (auto p = position_of(record)) comms[comm][rank] = *p;
-    } catch (const std::exception&) {
-      // a record cut short by a dying rank is skipped, not fatal
-    }
-  }
+  for_each_record(dir, "coshard-flight-", [&](const nlohmann::json& record) {
+    const auto comm = record.at("comm").get<std::string>();
+    const int rank = record.contains("job_rank") ? record.at("job_rank").get<int>() : record.at("rank").get<int>();
+    if (auto p = position_of(record)) comms[comm][rank] = *p;
+  });
   std::vector<std::string> lines;
   for (const auto& [comm, ranks] : comms) {
     bool stuck = false;  // a communicator whose every recorded op completed says nothing of the hang
