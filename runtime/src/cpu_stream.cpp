@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "coshard/runtime/discrete_memory.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/stream.hpp"
 
@@ -144,11 +145,15 @@ class CpuStream final : public detail::StreamImpl {
   void run() {
     for (;;) {
       Item item;
+      if (queued_.load(std::memory_order_acquire) == 0) close_gate();  // idle: the host must not see memory open
       poll_briefly();
       {
         std::unique_lock lock(m_);
         cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // closing and drained
+        if (queue_.empty()) {  // closing and drained
+          close_gate();
+          return;
+        }
         item = std::move(queue_.front());
         queue_.pop_front();
         queued_.fetch_sub(1, std::memory_order_relaxed);
@@ -170,9 +175,11 @@ class CpuStream final : public detail::StreamImpl {
     ++items_;
     if (poison_) return;
     if (options_.jitter.count() > 0) {
+      close_gate();  // a delay is a gap in which the host's accesses are caught
       std::uniform_int_distribution<std::int64_t> us(0, options_.jitter.count());
       std::this_thread::sleep_for(std::chrono::microseconds(us(jitter_)));
     }
+    open_gate();
     const auto begin = std::chrono::steady_clock::now();
     struct Account {  // adds the item's time even when it throws
       std::atomic<std::int64_t>& total;
@@ -199,10 +206,29 @@ class CpuStream final : public detail::StreamImpl {
   }
   std::string where(const Work& w) const { return "stream " + name_ + (w.span.empty() ? "" : ": " + w.span); }
   void execute(Reset&) { poison_ = nullptr; }
-  void execute(Mark& m) { m.point->finish(poison_); }
+  // Device memory is open while the worker has work in hand, and closed whenever it may block, so
+  // that the gaps in which the host runs alone are as wide as the work allows.
+  void open_gate() noexcept {
+    if (options_.gate && !gate_held_) {
+      options_.gate->open();
+      gate_held_ = true;
+    }
+  }
+  void close_gate() noexcept {
+    if (gate_held_) {
+      options_.gate->close();
+      gate_held_ = false;
+    }
+  }
+  void execute(Mark& m) {
+    // The host may resume on this point and touch memory at once: close first when idle.
+    if (queued_.load(std::memory_order_acquire) == 0) close_gate();
+    m.point->finish(poison_);
+  }
   void execute(Wait& w) {
     if (poison_) return;
     if (!w.point->ready()) {
+      close_gate();
       const auto begin = std::chrono::steady_clock::now();
       w.point->block();
       const auto stalled = std::chrono::steady_clock::now() - begin;
@@ -230,6 +256,7 @@ class CpuStream final : public detail::StreamImpl {
   // Worker-thread state only:
   std::exception_ptr poison_;
   std::size_t items_ = 0;
+  bool gate_held_ = false;
   std::mt19937_64 jitter_;
   std::thread worker_;
 };

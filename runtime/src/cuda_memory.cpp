@@ -1,3 +1,8 @@
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
 #include "coshard/runtime/cuda.hpp"
 #include "cuda_check.hpp"
 
@@ -21,7 +26,61 @@ class CudaMemory final : public MemoryResource {
  private:
   Device device_;
 };
+
+class PinnedHostMemory final : public MemoryResource {
+ public:
+  explicit PinnedHostMemory(std::function<void(const std::string&)> warn) : warn_(std::move(warn)) {}
+  Device device() const noexcept override { return Device::cpu(); }
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    std::lock_guard lock(m_);
+    if (e == cudaSuccess) {
+      pinned_.insert(p);
+      return p;
+    }
+    cudaGetLastError();  // not sticky: later CUDA calls must not see it
+    if (!warned_) {
+      warned_ = true;
+      if (warn_) {
+        warn_("pinning " + std::to_string(bytes) + " bytes of host memory failed (" + cudaGetErrorName(e) + ": " +
+              cudaGetErrorString(e) + "); offloaded state uses ordinary host memory, so its copies to and from the "
+              "device are synchronous. Raise RLIMIT_MEMLOCK (ulimit -l) or offload less");
+      }
+    }
+    p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) throw Error(Errc::out_of_memory, "host allocation of " + std::to_string(bytes) + " bytes failed");
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override {
+    bool pinned = false;
+    {
+      std::lock_guard lock(m_);
+      pinned = pinned_.erase(p) > 0;
+    }
+    if (pinned) {
+      cudaFreeHost(p);
+    } else {
+      std::free(p);
+    }
+  }
+
+ private:
+  std::function<void(const std::string&)> warn_;
+  std::mutex m_;  // buffers are freed from stream threads
+  std::set<void*> pinned_;
+  bool warned_ = false;
+};
+
 }  // namespace
+
+std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std::string&)> warn) {
+  return std::make_unique<PinnedHostMemory>(std::move(warn));
+}
+
+std::unique_ptr<MemoryResource> pinned_host_memory() {
+  return pinned_host_memory([](const std::string& why) { std::fprintf(stderr, "coshard: warning: %s\n", why.c_str()); });
+}
 
 std::unique_ptr<MemoryResource> device_memory(Device device) {
   if (device.kind != DeviceKind::cuda) {

@@ -36,6 +36,10 @@ void EventPoller::start() { no_cuda(); }
 void EventPoller::stop() {}
 Stream make_stream(Device, std::string, EventPoller&) { no_cuda(); }
 std::unique_ptr<MemoryResource> device_memory(Device) { no_cuda(); }
+void copy_async(Stream&, void*, const void*, std::size_t) { no_cuda(); }
+std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std::string&)>) { no_cuda(); }
+std::unique_ptr<MemoryResource> pinned_host_memory() { no_cuda(); }
+void memset_async(Stream&, void*, int, std::size_t) { no_cuda(); }
 #endif
 
 }  // namespace coshard::cuda

@@ -199,4 +199,23 @@ Stream make_stream(Device device, std::string name, EventPoller& poller) {
   return Stream(std::make_unique<CudaStream>(device, std::move(name), poller));
 }
 
+namespace {
+cudaStream_t native_of(Stream& stream, const char* what) {
+  if (stream.device().kind != DeviceKind::cuda) {
+    throw Error(Errc::invalid_argument, std::string(what) + " needs a CUDA stream, got '" + stream.name() + "' on " +
+                                            stream.device().to_string());
+  }
+  COSHARD_CUDA_CHECK(cudaSetDevice(stream.device().index));
+  return static_cast<cudaStream_t>(stream.impl().native());
+}
+}  // namespace
+
+void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes) {
+  COSHARD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native_of(stream, "cuda::copy_async")));
+}
+
+void memset_async(Stream& stream, void* dst, int value, std::size_t bytes) {
+  COSHARD_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native_of(stream, "cuda::memset_async")));
+}
+
 }  // namespace coshard::cuda

@@ -1,6 +1,7 @@
 #include "coshard/runtime/runtime.hpp"
 
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/runtime/discrete_memory.hpp"
 #include "coshard/runtime/shared_memory.hpp"
 
 namespace coshard {
@@ -13,6 +14,10 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
       throw Error(Errc::invalid_argument, "stream jitter (fault injection) needs the CPU backend, not " +
                                               options_.device.to_string() + ": set it to 0 on CUDA devices");
     }
+    if (options_.discrete_memory) {
+      throw Error(Errc::invalid_argument, "discrete memory is a mode of the CPU device (cpu-discrete); " +
+                                              options_.device.to_string() + " memory is device memory already");
+    }
     auto probe = cuda::probe();
     if (options_.device.index >= probe.devices) {
       throw Error(Errc::device, "cannot use " + options_.device.to_string() + ": " +
@@ -23,6 +28,11 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
     poller_ = std::make_unique<cuda::EventPoller>(options_.device);
     poller_->start();
     allocator_ = std::make_unique<Allocator>(cuda::device_memory(options_.device), alloc_options);
+  } else if (options_.discrete_memory) {
+    auto memory = std::make_unique<DiscreteCpuMemory>(
+        options_.device, options_.shared_host_memory ? options_.shared_host_min_bytes : 0);
+    gate_ = memory.get();
+    allocator_ = std::make_unique<Allocator>(std::move(memory), alloc_options);
   } else {
     auto memory = options_.shared_host_memory ? shared_cpu_memory(options_.device, options_.shared_host_min_bytes)
                                               : cpu_memory(options_.device);
@@ -45,12 +55,16 @@ Stream& Runtime::stream(std::string_view name) {
   if (auto it = streams_.find(name); it != streams_.end()) return it->second;
   Stream s = options_.device.kind == DeviceKind::cuda
                  ? cuda::make_stream(options_.device, std::string(name), *poller_)
-                 : Stream::cpu(options_.device, std::string(name),
-                               {.telemetry = telemetry_,
-                                .rank = options_.rank,
-                                .jitter = options_.stream_jitter,
-                                .jitter_seed = static_cast<std::uint64_t>(options_.rank)});
+                 : Stream::cpu(options_.device, std::string(name), stream_options());
   return streams_.emplace(std::string(name), std::move(s)).first->second;
+}
+
+Stream::Options Runtime::stream_options() const noexcept {
+  return {.telemetry = telemetry_,
+          .rank = options_.rank,
+          .jitter = options_.stream_jitter,
+          .jitter_seed = static_cast<std::uint64_t>(options_.rank),
+          .gate = gate_};
 }
 
 std::uint64_t Runtime::add_diagnostic(std::function<void()> write) {

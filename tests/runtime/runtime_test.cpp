@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "coshard/runtime/cuda.hpp"
@@ -69,6 +71,33 @@ TEST(Runtime, StreamJitterIsRefusedOnCuda) {
     EXPECT_NE(std::string(e.what()).find("stream jitter"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("CPU backend"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Offload's host memory on CUDA: pinned where it can be, plain (with one warning) where not.
+TEST(PinnedHostMemory, FallsBackToPlainMemoryWithOneWarningWhenPinningFails) {
+#ifndef COSHARD_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: there is nothing to pin for";
+#else
+  std::vector<std::string> warnings;
+  auto memory = cuda::pinned_host_memory([&](const std::string& why) { warnings.push_back(why); });
+  auto* a = static_cast<unsigned char*>(memory->allocate(1000));
+  auto* b = static_cast<unsigned char*>(memory->allocate(5000));
+  std::memset(a, 1, 1000);  // host memory either way
+  std::memset(b, 2, 5000);
+  EXPECT_EQ(a[999] + b[4999], 3);
+  if (cuda::probe().devices > 0) {
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+  } else {
+    ASSERT_EQ(warnings.size(), 1u);  // once, not per allocation
+    EXPECT_NE(warnings[0].find("ulimit -l"), std::string::npos) << warnings[0];
+  }
+  memory->deallocate(a, 1000);
+  memory->deallocate(b, 5000);
+#endif
 }
 
 }  // namespace

@@ -68,12 +68,9 @@ class UcxCommunicator final : public Communicator {
                                                  &mapped);
       direct_min_bytes_ = std::max<std::size_t>(1, direct.min_bytes);
     }
-    stream_ = std::make_unique<Stream>(
-        Stream::cpu(Device::cpu(), options_.name,
-                    Stream::Options{.telemetry = &t,
-                                    .rank = rt_.rank(),
-                                    .jitter = rt_.stream_jitter(),
-                                    .jitter_seed = static_cast<std::uint64_t>(rt_.rank())}));
+    Stream::Options stream_options = rt_.stream_options();  // jitter and discrete memory reach it too
+    stream_options.telemetry = &t;
+    stream_ = std::make_unique<Stream>(Stream::cpu(Device::cpu(), options_.name, stream_options));
     metrics_ = std::make_unique<detail::OpMetrics>(t);
     telemetry_ = &t;
     peer_wait_.assign(static_cast<std::size_t>(size()), nullptr);  // made for the peers heard from

@@ -2,6 +2,7 @@
 // CUDA backend entry points. The header has no CUDA includes so every build sees it; without
 // CUDA support, probe() says so and the factories throw.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,20 @@ class EventPoller {
 
 /// A non-blocking CUDA stream on `device` whose events complete through `poller`.
 Stream make_stream(Device device, std::string name, EventPoller& poller);
+/// Enqueues cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault) on CUDA `stream`: either side may
+/// be host or device memory (unified addressing). Pageable host memory makes it synchronous.
+void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes);
+/// Enqueues cudaMemsetAsync(dst, value, bytes) on CUDA `stream`.
+void memset_async(Stream& stream, void* dst, int value, std::size_t bytes);
+/// Page-locked host memory (cudaHostAlloc, portable to every device) for offloaded state and
+/// staging, so that copies between it and a device run asynchronously and overlap compute. Put a
+/// caching Allocator over it: pinning is slow, reuse is not. When pinning fails (no driver,
+/// RLIMIT_MEMLOCK, the system's pinned memory exhausted) the allocation comes from ordinary host
+/// memory instead and `warn` is called, once per resource, with the reason: copies from such
+/// memory are synchronous, but correct. Throws Error(bad_config) in a build without CUDA.
+std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std::string&)> warn);
+/// pinned_host_memory() warning on stderr.
+std::unique_ptr<MemoryResource> pinned_host_memory();
 /// cudaMalloc-backed memory for the caching Allocator.
 std::unique_ptr<MemoryResource> device_memory(Device device);
 

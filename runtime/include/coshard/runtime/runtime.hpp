@@ -40,6 +40,11 @@ class Runtime {
     /// [0, stream_jitter] before each work item (Stream::Options::jitter; the delays depend on the
     /// rank and the stream's name). CPU backend; refused on CUDA. Zero: off.
     std::chrono::microseconds stream_jitter{0};
+    /// CPU device only: memory that the host cannot touch, as on a GPU (discrete_memory.hpp; the
+    /// "cpu-discrete" device of the tools). Only work running on this runtime's streams can read
+    /// or write it; a host access aborts with a message and a backtrace. For proving that the
+    /// engine, the ops and the units only enqueue device work; slower than the plain CPU device.
+    bool discrete_memory = false;
   };
 
   /// Starts the services; throws Error(device) when a CUDA device is asked for but not visible.
@@ -56,8 +61,14 @@ class Runtime {
   Allocator& allocator() noexcept { return *allocator_; }     ///< the caching allocator of device()
   Device device() const noexcept { return options_.device; }  ///< Options::device
   int rank() const noexcept { return options_.rank; }         ///< Options::rank
-  /// Options::stream_jitter, for the streams other services make (a communicator's own stream).
-  std::chrono::microseconds stream_jitter() const noexcept { return options_.stream_jitter; }
+  /// How this runtime's streams are set up (telemetry, rank, jitter, discrete memory's gate), for
+  /// the streams other services make: a communicator's own stream (CPU backend).
+  Stream::Options stream_options() const noexcept;
+  /// False when device memory cannot be read or written by the host: a CUDA device, or the CPU
+  /// device with Options::discrete_memory. Host-side code then goes through stream work.
+  bool host_accessible() const noexcept {
+    return options_.device.kind == DeviceKind::cpu && !options_.discrete_memory;
+  }
 
   /// The stream called `name` ("compute", "all_gather", ...), created on first use. Call from the
   /// scheduler thread or before tasks run: the map is not locked.
@@ -77,6 +88,7 @@ class Runtime {
   NoopTelemetry noop_;
   Telemetry* telemetry_;
   std::unique_ptr<cuda::EventPoller> poller_;
+  MemoryGate* gate_ = nullptr;  // the discrete memory's, owned by allocator_
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Scheduler> scheduler_;
   std::map<std::string, Stream, std::less<>> streams_;

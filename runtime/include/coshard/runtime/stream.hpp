@@ -20,6 +20,8 @@
 
 namespace coshard {
 
+class MemoryGate;
+
 namespace detail {
 
 /// One recorded point in a stream. Completes once, possibly with an error.
@@ -81,6 +83,9 @@ class Stream {
     /// of hiding behind lucky timing. Results must not change. Zero: off.
     std::chrono::microseconds jitter{0};
     std::uint64_t jitter_seed = 0;  ///< with the stream's name, picks the delays (reproducible)
+    /// Discrete device memory (discrete_memory.hpp): the worker holds this gate open while it has
+    /// work to run, so that only stream work can touch device memory. Not owned; null: none.
+    MemoryGate* gate = nullptr;
   };
   /// A CPU stream: an in-order worker thread with a queue.
   static Stream cpu(Device device, std::string name);

@@ -1,0 +1,72 @@
+#include "coshard/runtime/copy.hpp"
+
+#include <cstring>
+
+#include "coshard/runtime/cuda.hpp"
+
+namespace coshard {
+namespace {
+
+void check(const char* what, const Stream& stream, const Tensor& t, std::size_t host_bytes) {
+  if (!t.defined() || t.nbytes() != host_bytes) {
+    throw Error(Errc::invalid_argument, std::string(what) + ": the tensor spans " + std::to_string(t.nbytes()) +
+                                            " bytes but the host buffer " + std::to_string(host_bytes));
+  }
+  if (t.device() != stream.device()) {
+    throw Error(Errc::invalid_argument, std::string(what) + ": the tensor is on " + t.device().to_string() +
+                                            " but stream '" + stream.name() + "' on " + stream.device().to_string());
+  }
+}
+
+}  // namespace
+
+void copy_to_device(Stream& stream, const Tensor& dst, std::shared_ptr<const std::vector<std::byte>> host,
+                    std::string span) {
+  check("copy_to_device", stream, dst, host->size());
+  if (host->empty()) return;
+  if (stream.device().kind == DeviceKind::cuda) {
+    cuda::copy_async(stream, dst.data(), host->data(), host->size());
+    stream.enqueue([host] {}, std::move(span));  // the source lives until the copy is past
+    return;
+  }
+  stream.enqueue([dst, host] { std::memcpy(dst.data(), host->data(), host->size()); }, std::move(span));
+}
+
+void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host, std::string span) {
+  host->resize(src.nbytes());
+  check("copy_to_host", stream, src, host->size());
+  if (host->empty()) return;
+  if (stream.device().kind == DeviceKind::cuda) {
+    cuda::copy_async(stream, host->data(), src.data(), host->size());
+    stream.enqueue([host, src] {}, std::move(span));  // both live until the copy is past
+    return;
+  }
+  stream.enqueue([src, host] { std::memcpy(host->data(), src.data(), host->size()); }, std::move(span));
+}
+
+void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::string span) {
+  if (dst.dtype() != src.dtype() || dst.numel() != src.numel()) {
+    throw Error(Errc::invalid_argument, "copy_tensor: " + std::to_string(src.numel()) + " elements of " +
+                                            std::string(to_string(src.dtype())) + " into " +
+                                            std::to_string(dst.numel()) + " of " + std::string(to_string(dst.dtype())));
+  }
+  if (dst.nbytes() == 0) return;
+  if (stream.device().kind == DeviceKind::cuda) {
+    cuda::copy_async(stream, dst.data(), src.data(), dst.nbytes());
+    stream.enqueue([dst, src] {}, std::move(span));  // both live until the copy is past
+    return;
+  }
+  stream.enqueue([dst, src] { std::memmove(dst.data(), src.data(), dst.nbytes()); }, std::move(span));
+}
+
+void fill_zero(Stream& stream, const Tensor& dst, std::string span) {
+  if (dst.nbytes() == 0) return;
+  if (stream.device().kind == DeviceKind::cuda) {
+    cuda::memset_async(stream, dst.data(), 0, dst.nbytes());
+    stream.enqueue([dst] {}, std::move(span));
+    return;
+  }
+  stream.enqueue([dst] { std::memset(dst.data(), 0, dst.nbytes()); }, std::move(span));
+}
+
+}  // namespace coshard
