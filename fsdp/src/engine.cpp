@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "coshard/runtime/copy.hpp"
 #include "engine_impl.hpp"
 #include "state_dict.hpp"
 
@@ -15,12 +16,12 @@ namespace {
 // different order fails by name instead of all-gathering the wrong unit.
 Task<void> check_same_unit(Engine::Impl& m, std::size_t ui, std::size_t pos) {
   detail::Context& ctx = m.ctx;
+  Stream& compute = *ctx.streams.compute;
   Tensor mine = Tensor::empty(ctx.rt.allocator(), DType::i32, {2});
   Tensor all = Tensor::empty(ctx.rt.allocator(), DType::i32, {2 * ctx.world});
-  mine.data_as<std::int32_t>()[0] = static_cast<std::int32_t>(pos);
-  mine.data_as<std::int32_t>()[1] = static_cast<std::int32_t>(ui);
-  co_await m.comms.control->all_gather(mine, all, *ctx.streams.compute);
-  const auto* a = all.data_as<std::int32_t>();
+  upload(compute, mine, std::vector<std::int32_t>{static_cast<std::int32_t>(pos), static_cast<std::int32_t>(ui)});
+  compute.wait(m.comms.control->all_gather(mine, all, compute));
+  const std::vector<std::int32_t> a = co_await download<std::int32_t>(compute, all);
   for (int r = 0; r < ctx.world; ++r) {
     if (a[2 * r + 1] == static_cast<std::int32_t>(ui)) continue;
     auto other = static_cast<std::size_t>(a[2 * r + 1]);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "convert.hpp"
+#include "coshard/runtime/copy.hpp"
 #include "coshard/ops/grad_norm.hpp"
 
 namespace coshard::fsdp::detail {
@@ -51,7 +52,7 @@ void GradientReducer::open(std::size_t ui, bool sync) {
     if (!g.accumulated.defined()) {
       g.accumulated = Tensor::empty(ctx_.rt.allocator(), DType::f32, {u.layout.padded});
       Tensor acc = g.accumulated;
-      compute.enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero grads " + u.name);
+      fill_zero(compute, acc, "zero grads " + u.name);
     }
     if (g.reduced) compute.wait(*g.reduced);  // the last reduction read (and zeroed) it
     g.buffer = g.accumulated;
@@ -62,7 +63,7 @@ void GradientReducer::open(std::size_t ui, bool sync) {
     if (lease.previous_use) compute.wait(*lease.previous_use);
     g.buffer = lease.buffer.view(0, {u.layout.padded});
     Tensor buf = g.buffer;
-    compute.enqueue([buf] { std::fill_n(buf.data_as<float>(), buf.numel(), 0.0f); }, "zero grads " + u.name);
+    fill_zero(compute, buf, "zero grads " + u.name);
   }
   g.views.clear();
   for (const auto& p : u.layout.params) g.views.push_back(g.buffer.view(p.offset, p.spec.shape));
@@ -222,7 +223,7 @@ void GradientReducer::release_buffer(UnitState& u, const Event& done) {
     g.slot = -1;
   } else {
     Tensor acc = g.accumulated;
-    sink().enqueue([acc] { std::fill_n(acc.data_as<float>(), acc.numel(), 0.0f); }, "zero " + u.name);
+    fill_zero(sink(), acc, "zero " + u.name);
     g.reduced = Event();
     g.reduced->record(sink());
     g.accumulated_pending = false;
@@ -241,7 +242,7 @@ void GradientReducer::zero_grad() {
   for (auto& u : units_) {
     if (u.grads.reduced) stream.wait(*u.grads.reduced);
     Tensor g = u.shard.grad;
-    stream.enqueue([g] { std::fill_n(g.data_as<float>(), g.numel(), 0.0f); }, "zero grads");
+    fill_zero(stream, g, "zero grads");
     u.grads.reduced = Event();
     u.grads.reduced->record(stream);
   }
@@ -257,29 +258,43 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
       throw Error(Errc::invalid_argument, "clip_grad_norm after the pipelined host optimizer already stepped unit '" +
                                               u.name + "': set Options::clip so the optimizer waits for the norm");
     }
-    if (u.grads.reduced) co_await *u.grads.reduced;
   }
-  std::vector<std::span<const float>> spans;  // padding excluded
+  // The partial norm is device work on the reduce stream, after every unit's reduction; only the
+  // scalar comes back to the host.
+  Stream& stream = *ctx_.streams.reduce;
+  struct Piece {
+    Tensor grad;
+    std::size_t offset, size;
+  };
+  std::vector<Piece> pieces;  // padding excluded
   for (auto& u : units_) {
+    if (u.grads.reduced) stream.wait(*u.grads.reduced);
     const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
-    for (const auto& r : u.layout.ranges(begin, u.shard.grad.numel())) {
-      spans.push_back(std::span<const float>(u.shard.grad.data_as<float>() + r.offset, r.size));
-    }
+    for (const auto& r : u.layout.ranges(begin, u.shard.grad.numel())) pieces.push_back({u.shard.grad, r.offset, r.size});
   }
-  double reduced = ops::norm_partial(spans, type);
+  Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
+  auto partial = std::make_shared<double>(0.0);
+  stream.enqueue([pieces = std::move(pieces), type, t, partial] {
+    std::vector<std::span<const float>> spans;
+    for (const auto& piece : pieces) spans.emplace_back(piece.grad.data_as<float>() + piece.offset, piece.size);
+    *partial = ops::norm_partial(spans, type);
+    t.data_as<float>()[0] = static_cast<float>(*partial);
+  }, "grad norm");
+  double reduced = 0.0;
   if (ctx_.sharded() && ctx_.world > 1) {
-    Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
     // Replicas hold the same shards: sum over everyone, then take one replica's share.
-    t.data_as<float>()[0] = static_cast<float>(reduced);
-    co_await comms_.control->all_reduce(t, type == ops::NormType::inf ? Reduction::max() : Reduction::sum(),
-                                        *ctx_.streams.reduce);
-    reduced = t.data_as<float>()[0];
+    stream.wait(comms_.control->all_reduce(t, type == ops::NormType::inf ? Reduction::max() : Reduction::sum(), stream));
+    reduced = (co_await download<float>(stream, t))[0];
     if (type != ops::NormType::inf) reduced /= ctx_.replicas;
+  } else {
+    Event done(stream.device());
+    done.record(stream);
+    co_await done;
+    reduced = *partial;
   }
   const double total = ops::norm_finish(reduced, type);
   const double coef = ops::clip_coefficient(total, max_norm);
   if (coef < 1.0) {
-    Stream& stream = *ctx_.streams.reduce;
     for (auto& u : units_) {
       Tensor g = u.shard.grad;
       const auto c = static_cast<float>(coef);

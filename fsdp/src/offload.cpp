@@ -5,6 +5,7 @@
 #include <string>
 
 #include "convert.hpp"
+#include "coshard/runtime/cuda.hpp"
 #include "sharded_state.hpp"
 
 namespace coshard::fsdp::detail {
@@ -34,7 +35,10 @@ Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) 
                                         " bytes. Raise the cap, offload less, or shard over more ranks");
     }
   }
-  host_ = std::make_unique<Allocator>(cpu_memory(), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
+  // Host memory apart from device memory, as on a GPU (where it is pinned, so that h2d and d2h
+  // copies overlap compute; cpu-discrete keeps it separate the same way).
+  auto memory = ctx.rt.device().kind == DeviceKind::cuda ? cuda::pinned_host_memory() : cpu_memory();
+  host_ = std::make_unique<Allocator>(std::move(memory), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
   if (off.params) {
     for (const auto& u : units) max_chunk_ = std::max(max_chunk_, u.layout.chunk);
     shard_pool_ = std::make_unique<BufferPool>(ctx.param_dtype);

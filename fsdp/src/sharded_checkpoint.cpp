@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/file_io.hpp"
 
 namespace coshard::fsdp::detail {
@@ -227,15 +228,14 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   width += 3;
   Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width)});
   Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width) * ctx_.world});
-  auto* m = mine.data_as<std::int64_t>();
-  std::fill_n(m, width, 0);
+  std::vector<std::int64_t> m(width, 0);
   m[0] = p.result->error ? 0 : 1;
   m[1] = static_cast<std::int64_t>(p.result->bytes);
   m[2] = p.result->crc;
   for (std::size_t i = 0; i < p.result->piece_crcs.size(); ++i) m[3 + i] = p.result->piece_crcs[i];
-  co_await comms_.checkpoint->all_gather(mine, all, stream_);
-  const auto* a = all.data_as<std::int64_t>();
-  std::vector<std::int64_t> reports(a, a + width * static_cast<std::size_t>(ctx_.world));
+  upload(stream_, mine, m);
+  stream_.wait(comms_.checkpoint->all_gather(mine, all, stream_));
+  const std::vector<std::int64_t> reports = co_await download<std::int64_t>(stream_, all);
   std::string failed;
   for (int r = 0; r < ctx_.world; ++r) {
     if (!reports[static_cast<std::size_t>(r) * width]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
@@ -286,11 +286,12 @@ Manifest ShardedCheckpoint::manifest(const Pending& p, const std::vector<std::in
 Task<std::string> ShardedCheckpoint::failures(bool ok) {
   Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
   Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {ctx_.world});
-  mine.data_as<std::int64_t>()[0] = ok ? 1 : 0;
-  co_await comms_.checkpoint->all_gather(mine, all, stream_);
+  upload(stream_, mine, std::vector<std::int64_t>{ok ? 1 : 0});
+  stream_.wait(comms_.checkpoint->all_gather(mine, all, stream_));
+  const std::vector<std::int64_t> oks = co_await download<std::int64_t>(stream_, all);
   std::string failed;
   for (int r = 0; r < ctx_.world; ++r) {
-    if (!all.data_as<std::int64_t>()[r]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    if (!oks[static_cast<std::size_t>(r)]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
   }
   co_return failed;
 }
@@ -305,8 +306,10 @@ Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
     co_await run_on(stream_, std::move(read), "checkpoint manifest");
     check_compatible(*m, dir);
     co_await quiesce(ctx_);  // nothing may use the shards
-    std::function<void()> fill = [this, m, dir] { read_shards(*m, dir); };
-    co_await run_on(stream_, std::move(fill), "checkpoint read");
+    auto values = std::make_shared<std::vector<std::vector<float>>>();
+    std::function<void()> read_values = [this, m, dir, values] { *values = read_shards(*m, dir); };
+    co_await run_on(stream_, std::move(read_values), "checkpoint read");
+    co_await install(*m, *values);
   } catch (...) {
     local = std::current_exception();
     report(dir, local);
@@ -360,16 +363,17 @@ void ShardedCheckpoint::check_compatible(const Manifest& m, const std::filesyste
   }
 }
 
-// Each rank reads the pieces that intersect its shards and fills them; gradients start at zero.
-void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::path& dir) {
+// Each rank reads the pieces that intersect its shards: the values of every (unit, state kind),
+// unit-major, on the host.
+std::vector<std::vector<float>> ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::path& dir) const {
   std::map<std::pair<std::string, std::string>, std::vector<const CheckpointPiece*>> index;
   for (const auto& p : m.pieces) index[{p.param, p.kind}].push_back(&p);
   const auto kinds = state_kinds(ctx_.opt.optimizer);
-  for (auto& u : units_) {
+  std::vector<std::vector<float>> out;
+  for (const auto& u : units_) {
     const auto [begin, count] = owned(u, ctx_, ctx_.shard_rank);
     for (std::size_t k = 0; k < kinds.size(); ++k) {
-      float* dst = tensor_of(u, static_cast<int>(k)).data_as<float>();
-      std::fill_n(dst, count, 0.0f);
+      std::vector<float>& dst = out.emplace_back(static_cast<std::size_t>(count), 0.0f);
       for (const auto& p : u.layout.params) {
         const std::int64_t lo = std::max(begin, p.offset) - p.offset;
         const std::int64_t hi = std::min(begin + count, p.offset + p.numel) - p.offset;
@@ -379,7 +383,7 @@ void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::pa
           const std::int64_t a = std::max(lo, piece->offset), b = std::min(hi, piece->offset + piece->length);
           if (a >= b) continue;
           const auto values = read_piece(dir, *piece);
-          std::copy_n(values.begin() + (a - piece->offset), b - a, dst + (p.offset + a - begin));
+          std::copy_n(values.begin() + (a - piece->offset), b - a, dst.begin() + (p.offset + a - begin));
           filled += b - a;
         }
         if (filled != hi - lo) {
@@ -389,7 +393,18 @@ void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::pa
         }
       }
     }
-    std::fill_n(u.shard.grad.data_as<float>(), u.shard.grad.numel(), 0.0f);
+  }
+  return out;
+}
+
+// Copies what read_shards() read into the shards (on the checkpoint stream, as device work);
+// gradients start at zero.
+Task<void> ShardedCheckpoint::install(const Manifest& m, const std::vector<std::vector<float>>& values) {
+  const auto kinds = state_kinds(ctx_.opt.optimizer);
+  std::size_t next = 0;
+  for (auto& u : units_) {
+    for (std::size_t k = 0; k < kinds.size(); ++k) upload(stream_, tensor_of(u, static_cast<int>(k)), values[next++]);
+    fill_zero(stream_, u.shard.grad);
     u.shard.opt_step = 0;  // a checkpoint without step counts starts a fresh optimizer
     u.shard.sgd_started = false;
     for (const auto& cu : m.units) {
@@ -399,6 +414,9 @@ void ShardedCheckpoint::read_shards(const Manifest& m, const std::filesystem::pa
       }
     }
   }
+  Event installed(stream_.device());
+  installed.record(stream_);
+  co_await installed;
 }
 
 }  // namespace coshard::fsdp::detail

@@ -57,7 +57,8 @@ class ShardedCheckpoint {
   Task<std::string> failures(bool ok);
   void report(const std::filesystem::path& dir, const std::exception_ptr& e) const;
   void check_compatible(const Manifest& m, const std::filesystem::path& dir) const;
-  void read_shards(const Manifest& m, const std::filesystem::path& dir);
+  std::vector<std::vector<float>> read_shards(const Manifest& m, const std::filesystem::path& dir) const;
+  Task<void> install(const Manifest& m, const std::vector<std::vector<float>>& values);
 
   Context& ctx_;
   std::vector<UnitState>& units_;

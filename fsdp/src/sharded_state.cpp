@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "coshard/runtime/copy.hpp"
+
 namespace coshard::fsdp::detail {
 namespace {
 
@@ -13,22 +15,30 @@ std::uint64_t fnv(std::uint64_t h, const void* data, std::size_t n) {
   return h;
 }
 
-Tensor zeros(Allocator& alloc, std::int64_t n) {
+Tensor zeros(Allocator& alloc, std::int64_t n, Stream& stream) {
   Tensor t = Tensor::empty(alloc, DType::f32, {n});
-  std::fill_n(t.data_as<float>(), n, 0.0f);
+  fill_zero(stream, t);
   return t;
 }
 
 // The master shard's first values: its part of each parameter's init, or rank 0's whole unit.
-Task<void> initialise(UnitState& u, Context& ctx, transport::Communicator& control, std::int64_t begin) {
+// Computed on the host and copied in on the compute stream.
+void initialise(UnitState& u, Context& ctx, transport::Communicator& control, std::int64_t begin) {
+  Stream& compute = *ctx.streams.compute;
   const std::int64_t n = u.shard.master.numel();
   if (ctx.opt.sync_module_states && ctx.world > 1) {
     Tensor full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
-    if (ctx.rank == 0) u.layout.init({full.data_as<float>(), static_cast<std::size_t>(full.numel())}, 0);
-    co_await control.broadcast(full, 0, *ctx.streams.compute);
-    std::memcpy(u.shard.master.data(), full.data_as<float>() + begin, static_cast<std::size_t>(n) * sizeof(float));
+    if (ctx.rank == 0) {
+      std::vector<float> values(static_cast<std::size_t>(full.numel()));
+      u.layout.init(values, 0);
+      upload(compute, full, values);
+    }
+    compute.wait(control.broadcast(full, 0, compute));
+    copy_tensor(compute, u.shard.master, full.view(begin, {n}));
   } else {
-    u.layout.init({u.shard.master.data_as<float>(), static_cast<std::size_t>(n)}, begin);
+    std::vector<float> values(static_cast<std::size_t>(n));
+    u.layout.init(values, begin);
+    upload(compute, u.shard.master, values);
   }
 }
 
@@ -74,12 +84,14 @@ std::uint64_t model_signature(const std::vector<UnitState>& units) {
 
 Task<void> check_same_model(std::vector<UnitState>& units, Context& ctx, transport::Communicator& control) {
   const auto signature = static_cast<std::int64_t>(model_signature(units));
+  Stream& compute = *ctx.streams.compute;
   Tensor sig = Tensor::empty(ctx.rt.allocator(), DType::i64, {1});
-  Tensor all = Tensor::empty(ctx.rt.allocator(), DType::i64, {ctx.world});
-  sig.data_as<std::int64_t>()[0] = signature;
-  co_await control.all_gather(sig, all, *ctx.streams.compute);
+  Tensor all_sigs = Tensor::empty(ctx.rt.allocator(), DType::i64, {ctx.world});
+  upload(compute, sig, std::vector<std::int64_t>{signature});
+  compute.wait(control.all_gather(sig, all_sigs, compute));
+  const std::vector<std::int64_t> all = co_await download<std::int64_t>(compute, all_sigs);
   for (int r = 0; r < ctx.world; ++r) {
-    if (all.data_as<std::int64_t>()[r] != signature) {
+    if (all[static_cast<std::size_t>(r)] != signature) {
       throw Error(Errc::bad_config, "rank " + std::to_string(r) + " built a different model (unit names or parameter "
                                     "shapes differ from rank " + std::to_string(ctx.rank) + "'s). Every rank must pass "
                                     "the same units",
@@ -95,15 +107,20 @@ Task<void> allocate_shards(std::vector<UnitState>& units, Context& ctx, transpor
   Allocator& grad_alloc = off.grads ? offload->host() : device;
   Allocator& opt_alloc = off.optimizer ? offload->host() : device;
   const int opt_buffers = optimizer_buffers(ctx.opt.optimizer);
+  Stream& compute = *ctx.streams.compute;
   for (auto& u : units) {
     const std::int64_t n = ctx.sharded() ? u.layout.chunk : u.layout.padded;
     const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
     u.shard.master = Tensor::empty(master_alloc, DType::f32, {n});
-    u.shard.grad = zeros(grad_alloc, n);
-    co_await initialise(u, ctx, control, begin);
-    if (opt_buffers >= 1) u.shard.opt_a = zeros(opt_alloc, n);
-    if (opt_buffers >= 2) u.shard.opt_b = zeros(opt_alloc, n);
+    u.shard.grad = zeros(grad_alloc, n, compute);
+    initialise(u, ctx, control, begin);
+    if (opt_buffers >= 1) u.shard.opt_a = zeros(opt_alloc, n, compute);
+    if (opt_buffers >= 2) u.shard.opt_b = zeros(opt_alloc, n, compute);
   }
+  // Every other stream reads the shards without waiting on compute: they are ready on return.
+  Event ready(compute.device());
+  ready.record(compute);
+  co_await ready;
 }
 
 }  // namespace coshard::fsdp::detail

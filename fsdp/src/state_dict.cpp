@@ -3,20 +3,27 @@
 #include <algorithm>
 #include <string>
 
+#include "coshard/runtime/copy.hpp"
+
 namespace coshard::fsdp::detail {
 namespace {
 
-void scatter_into_shards(std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
+// Each shard's values from the full state dict, copied in on the compute stream.
+Task<void> scatter_into_shards(std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
+  Stream& compute = *ctx.streams.compute;
   for (auto& u : units) {
     const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
-    float* dst = u.shard.master.data_as<float>();
-    std::fill_n(dst, u.shard.master.numel(), 0.0f);
+    std::vector<float> shard(static_cast<std::size_t>(u.shard.master.numel()), 0.0f);
     for (const auto& p : u.layout.params) {
       const auto& v = state.at(p.spec.name);
       const std::int64_t lo = std::max(begin, p.offset), hi = std::min(begin + u.shard.master.numel(), p.offset + p.numel);
-      for (std::int64_t i = lo; i < hi; ++i) dst[i - begin] = v[static_cast<std::size_t>(i - p.offset)];
+      for (std::int64_t i = lo; i < hi; ++i) shard[static_cast<std::size_t>(i - begin)] = v[static_cast<std::size_t>(i - p.offset)];
     }
+    upload(compute, u.shard.master, shard);
   }
+  Event loaded(compute.device());
+  loaded.record(compute);
+  co_await loaded;
 }
 
 }  // namespace
@@ -33,9 +40,10 @@ Task<StateDict> gather_full_state(std::vector<UnitState>& units, Context& ctx, C
       co_await comms.all_gather->all_gather(u.shard.master, full, *ctx.streams.compute);
     }
     if (rank0_only && ctx.rank != 0) continue;
+    const std::vector<float> values = co_await download<float>(*ctx.streams.compute, full);
     for (const auto& p : u.layout.params) {
-      const float* s = full.data_as<float>() + p.offset;
-      out[p.spec.name] = std::vector<float>(s, s + p.numel);
+      const auto first = values.begin() + p.offset;
+      out[p.spec.name] = std::vector<float>(first, first + p.numel);
     }
   }
   co_return out;
@@ -75,7 +83,7 @@ void check_state_dict(const std::vector<UnitState>& units, const StateDict& stat
 Task<void> load_full_state(std::vector<UnitState>& units, Context& ctx, StateDict state) {
   check_state_dict(units, state, ctx);
   co_await quiesce(ctx);
-  scatter_into_shards(units, state, ctx);
+  co_await scatter_into_shards(units, state, ctx);
 }
 
 }  // namespace coshard::fsdp::detail

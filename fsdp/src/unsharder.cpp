@@ -1,10 +1,10 @@
 #include "unsharder.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "convert.hpp"
+#include "coshard/runtime/copy.hpp"
 
 namespace coshard::fsdp::detail {
 
@@ -73,10 +73,7 @@ void Unsharder::gather_from_post_forward_shard(UnitState& u, const Tensor& buf) 
   const std::int64_t len = u.layout.padded / ctx_.reshard_group;
   const std::int64_t at = (ctx_.shard_rank % ctx_.reshard_group) * len;
   Tensor src = u.unsharded.post_forward_shard;
-  stream.enqueue([buf, src, at, len] {
-    std::memcpy(static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(buf.dtype())), src.data(),
-                static_cast<std::size_t>(len) * size_of(buf.dtype()));
-  }, "copy-in " + u.name);
+  copy_tensor(stream, buf.view(at, {len}), src, "copy-in " + u.name);
   Event ev = comms_.post_forward->all_gather(buf.view(at, {len}), buf.view(0, {u.layout.padded}), stream, u.name);
   stream.wait(ev);
 }
@@ -146,10 +143,7 @@ void Unsharder::reshard(std::size_t ui, const Event& last_use, bool keep_post_fo
     Tensor dst = s.post_forward_shard;
     Tensor src = params_->buffer(s.param_slot);
     stream.wait(last_use);
-    stream.enqueue([dst, src, at, len] {
-      const auto esize = static_cast<std::int64_t>(size_of(dst.dtype()));
-      std::memcpy(dst.data(), static_cast<const std::byte*>(src.data()) + at * esize, static_cast<std::size_t>(len * esize));
-    }, "keep " + u.name);
+    copy_tensor(stream, dst, src.view(at, {len}), "keep " + u.name);
     Event kept;
     kept.record(stream);
     params_->release(s.param_slot, kept);

@@ -6,6 +6,7 @@
 //   --layers 16x15,15x8   --steps 10   --rows 4 (per rank)   --param-dtype f32|bf16|f16
 //   --reduce-dtype ...    --forward-prefetch K   --backward pre|post|none   --reshard-int G
 //   --in-flight N   --micro no_sync,sync   --delay-ms D   --rs-delay-ms D   --compute-ms C   --clip-p 2|1|inf   --lr 0.01   --verbose 1
+//   --device cpu|cpu-discrete (device memory the host cannot touch: Runtime::Options::discrete_memory)
 // Prints "rank R: <mode> ok ..." on success; exit 1 with the differences otherwise.
 #include <signal.h>
 
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "coshard/fsdp/engine.hpp"
+#include "coshard/runtime/copy.hpp"
 #include "coshard/ops/grad_norm.hpp"
 #include "coshard/transport/rank_main.hpp"
 #include "mlp_model.hpp"
@@ -58,6 +60,7 @@ struct Config {
   bool pipelined = true;
   double clip_max = 0;      // > 0: Options::clip
   bool stress = false;      // a random delay before every work item on every stream
+  bool discrete = false;    // --device cpu-discrete: device memory the host cannot touch
   std::size_t host_cap = 0;
   std::string save;          // a sharded checkpoint written after step save_at - 1
   int save_at = -1;
@@ -124,6 +127,10 @@ Config parse(int argc, char** argv) {
     else if (k == "--pipelined") c.pipelined = v == "1";
     else if (k == "--clip-max") c.clip_max = std::atof(v.c_str());
     else if (k == "--stress") c.stress = v == "1";
+    else if (k == "--device") {
+      if (v != "cpu" && v != "cpu-discrete") throw std::runtime_error("--device: cpu or cpu-discrete, not '" + v + "'");
+      c.discrete = v == "cpu-discrete";
+    }
     else if (k == "--host-cap") c.host_cap = std::strtoull(v.c_str(), nullptr, 10);
     else if (k == "--save") c.save = v;
     else if (k == "--save-at") c.save_at = std::atoi(v.c_str());
@@ -234,10 +241,11 @@ struct Run {
   }
 
   Task<float> mean_over_ranks(float v) {
+    Stream& compute = rt.stream("compute");
     Tensor t = Tensor::empty(rt.allocator(), DType::f32, {1});
-    t.data_as<float>()[0] = v;
-    co_await pg.world().all_reduce(t, transport::Reduction::avg(), rt.stream("compute"));
-    co_return t.data_as<float>()[0];
+    upload(compute, t, std::vector<float>{v});
+    compute.wait(pg.world().all_reduce(t, transport::Reduction::avg(), compute));
+    co_return (co_await download<float>(compute, t))[0];
   }
 
   void expect_close(const std::string& what, double got, double want, double tol) {
@@ -817,6 +825,6 @@ int main(int argc, char** argv) {
   // --stress: up to 1 ms before each work item, longer than any item of these models, so the
   // streams' interleaving varies freely: results must not change.
   const auto jitter = std::chrono::microseconds(cfg.stress ? 1000 : 0);
-  return transport::run_rank("engine_check", {.name = "engine", .stream_jitter = jitter},
+  return transport::run_rank("engine_check", {.name = "engine", .stream_jitter = jitter, .discrete_memory = cfg.discrete},
                              [&](Runtime& rt, const transport::LaunchEnv&) { return main_task(rt, cfg); });
 }

@@ -316,6 +316,31 @@ TEST(TrainerCheckpointE2E, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
   EXPECT_EQ(r.output.find("step-00000004/manifest"), std::string::npos) << r.output;
 }
 
+// The cpu-discrete device (device memory the host cannot touch, as a GPU's) trains GPT-2 to the
+// same losses as the plain CPU device: checkpoints saved and resumed, mixed precision and offload
+// included. A host access to device memory anywhere on the way aborts the rank, naming it.
+TEST(TrainerDiscrete, SameLossesAsTheCpuDevice) {
+  auto d = temp_dir("discrete");
+  const std::string common = "--steps 6 --seq 32 --clip 1 --log-json - ";
+  for (const std::string extra : {"", "--mixed-precision bf16 --offload --strategy shard_grad_op"}) {
+    auto cpu = run_command(launch(2, common + extra));
+    ASSERT_EQ(cpu.rc, 0) << cpu.output;
+    const fs::path dir = d / ("ckpt" + std::to_string(extra.size()));
+    auto discrete = run_command(launch(2, common + extra + " --device cpu-discrete --checkpoint-every 3 --checkpoint-dir " +
+                                              dir.string()));
+    ASSERT_EQ(discrete.rc, 0) << discrete.output;
+    const auto want = losses_from(cpu.output, 1), got = losses_from(discrete.output, 1);
+    ASSERT_EQ(want.size(), 6u) << cpu.output;
+    ASSERT_EQ(got, want) << discrete.output;
+    auto resumed = run_command(launch(2, common + extra + " --device cpu-discrete --resume " +
+                                             (dir / "step-00000003").string()));
+    ASSERT_EQ(resumed.rc, 0) << resumed.output;
+    const auto tail = losses_from(resumed.output, 4);
+    ASSERT_EQ(tail.size(), 3u) << resumed.output;
+    for (std::size_t i = 0; i < tail.size(); ++i) EXPECT_NEAR(tail[i], want[3 + i], 1e-6 * want[3 + i]) << "step " << i + 4;
+  }
+}
+
 // The global batch of a step is the same sequences for any world size with the same global batch.
 class WorldSize : public ::testing::TestWithParam<std::string> {};
 

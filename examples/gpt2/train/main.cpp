@@ -227,7 +227,8 @@ int prepare_and_run(train::Job& job) {
     Runtime rt({.name = "gpt2-train",
                 .rank = job.env.rank,
                 .telemetry = &m.telemetry(),
-                .stream_jitter = std::chrono::microseconds(job.o.stream_jitter_us)});
+                .stream_jitter = std::chrono::microseconds(job.o.stream_jitter_us),
+                .discrete_memory = job.o.device == "cpu-discrete"});
     auto serving = diagnostics.serve(rt);
     auto watching = m.watch(rt.allocator());  // live allocator gauges; the last figures stay served
     rc = rt.scheduler().sync_wait(run(rt, job));

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::train {
@@ -72,14 +73,15 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
   const auto state = co_await engine.load_sharded(where);
   const int step = resume_step(state, job.o, pg.size(), where);
   // Every rank chose its checkpoint itself (a file system may show ranks different ones): agree.
+  Stream& compute = rt.stream("compute");
   Tensor t = Tensor::empty(rt.allocator(), DType::f32, {2});
-  t.data_as<float>()[0] = static_cast<float>(step);
-  t.data_as<float>()[1] = -static_cast<float>(step);
-  co_await pg.world().all_reduce(t, transport::Reduction::max(), rt.stream("compute"));
-  if (t.data_as<float>()[0] != -t.data_as<float>()[1]) {
+  upload(compute, t, std::vector<float>{static_cast<float>(step), -static_cast<float>(step)});
+  compute.wait(pg.world().all_reduce(t, transport::Reduction::max(), compute));
+  const std::vector<float> steps = co_await download<float>(compute, t);
+  if (steps[0] != -steps[1]) {
     throw Error(Errc::bad_config, "the ranks resumed from different checkpoints (steps " +
-                                      std::to_string(static_cast<int>(-t.data_as<float>()[1])) + " to " +
-                                      std::to_string(static_cast<int>(t.data_as<float>()[0])) + "; this rank: " + where +
+                                      std::to_string(static_cast<int>(-steps[1])) + " to " +
+                                      std::to_string(static_cast<int>(steps[0])) + "; this rank: " + where +
                                       "): every rank must see the same --checkpoint-dir");
   }
   if (pg.rank() == 0) {
@@ -213,9 +215,9 @@ Task<float> TrainLoop::validation_loss() {
 }
 
 Task<float> TrainLoop::mean_over_ranks(float v) {
-  scalar_.data_as<float>()[0] = v;
-  co_await pg_.world().all_reduce(scalar_, transport::Reduction::avg(), compute_);
-  co_return scalar_.data_as<float>()[0];
+  upload(compute_, scalar_, std::vector<float>{v});
+  compute_.wait(pg_.world().all_reduce(scalar_, transport::Reduction::avg(), compute_));
+  co_return (co_await download<float>(compute_, scalar_))[0];
 }
 
 }  // namespace coshard::train

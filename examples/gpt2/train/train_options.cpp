@@ -75,6 +75,10 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
                  "fault injection (scripts/soak): every stream sleeps a random time up to this before each work item; "
                  "the losses must not change")
       ->capture_default_str()->check(CLI::Range(0, 1000000));
+  app.add_option("--device", o.device,
+                 "cpu | cpu-discrete (a CPU device whose memory the host cannot touch, as a GPU's: a host access "
+                 "aborts naming it; slower, for proving the GPU path on the CPU)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "cpu-discrete"}));
 }
 
 void add_output_flags(CLI::App& app, TrainOptions& o) {
