@@ -1,6 +1,36 @@
 #include "coshard/transport/process_group.hpp"
 
+#include <cstdio>
+#include <string>
+
 namespace coshard::transport {
+
+std::string_view to_string(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::automatic: return "auto";
+    case Backend::ucx: return "ucx";
+    case Backend::nccl: return "nccl";
+  }
+  return "unknown";
+}
+
+Backend resolve_backend(Backend wanted, Device device) {
+  const bool cuda = device.kind == DeviceKind::cuda;
+  const Backend b = wanted != Backend::automatic ? wanted : cuda ? Backend::nccl : Backend::ucx;
+  if (b == Backend::nccl && !cuda) {
+    throw Error(Errc::bad_config, "the NCCL backend moves CUDA device memory, but the runtime is on " +
+                                      device.to_string() + ": use the UCX backend (or auto) for CPU tensors");
+  }
+  if (b == Backend::ucx && cuda) {
+    throw Error(Errc::bad_config, "the UCX backend moves host memory, but the runtime is on " + device.to_string() +
+                                      ", whose tensors the host cannot read: use the NCCL backend (or auto)");
+  }
+  if (b == Backend::nccl && !nccl_available()) {
+    throw Error(Errc::bad_config, "tensors on " + device.to_string() + " need the NCCL backend, which this build "
+                                  "lacks: rebuild with the CUDA toolkit and NCCL (-DCOSHARD_CUDA=ON)");
+  }
+  return b;
+}
 
 Task<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(Runtime& runtime, ProcessGroupOptions options) {
   auto env = resolve_launch_env(process_env());
@@ -9,14 +39,24 @@ Task<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(Runtime& runtime, Pro
 }
 
 Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options) {
+  const Backend backend = resolve_backend(options.backend, runtime.device());  // before anyone waits on us
   auto rv = co_await rendezvous(std::move(env), options.rendezvous);
-  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(runtime, std::move(rv), options.ucx));
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup(runtime, std::move(rv), options.ucx, backend));
+  runtime.telemetry()
+      .gauge("coshard_process_group_backend_info", "1 for the backend this rank's communicators use",
+             {{"transport", std::string(to_string(backend))}, {"device", runtime.device().to_string()}})
+      .set(1);
+  if (pg->rank() == 0) {
+    std::fprintf(stderr, "coshard: %d rank(s), communicators on %s (tensors on %s)\n", pg->size(),
+                 std::string(to_string(backend)).c_str(), runtime.device().to_string().c_str());
+  }
   if (options.world.name.empty()) options.world.name = "world";
   pg->world_ = co_await pg->new_communicator(std::move(options.world));
   co_return pg;
 }
 
 Task<std::unique_ptr<Communicator>> ProcessGroup::new_communicator(CommOptions options) {
+  if (backend_ == Backend::nccl) co_return co_await create_nccl_communicator(rt_, store(), rank(), size(), std::move(options));
   co_return co_await create_ucx_communicator(rt_, store(), rank(), size(), std::move(options), ucx_);
 }
 

@@ -3,25 +3,44 @@
 // more on demand (separate ones for all-gather and reduce-scatter let both run at once), and a
 // 2-D DeviceMesh (replicate x shard) for hybrid sharding.
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/communicator.hpp"
 #include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/nccl_communicator.hpp"
 #include "coshard/transport/rendezvous.hpp"
 #include "coshard/transport/ucx_communicator.hpp"
 
 namespace coshard::transport {
+
+/// Which library moves the tensors of a ProcessGroup's communicators.
+enum class Backend : std::uint8_t {
+  automatic,  ///< by the runtime's device: NCCL for CUDA tensors, UCX for host (CPU) tensors
+  ucx,        ///< UCX: host memory (the CPU device, cpu-discrete included)
+  nccl,       ///< NCCL: CUDA device memory
+};
+/// "auto", "ucx" or "nccl".
+std::string_view to_string(Backend backend) noexcept;
 
 /// How ProcessGroup joins the job and sets up its communicators.
 struct ProcessGroupOptions {
   RendezvousOptions rendezvous;  ///< deadline and bind address of the rendezvous
   CommOptions world;  ///< options of the world communicator (its name: "world")
   UcxOptions ucx;     ///< backend settings of the world communicator and of new_communicator()
+  Backend backend = Backend::automatic;  ///< see Backend; a backend that cannot move the runtime's tensors is refused
 };
 
+/// The backend that `wanted` means on `device`: automatic resolved (NCCL on CUDA, UCX on the
+/// CPU). Throws Error(bad_config) for a pair that cannot work (NCCL on the CPU, UCX on CUDA, NCCL
+/// missing from this build), naming what to change.
+Backend resolve_backend(Backend wanted, Device device);
+
 /// The ranks of a job: the rendezvous store, the "world" communicator over every rank, and further
-/// communicators on demand (UCX backend). Rank 0 may serve the store, so call finish() at the end.
+/// communicators on demand, all of one backend (ProcessGroupOptions::backend, by the runtime's
+/// device). Rank 0 may serve the store, so call finish() at the end.
 class ProcessGroup {
  public:
   /// Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
@@ -44,6 +63,8 @@ class ProcessGroup {
   Communicator& world() noexcept { return *world_; }
   /// The rendezvous store's client; null for a single rank.
   StoreClient* store() noexcept { return rv_.store.get(); }
+  /// The backend of every communicator of this group (never Backend::automatic).
+  Backend backend() const noexcept { return backend_; }
 
   /// A further communicator over every rank; every rank creates the same ones in the same order.
   Task<std::unique_ptr<Communicator>> new_communicator(CommOptions options);
@@ -55,10 +76,12 @@ class ProcessGroup {
   Task<void> finish() { return finish(std::chrono::minutes(5)); }
 
  private:
-  ProcessGroup(Runtime& runtime, Rendezvous rv, UcxOptions ucx) : rt_(runtime), rv_(std::move(rv)), ucx_(ucx) {}
+  ProcessGroup(Runtime& runtime, Rendezvous rv, UcxOptions ucx, Backend backend)
+      : rt_(runtime), rv_(std::move(rv)), ucx_(ucx), backend_(backend) {}
   Runtime& rt_;
   Rendezvous rv_;
   UcxOptions ucx_;
+  Backend backend_;
   std::unique_ptr<Communicator> world_;
 };
 
