@@ -1,15 +1,14 @@
-// Builds without CUDA/NCCL: the backend is absent and says how to get it.
+// Builds without CUDA/NCCL: the library is absent (create_nccl_communicator says how to get it);
+// the communicator's logic is still built, for the tests that run it over a fake.
 #include "coshard/transport/nccl_communicator.hpp"
+#include "nccl_api.hpp"
 
 namespace coshard::transport {
 
 bool nccl_available() noexcept { return false; }
 
-Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime&, StoreClient*, int, int, CommOptions options) {
-  throw Error(Errc::bad_config, "communicator '" + options.name +
-                                    "': this coshard was built without CUDA/NCCL (COSHARD_CUDA=OFF, or nvcc/NCCL not "
-                                    "found); rebuild with COSHARD_CUDA=ON, or use the UCX backend for host memory");
-  co_return nullptr;
+std::shared_ptr<detail::NcclApi> detail::real_nccl_api() {
+  throw Error(Errc::bad_config, "this coshard was built without CUDA/NCCL: rebuild with COSHARD_CUDA=ON");
 }
 
 }  // namespace coshard::transport

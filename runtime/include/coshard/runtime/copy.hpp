@@ -46,11 +46,12 @@ void upload(Stream& stream, const Tensor& dst, const std::vector<T>& values, std
 }
 
 /// The values of `src` once the work enqueued on `stream` before it has run (its error rethrown).
+/// No default arguments here: GCC 12 destroys a coroutine's defaulted temporaries twice.
 template <class T>
-Task<std::vector<T>> download(Stream& stream, const Tensor& src, std::string span = {}) {
+Task<std::vector<T>> download(Stream& stream, Tensor src) {
   if (dtype_of<T>() != src.dtype()) (void)src.data_as<T>();  // throws the dtype mismatch
   auto bytes = std::make_shared<std::vector<std::byte>>();
-  copy_to_host(stream, src, bytes, std::move(span));
+  copy_to_host(stream, src, bytes, "download");
   Event done(stream.device());
   done.record(stream);
   co_await done;
