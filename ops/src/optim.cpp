@@ -81,23 +81,20 @@ void sgd_update(std::span<float> param, std::span<const float> grad, std::span<f
   detail::check_disjoint(op, "param", param, "momentum_buffer", momentum_buffer);
   detail::check_disjoint(op, "momentum_buffer", momentum_buffer, "grad", grad);
 
-  const auto wd = static_cast<float>(weight_decay);
-  const auto mu = static_cast<float>(momentum);
-  const auto damp = static_cast<float>(1.0 - dampening);
-  const auto neg_lr = static_cast<float>(-lr);
+  const kernels::SGDScalars k{.wd = static_cast<float>(weight_decay),
+                              .mu = static_cast<float>(momentum),
+                              .damp = static_cast<float>(1.0 - dampening),
+                              .neg_lr = static_cast<float>(-lr),
+                              .first_step = first_step,
+                              .nesterov = nesterov};
   float* __restrict p = param.data();
   const float* __restrict g = grad.data();
   if (momentum == 0.0) {
-    for (std::size_t i = 0; i < n; ++i) p[i] += neg_lr * (g[i] + wd * p[i]);
+    for (std::size_t i = 0; i < n; ++i) kernels::sgd_update(p[i], g[i], nullptr, k);
     return;
   }
   float* __restrict buf = momentum_buffer.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * p[i];
-    buf[i] = first_step ? d : buf[i] * mu + damp * d;
-    const float upd = nesterov ? d + mu * buf[i] : buf[i];
-    p[i] += neg_lr * upd;
-  }
+  for (std::size_t i = 0; i < n; ++i) kernels::sgd_update(p[i], g[i], buf + i, k);
 }
 
 void sgd_step(std::span<float> param, std::span<const float> grad, SGDState& state, const SGDOptions& opt,

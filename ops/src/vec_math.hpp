@@ -7,7 +7,8 @@
 //   maps the lanes onto vector registers of whatever width the target has, and because the order
 //   of additions is written out, the result is bit-identical on SSE2, AVX2 and AVX-512 (and more
 //   accurate than one running sum).
-// - exp_approx is a polynomial without calls or branches, so a loop of it vectorises.
+// - exp_approx (coshard/kernels/elementwise.hpp) is a polynomial without calls or branches, so a
+//   loop of it vectorises.
 //
 // Everything here has internal linkage and uses builtins rather than std:: templates. The file is
 // compiled into the per-ISA kernels (src/isa/kernels.cpp, with -march=x86-64-v4 among others): an
@@ -18,40 +19,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coshard/kernels/elementwise.hpp"
+
 namespace coshard::ops::detail {
 namespace {  // NOLINT(cert-dcl59-cpp,google-build-namespaces): per-TU copies on purpose (see above)
 
 constexpr std::size_t kLanes = 16;
 
-/// e^x to about 2 ulp for x in [-87, 88] (Cody-Waite range reduction, then Cephes' degree-6
-/// polynomial for e^r on |r| <= ln2/2, scaled by 2^n through the exponent bits). Below -87 it
-/// returns 0 (the true value is under 1.7e-38), above 88 infinity, and NaN for NaN. Every select
-/// is a blend, so loops of it vectorise.
-inline float exp_approx(float x) noexcept {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;      // ln 2 in its first 9 bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;   // ln 2 - kLn2Hi
-  constexpr float kRound = 12582912.0f;       // 1.5 * 2^23: adding and subtracting it rounds
-  float xc = x > -87.0f ? x : -87.0f;         // NaN goes to -87 here and is restored below
-  xc = xc < 88.0f ? xc : 88.0f;
-  const float n = (xc * kLog2e + kRound) - kRound;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const auto biased = static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127);
-  float y = p * __builtin_bit_cast(float, biased << 23);
-  y = x < -87.0f ? 0.0f : y;
-  y = x > 88.0f ? __builtin_huge_valf() : y;
-  return x == x ? y : x;
-}
-
-/// 1 / (1 + e^-x), saturating to exactly 0 and 1.
-inline float sigmoid_approx(float x) noexcept { return 1.0f / (1.0f + exp_approx(-x)); }
+// The fast exp and sigmoid are the shared ones (coshard/kernels/elementwise.hpp), so that the CPU
+// and CUDA softmax and GELU compute the same rule.
+using coshard::kernels::exp_approx;
+using coshard::kernels::sigmoid_approx;
 
 /// Combines lane partial sums in a fixed tree (8 pairs, then 4, 2, 1).
 template <class T>

@@ -8,6 +8,7 @@
 // Every element of dqkv is written once and every sum has a fixed order: no atomics.
 // D_t needs B*NH*T floats between (1) and (2); they are parked in dqkv's v block (element 0 of
 // each head's v slice), which (3) overwrites afterwards, so the op needs no scratch memory.
+#include "coshard/kernels/elementwise.hpp"
 #include "device_utils.cuh"
 #include "launch.hpp"
 
@@ -48,7 +49,7 @@ __global__ void attention_forward_kernel(const float* __restrict__ qkv, float* _
   mx = block_reduce(mx, MaxOp{}, -INFINITY);
   float sum = 0.0f;
   for (std::size_t j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float e = expf(a[j] - mx);
+    const float e = kernels::exp_approx(a[j] - mx);
     a[j] = e;
     sum += e;
   }

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "coshard/kernels/cast.hpp"
+#include "coshard/kernels/elementwise.hpp"
 #include "device_utils.cuh"
 #include "launch.hpp"
 
@@ -10,26 +11,15 @@ namespace coshard::ops::cuda::detail {
 
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCoeff = 0.044715f;
-
+// GELU and its derivative are the shared rules (coshard/kernels/elementwise.hpp): the same values
+// as the CPU kernels.
 __global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
-  }
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = kernels::gelu(x[i]);
 }
 
 __global__ void gelu_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                      float* __restrict__ dx, std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
-    const float th = tanhf(u);
-    const float sech2 = 1.0f - th * th;
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + th) + 0.5f * v * sech2 * du);
-  }
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) dx[i] = dy[i] * kernels::gelu_grad(x[i]);
 }
 
 // No __restrict__: out may be a or b (element i reads a[i], b[i] before writing out[i]).
@@ -65,16 +55,12 @@ __global__ void fill_rows_kernel(const float* __restrict__ b, float* __restrict_
   for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
 }
 
-// torch's single-tensor AdamW, as adamw_update in optim.cpp.
+// torch's single-tensor AdamW and SGD: the shared element rules, as the CPU ops apply them.
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, std::size_t n, AdamWScalars k) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float gi = g[i];
-    float pi = p[i] * k.decay;
-    const float mi = m[i] + k.w1 * (gi - m[i]);
-    const float vi = v[i] * k.b2 + k.w2 * gi * gi;
-    const float denom = sqrtf(vi) / k.bc2_sqrt + k.eps;
-    pi += -k.step_size * (mi / denom);
+    float pi = p[i], mi = m[i], vi = v[i];
+    kernels::adamw_update(pi, g[i], mi, vi, k);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -84,15 +70,7 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
 __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ buf,
                            std::size_t n, SGDScalars k) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    const float d = g[i] + k.wd * p[i];
-    if (buf == nullptr) {
-      p[i] += k.neg_lr * d;
-      continue;
-    }
-    const float b = k.first_step ? d : buf[i] * k.mu + k.damp * d;
-    buf[i] = b;
-    const float upd = k.nesterov ? d + k.mu * b : b;
-    p[i] += k.neg_lr * upd;
+    kernels::sgd_update(p[i], g[i], buf == nullptr ? nullptr : buf + i, k);
   }
 }
 

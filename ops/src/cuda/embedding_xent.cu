@@ -4,6 +4,7 @@
 // host wrapper reads the flag after the kernel and throws.
 #include <cstdint>
 
+#include "coshard/kernels/elementwise.hpp"
 #include "device_utils.cuh"
 #include "launch.hpp"
 
@@ -73,7 +74,7 @@ __global__ void cross_entropy_rows_kernel(const float* __restrict__ logits, cons
   for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
   mx = block_reduce(mx, MaxOp{}, -INFINITY);
   float sum = 0.0f;
-  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
+  for (std::size_t v = threadIdx.x; v < V; v += blockDim.x) sum += kernels::exp_approx(z[v] - mx);
   sum = block_reduce(sum, SumOp{}, 0.0f);
   if (threadIdx.x == 0) {
     lse[n] = mx + logf(sum);
@@ -105,7 +106,7 @@ __global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
     const std::size_t v = i - n * V;
     const std::int32_t t = targets[n];
     if (v == 0 && bad_id(t, V)) report(bad, n);
-    float d = expf(logits[i] - lse[n]) * scale;
+    float d = kernels::exp_approx(logits[i] - lse[n]) * scale;
     if (static_cast<std::size_t>(t) == v) d -= scale;
     dlogits[i] = d;
   }

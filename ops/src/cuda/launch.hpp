@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coshard/kernels/elementwise.hpp"
+
 namespace coshard::ops::cuda::detail {
 
 // elementwise.cu
@@ -23,14 +25,9 @@ cudaError_t launch_f16_to_f32(const std::uint16_t* in, float* out, std::size_t n
 // y[r, :] = b for every row (the bias as GEMM's C).
 cudaError_t launch_fill_rows(const float* b, float* y, std::size_t rows, std::size_t cols, cudaStream_t s);
 
-struct AdamWScalars {
-  float decay, w1, b2, w2, step_size, bc2_sqrt, eps;
-};
+using AdamWScalars = kernels::AdamWScalars;
 cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamWScalars k, cudaStream_t s);
-struct SGDScalars {
-  float wd, mu, damp, neg_lr;
-  bool first_step, nesterov;
-};
+using SGDScalars = kernels::SGDScalars;
 // buf == nullptr: no momentum.
 cudaError_t launch_sgd(float* p, const float* g, float* buf, std::size_t n, SGDScalars k, cudaStream_t s);
 

@@ -10,11 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "coshard/kernels/elementwise.hpp"
+
 namespace coshard::ops::detail {
 
-struct AdamWScalars {
-  float decay, w1, b2, w2, step_size, bc2_sqrt, eps;
-};
+using AdamWScalars = kernels::AdamWScalars;
 
 struct CpuKernels {
   const char* isa;  // "baseline", "avx2", "avx512"

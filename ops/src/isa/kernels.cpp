@@ -12,28 +12,14 @@
 namespace coshard::ops::detail::COSHARD_ISA_NS {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCoeff = 0.044715f;
-
-// GELU's tanh form through 0.5 (1 + tanh(u)) = sigmoid(2u): y = x sigmoid(2u), and
-// y' = s + 2 x s (1 - s) u' with s = sigmoid(2u), since 1 - tanh(u)^2 = 4 s (1 - s). One vectorised
-// exp per element instead of a libm tanh call.
+// GELU and its derivative are the shared rules (coshard/kernels/elementwise.hpp): one vectorised
+// exp per element instead of a libm tanh call, and the same values as the CUDA kernels.
 void gelu_forward(const float* __restrict x, float* __restrict y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
-    y[i] = v * sigmoid_approx(2.0f * u);
-  }
+  for (std::size_t i = 0; i < n; ++i) y[i] = kernels::gelu(x[i]);
 }
 
 void gelu_backward(const float* __restrict dy, const float* __restrict x, float* __restrict dx, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kSqrt2OverPi * (v + kCoeff * v * v * v);
-    const float s = sigmoid_approx(2.0f * u);
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
-    dx[i] = dy[i] * (s + 2.0f * v * s * (1.0f - s) * du);
-  }
+  for (std::size_t i = 0; i < n; ++i) dx[i] = dy[i] * kernels::gelu_grad(x[i]);
 }
 
 void layernorm_forward(const float* __restrict x, const float* __restrict w, const float* __restrict b,
@@ -125,13 +111,7 @@ void attention_score_grad(const float* __restrict p, float* __restrict dp, std::
 
 void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, std::size_t n,
            const AdamWScalars& s) {
-  for (std::size_t i = 0; i < n; ++i) {
-    p[i] *= s.decay;
-    m[i] += s.w1 * (g[i] - m[i]);  // torch's lerp with weight < 0.5
-    v[i] = v[i] * s.b2 + s.w2 * g[i] * g[i];
-    const float denom = __builtin_sqrtf(v[i]) / s.bc2_sqrt + s.eps;
-    p[i] += -s.step_size * (m[i] / denom);
-  }
+  for (std::size_t i = 0; i < n; ++i) kernels::adamw_update(p[i], g[i], m[i], v[i], s);
 }
 
 }  // namespace
