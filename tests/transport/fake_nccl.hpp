@@ -270,7 +270,7 @@ class FakeNccl final : public NcclApi {
       last_in_group_[std::this_thread::get_id()] = c;
     }
     const std::uint64_t seq = c->seq++;
-    stream.enqueue([this, g = c->group, rank = c->rank, seq, in, out, compute, delay = knobs_.collective_delay] {
+    stream.enqueue([g = c->group, rank = c->rank, seq, in, out, compute, delay = knobs_.collective_delay] {
       if (delay.count() > 0) std::this_thread::sleep_for(delay);
       std::unique_lock lock(g->m);
       Slot& s = g->slots[seq];
