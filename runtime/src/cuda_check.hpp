@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::cuda::detail {
@@ -16,6 +17,7 @@ namespace coshard::cuda::detail {
 
 #define COSHARD_CUDA_CHECK(call)                                                 \
   do {                                                                           \
+    ::coshard::cuda::check_callable(#call);                                      \
     cudaError_t coshard_cuda_err_ = (call);                                      \
     if (coshard_cuda_err_ != cudaSuccess)                                        \
       ::coshard::cuda::detail::fail(coshard_cuda_err_, #call, __FILE__, __LINE__); \

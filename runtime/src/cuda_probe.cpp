@@ -1,3 +1,7 @@
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
@@ -6,10 +10,40 @@
 #endif
 
 namespace coshard::cuda {
+namespace {
+// Which host work this thread runs (null: none). Per thread by nature: a host callback runs on
+// CUDA's callback thread, and the check must see that thread's state, not another's.
+thread_local const std::string* t_stream = nullptr;
+thread_local const std::string* t_span = nullptr;
+}  // namespace
+
+bool in_host_callback() noexcept { return t_stream != nullptr; }
+
+void check_callable(const char* call) noexcept {
+  if (!t_stream) return;
+  std::fprintf(stderr,
+               "coshard: CUDA call %s from host work '%s' on stream '%s': host work enqueued on a CUDA stream runs "
+               "as a host callback, which must not call CUDA. Enqueue kernels and copies on the stream instead, and "
+               "await an event for what the host needs\n",
+               call, t_span->c_str(), t_stream->c_str());
+  std::abort();
+}
+
+HostCallbackScope::HostCallbackScope(const std::string& stream, const std::string& span) noexcept
+    : previous_stream_(t_stream), previous_span_(t_span) {
+  t_stream = &stream;
+  t_span = &span;
+}
+
+HostCallbackScope::~HostCallbackScope() {
+  t_stream = previous_stream_;
+  t_span = previous_span_;
+}
 
 Probe probe() {
 #ifdef COSHARD_HAVE_CUDA
   int n = 0;
+  check_callable("cudaGetDeviceCount");
   cudaError_t e = cudaGetDeviceCount(&n);  // leaves n untouched on failure (35 without a driver)
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear it where the error is not sticky

@@ -2,6 +2,9 @@
 // observed by polling cudaEventQuery on the poller's thread (never from a CUDA host callback) and
 // handed to waiters, which post to their scheduler.
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -144,14 +147,27 @@ class CudaStream final : public coshard::detail::StreamImpl {
     COSHARD_CUDA_CHECK(cudaSetDevice(device_.index));
     COSHARD_CUDA_CHECK(cudaStreamWaitEvent(stream_, cc->event(), 0));
   }
-  void enqueue(std::function<void()> work, std::string /*span: CUDA spans come from events*/) override {
-    // Host work in stream order. It must not call CUDA (a host callback may not).
-    auto* fn = new std::function<void()>(std::move(work));
+  void enqueue(std::function<void()> work, std::string span) override {
+    // Host work in stream order, as a host callback: it must not call CUDA (check_callable aborts
+    // a coshard CUDA call made there), and an exception cannot leave it, so it ends the process
+    // naming the work instead of an anonymous std::terminate.
+    struct HostWork {
+      std::function<void()> fn;
+      std::string stream, span;
+    };
+    auto* fn = new HostWork{std::move(work), name_, span.empty() ? std::string("unnamed") : std::move(span)};
     cudaError_t e = cudaLaunchHostFunc(
         stream_,
         [](void* p) {
-          std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
-          (*f)();
+          std::unique_ptr<HostWork> w(static_cast<HostWork*>(p));
+          HostCallbackScope scope(w->stream, w->span);
+          try {
+            w->fn();
+          } catch (const std::exception& ex) {
+            std::fprintf(stderr, "coshard: host work '%s' on CUDA stream '%s' threw: %s\n", w->span.c_str(),
+                         w->stream.c_str(), ex.what());
+            std::abort();
+          }
         },
         fn);
     if (e != cudaSuccess) {

@@ -1,6 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/runtime/runtime.hpp"
 #include "coshard/runtime/scheduler.hpp"
 
 using namespace coshard;
@@ -46,6 +54,51 @@ TEST(Cuda, CachingAllocatorOnTheDevice) {
   { auto b = alloc.allocate(1 << 20); p = b.data(); }
   auto b = alloc.allocate(1 << 20);
   EXPECT_EQ(b.data(), p);
+}
+
+// The stream-ordered copies on a real device: upload, copy, zero, download.
+TEST(Cuda, CopiesRoundTripThroughTheDevice) {
+  REQUIRE_GPU();
+  Runtime rt({.device = Device::cuda(0)});
+  Stream& s = rt.stream("compute");
+  std::vector<float> in(1 << 16);
+  std::iota(in.begin(), in.end(), 0.0f);
+  Tensor a = Tensor::empty(rt.allocator(), DType::f32, {1 << 16});
+  Tensor b = Tensor::empty(rt.allocator(), DType::f32, {1 << 16});
+  upload(s, a, in);
+  copy_tensor(s, b, a);
+  fill_zero(s, a.view(0, {16}));
+  auto got_b = rt.scheduler().sync_wait(download<float>(s, b));
+  auto got_a = rt.scheduler().sync_wait(download<float>(s, a));
+  EXPECT_EQ(got_b, in);
+  for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(got_a[i], i < 16 ? 0.0f : in[i]) << i;
+}
+
+// Pinned host memory on a machine with a device: no fallback, no warning.
+TEST(Cuda, PinnedHostMemoryPins) {
+  REQUIRE_GPU();
+  std::vector<std::string> warnings;
+  auto memory = cuda::pinned_host_memory([&](const std::string& w) { warnings.push_back(w); });
+  void* p = memory->allocate(1 << 20);
+  unsigned int flags = 0;
+  EXPECT_EQ(cudaHostGetFlags(&flags, p), cudaSuccess);
+  memory->deallocate(p, 1 << 20);
+  EXPECT_TRUE(warnings.empty());
+}
+
+// Host work on a CUDA stream that calls CUDA through coshard aborts, naming the work.
+TEST(CudaDeathTest, HostWorkCallingCudaAbortsNamingIt) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Runtime rt({.device = Device::cuda(0)});
+        Stream& s = rt.stream("compute");
+        Tensor t = Tensor::empty(rt.allocator(), DType::f32, {4});
+        s.enqueue([&s, t] { fill_zero(s, t); }, "zero inside a callback");
+        s.synchronize();
+      },
+      "from host work 'zero inside a callback' on stream 'compute'");
 }
 
 }  // namespace

@@ -101,3 +101,24 @@ TEST(PinnedHostMemory, FallsBackToPlainMemoryWithOneWarningWhenPinningFails) {
 }
 
 }  // namespace
+
+namespace {
+
+// The CUDA-safe unit contract (docs/fsdp.md): host work on a CUDA stream runs as a host callback,
+// where coshard's CUDA calls abort naming the work instead of hanging the device.
+TEST(CudaHostCallbacksDeathTest, ACudaCallFromHostWorkAbortsNamingIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_FALSE(cuda::in_host_callback());
+  cuda::check_callable("cudaMemcpyAsync");  // outside host work: nothing happens
+  EXPECT_DEATH(
+      {
+        const std::string stream = "compute";
+        const std::string span = "forward h.3";
+        cuda::HostCallbackScope scope(stream, span);
+        if (cuda::in_host_callback()) cuda::check_callable("cudaMemcpyAsync");
+      },
+      "CUDA call cudaMemcpyAsync from host work 'forward h.3' on stream 'compute'");
+  EXPECT_FALSE(cuda::in_host_callback());
+}
+
+}  // namespace

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::ops::cuda::detail {
@@ -26,6 +27,7 @@ namespace coshard::ops::cuda::detail {
 
 #define COSHARD_OPS_CUDA_CHECK(call)                                                     \
   do {                                                                                   \
+    ::coshard::cuda::check_callable(#call);                                              \
     cudaError_t coshard_ops_err_ = (call);                                               \
     if (coshard_ops_err_ != cudaSuccess)                                                 \
       ::coshard::ops::cuda::detail::fail_cuda(coshard_ops_err_, #call, __FILE__, __LINE__); \
@@ -33,6 +35,7 @@ namespace coshard::ops::cuda::detail {
 
 #define COSHARD_CUBLAS_CHECK(call)                                                         \
   do {                                                                                     \
+    ::coshard::cuda::check_callable(#call);                                                \
     cublasStatus_t coshard_ops_st_ = (call);                                               \
     if (coshard_ops_st_ != CUBLAS_STATUS_SUCCESS)                                          \
       ::coshard::ops::cuda::detail::fail_cublas(coshard_ops_st_, #call, __FILE__, __LINE__); \

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "coshard/kernels/cast.hpp"
+#include "coshard/runtime/cuda.hpp"
 #include "coshard/transport/nccl_communicator.hpp"
 #include "nccl_api.hpp"
 
@@ -55,6 +56,7 @@ class RealNccl final : public NcclApi {
     return std::string(ncclGetErrorString(r)) + (last && *last ? std::string(" (") + last + ")" : std::string());
   }
   void use_device(Device device) override {
+    cuda::check_callable("ncclCommunicator (cudaSetDevice)");  // every NCCL path starts here
     if (const cudaError_t e = cudaSetDevice(device.index); e != cudaSuccess) {
       throw Error(Errc::device, "cudaSetDevice(" + std::to_string(device.index) + ") failed: " + cudaGetErrorString(e));
     }

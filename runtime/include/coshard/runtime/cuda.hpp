@@ -49,6 +49,28 @@ class EventPoller {
   std::unique_ptr<Impl> impl_;
 };
 
+/// True while this thread runs host work enqueued on a CUDA stream (Stream::enqueue: a
+/// cudaLaunchHostFunc callback), where CUDA must not be called: CUDA may deadlock or fail there.
+bool in_host_callback() noexcept;
+/// What every coshard CUDA call runs first (the COSHARD_CUDA_CHECK macros of runtime, ops and the
+/// NCCL backend): inside host work it prints "CUDA call <call> from host work '<span>' on stream
+/// '<stream>'" and aborts, naming the offender, instead of hanging the device.
+void check_callable(const char* call) noexcept;
+/// Marks the calling thread as running the host work `span` of `stream` until destroyed; the CUDA
+/// streams' host callbacks run inside one. Nests.
+class HostCallbackScope {
+ public:
+  /// `stream` and `span` must outlive the scope (they are named in the abort message).
+  HostCallbackScope(const std::string& stream, const std::string& span) noexcept;
+  ~HostCallbackScope();  ///< restores the enclosing scope, if any
+  HostCallbackScope(const HostCallbackScope&) = delete;
+  HostCallbackScope& operator=(const HostCallbackScope&) = delete;
+
+ private:
+  const std::string* previous_stream_;
+  const std::string* previous_span_;
+};
+
 /// A non-blocking CUDA stream on `device` whose events complete through `poller`.
 Stream make_stream(Device device, std::string name, EventPoller& poller);
 /// Enqueues cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault) on CUDA `stream`: either side may
