@@ -11,18 +11,28 @@ namespace {
                                           "or a gradient in forward); use Scope only inside forward/backward");
 }
 
-std::span<float> span_of(const Tensor& t) { return {t.data_as<float>(), static_cast<std::size_t>(t.numel())}; }
+const Tensor& checked(const std::vector<Tensor>* views, std::size_t i, const char* what) {
+  if (!views || i >= views->size() || !(*views)[i].defined()) scope_misuse(what, i);
+  return (*views)[i];
+}
+
+std::span<float> span_of(const Tensor& t, const char* what, std::size_t i) {
+  if (t.dtype() != DType::f32) {
+    throw Error(Errc::invalid_argument,
+                std::string(what) + " " + std::to_string(i) + " is " + std::string(to_string(t.dtype())) +
+                    ": this unit declares computes_in_f32() false, so it reads param_tensor() in that dtype");
+  }
+  return {t.data_as<float>(), static_cast<std::size_t>(t.numel())};
+}
 
 }  // namespace
 
-std::span<float> Scope::param(std::size_t i) const {
-  if (!params_ || i >= params_->size() || !(*params_)[i].defined()) scope_misuse("parameter", i);
-  return span_of((*params_)[i]);
-}
+const Tensor& Scope::param_tensor(std::size_t i) const { return checked(params_, i, "parameter"); }
 
-std::span<float> Scope::grad(std::size_t i) const {
-  if (!grads_ || i >= grads_->size() || !(*grads_)[i].defined()) scope_misuse("gradient of parameter", i);
-  return span_of((*grads_)[i]);
-}
+const Tensor& Scope::grad_tensor(std::size_t i) const { return checked(grads_, i, "gradient of parameter"); }
+
+std::span<float> Scope::param(std::size_t i) const { return span_of(param_tensor(i), "parameter", i); }
+
+std::span<float> Scope::grad(std::size_t i) const { return span_of(grad_tensor(i), "gradient of parameter", i); }
 
 }  // namespace coshard::fsdp

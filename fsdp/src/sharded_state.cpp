@@ -64,6 +64,7 @@ std::vector<UnitState> layout_units(const std::vector<Unit*>& units, const Conte
     u.name = unit->name();
     u.layout = FlatLayout::build(u.name, unit->params(), shards, align);
     u.phases = unit->phases();
+    u.f32_copy = ctx.mixed() && unit->computes_in_f32();
     if (u.phases < 1) throw Error(Errc::bad_config, "unit '" + u.name + "' declares " + std::to_string(u.phases) + " phases");
     out.push_back(std::move(u));
   }

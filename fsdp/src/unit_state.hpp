@@ -30,7 +30,7 @@ struct Unsharded {
   bool kept = false;  // left unsharded after forward for backward: outside the in-flight count
   int param_slot = -1, f32_slot = -1;  // pool slots held while resident
   Event ready;                          // the unsharded parameters are complete
-  std::vector<Tensor> views;            // one per parameter, handed to the unit's Scope
+  std::vector<Tensor> views;            // one per parameter, handed to the unit's Scope (f32 or param dtype)
   Tensor post_forward_shard;            // reshard_after_forward = group size: this rank's part
 };
 
@@ -55,6 +55,7 @@ struct UnitState {
   std::string name;
   FlatLayout layout;
   int phases = 1;
+  bool f32_copy = false;  // mixed precision and Unit::computes_in_f32(): the unit reads an f32 copy
   ShardTensors shard;
   Unsharded unsharded;
   Gradients grads;

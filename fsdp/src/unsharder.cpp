@@ -10,8 +10,9 @@ namespace coshard::fsdp::detail {
 
 Unsharder::Unsharder(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
     : ctx_(ctx), units_(units), comms_(comms), offload_(offload) {
-  for (const auto& u : units_) max_padded_ = std::max(max_padded_, u.layout.padded);
-  if (ctx_.sharded()) params_ = std::make_unique<BufferPool>(ctx_.param_dtype);
+  // Sharded: the all-gathered parameters. NO_SHARD under mixed precision: the master cast to
+  // param_dtype for units that compute in it.
+  if (ctx_.sharded() || ctx_.mixed()) params_ = std::make_unique<BufferPool>(ctx_.param_dtype);
   if (ctx_.mixed()) f32_ = std::make_unique<BufferPool>(DType::f32);
 }
 
@@ -21,23 +22,35 @@ std::size_t Unsharder::resident_count() const {
   return n;
 }
 
+namespace {
+// A unit's unsharded parameters: param_dtype, plus the f32 copy of a unit that computes in f32.
+std::size_t param_bytes(const UnitState& u, DType param_dtype) {
+  const auto n = static_cast<std::size_t>(u.layout.padded);
+  return n * size_of(param_dtype) + (u.f32_copy ? n * 4 : 0);
+}
+}  // namespace
+
 std::size_t Unsharder::max_unit_bytes() const noexcept {
-  const auto n = static_cast<std::size_t>(max_padded_);
-  return n * size_of(ctx_.param_dtype) + (ctx_.mixed() ? n * 4 : 0) + n * 4;
+  std::size_t worst = 0;
+  for (const auto& u : units_) {
+    worst = std::max(worst, param_bytes(u, ctx_.param_dtype) + static_cast<std::size_t>(u.layout.padded) * 4);
+  }
+  return worst;
 }
 
 std::size_t Unsharder::all_units_param_bytes() const noexcept {
   std::size_t n = 0;
-  for (const auto& u : units_) n += static_cast<std::size_t>(u.layout.padded);
-  return n * (size_of(ctx_.param_dtype) + (ctx_.mixed() ? 4 : 0));
+  for (const auto& u : units_) n += param_bytes(u, ctx_.param_dtype);
+  return n;
 }
 
 void Unsharder::unshard(std::size_t ui, const char* phase, bool from_post_forward_shard) {
   UnitState& u = units_[ui];
   Stream& stream = *ctx_.streams.unshard;
   if (!ctx_.sharded()) {
-    // NO_SHARD: the master is the parameter (f32), or is rounded to param_dtype for compute.
-    publish(u, ctx_.mixed() ? rounded_master(u) : u.shard.master);
+    // NO_SHARD: the master is the parameter (f32); under mixed precision it is rounded to
+    // param_dtype, in f32 for a unit that computes in f32 and cast for the others.
+    publish(u, !ctx_.mixed() ? u.shard.master : u.f32_copy ? rounded_master(u) : cast_master(u));
     return;
   }
   auto lease = params_->acquire(ctx_.rt.allocator(), u.layout.padded);
@@ -47,7 +60,7 @@ void Unsharder::unshard(std::size_t ui, const char* phase, bool from_post_forwar
   if (lease.previous_use) (via_host ? offload_->h2d() : stream).wait(*lease.previous_use);
   Tensor flat = gather(u, lease.buffer, from_post_forward_shard);
   ctx_.log.push_back(std::string(phase) + " " + u.name + " all_gather");
-  publish(u, ctx_.mixed() ? f32_copy(u, flat) : flat);
+  publish(u, u.f32_copy ? f32_copy(u, flat) : flat);
 }
 
 Tensor Unsharder::gather(UnitState& u, const Tensor& buf, bool from_post_forward_shard) {
@@ -118,6 +131,21 @@ Tensor Unsharder::rounded_master(UnitState& u) {
     const float* s = master.data_as<float>();
     float* d = out.data_as<float>();
     for (std::int64_t i = 0; i < master.numel(); ++i) d[i] = round_through(pd, s[i]);
+  }, "cast " + u.name);
+  return out;
+}
+
+// NO_SHARD, for a unit that computes in param_dtype: the master cast into a pool slot.
+Tensor Unsharder::cast_master(UnitState& u) {
+  Stream& stream = *ctx_.streams.unshard;
+  auto lease = params_->acquire(ctx_.rt.allocator(), u.layout.padded);
+  u.unsharded.param_slot = lease.slot;
+  if (lease.previous_use) stream.wait(*lease.previous_use);
+  Tensor out = lease.buffer.view(0, {u.layout.padded});
+  Tensor master = u.shard.master;
+  const DType pd = ctx_.param_dtype;
+  stream.enqueue([master, out, pd] {
+    cast_from_f32(master.data_as<float>(), out.data(), pd, static_cast<std::size_t>(master.numel()));
   }, "cast " + u.name);
   return out;
 }

@@ -5,8 +5,9 @@
 // Ordering it keeps (docs/architecture.md lists them with their tests):
 //  - a pool slot is reused only after the event of its previous use completes: the stream that
 //    writes it next (unshard, or h2d with offload) waits for that event, so the host never blocks;
-//  - Unsharded::ready is recorded on the unshard stream after the all-gather (and the cast to f32
-//    under mixed precision); compute waits for it before the unit's phase runs;
+//  - Unsharded::ready is recorded on the unshard stream after the all-gather (and, under mixed
+//    precision, the cast to f32 for a unit that computes in f32); compute waits for it before the
+//    unit's phase runs;
 //  - a unit is resharded with the event of its last use on compute (end of forward, end of
 //    backward); a multi-phase unit between its phases is not resharded and not counted;
 //  - at most Options::in_flight units are unsharded at once: a prefetch beyond it is deferred
@@ -39,7 +40,7 @@ class Unsharder {
   // Units unsharded for prefetching or running now (not multi-phase units between phases).
   std::size_t resident_count() const;
   std::size_t slots() const noexcept { return params_ ? params_->slots() : 0; }
-  // One unit's unsharded bytes at the largest: parameters, their f32 copy, gradients.
+  // One unit's unsharded bytes at the largest: parameters, their f32 copy (units computing in f32), gradients.
   std::size_t max_unit_bytes() const noexcept;
   // Parameters (+ f32 copies) of every unit, unsharded.
   std::size_t all_units_param_bytes() const noexcept;
@@ -53,6 +54,7 @@ class Unsharder {
   void gather_from_master(UnitState& u, const Tensor& buf);
   Tensor f32_copy(UnitState& u, const Tensor& buf);
   Tensor rounded_master(UnitState& u);
+  Tensor cast_master(UnitState& u);
   void publish(UnitState& u, const Tensor& flat);
   void report_occupancy();
 
@@ -60,9 +62,8 @@ class Unsharder {
   std::vector<UnitState>& units_;
   CommGroups& comms_;
   Offload* offload_;
-  std::int64_t max_padded_ = 0;
-  std::unique_ptr<BufferPool> params_;  // sharded: all-gathered parameters (param dtype)
-  std::unique_ptr<BufferPool> f32_;     // mixed precision: their f32 copy for the unit
+  std::unique_ptr<BufferPool> params_;  // all-gathered parameters, or NO_SHARD's cast master (param dtype)
+  std::unique_ptr<BufferPool> f32_;     // mixed precision: the f32 copy for units computing in f32
 };
 
 }  // namespace coshard::fsdp::detail

@@ -7,6 +7,7 @@
 //   --reduce-dtype ...    --forward-prefetch K   --backward pre|post|none   --reshard-int G
 //   --in-flight N   --micro no_sync,sync   --delay-ms D   --rs-delay-ms D   --compute-ms C   --clip-p 2|1|inf   --lr 0.01   --verbose 1
 //   --device cpu|cpu-discrete (device memory the host cannot touch: Runtime::Options::discrete_memory)
+//   --unit-params f32|param-dtype (units read param_dtype tensors: Unit::computes_in_f32 false)
 // Prints "rank R: <mode> ok ..." on success; exit 1 with the differences otherwise.
 #include <signal.h>
 
@@ -61,6 +62,7 @@ struct Config {
   double clip_max = 0;      // > 0: Options::clip
   bool stress = false;      // a random delay before every work item on every stream
   bool discrete = false;    // --device cpu-discrete: device memory the host cannot touch
+  bool param_tensors = false;  // --unit-params param-dtype: units read param_dtype tensors, no f32 copy
   std::size_t host_cap = 0;
   std::string save;          // a sharded checkpoint written after step save_at - 1
   int save_at = -1;
@@ -127,7 +129,10 @@ Config parse(int argc, char** argv) {
     else if (k == "--pipelined") c.pipelined = v == "1";
     else if (k == "--clip-max") c.clip_max = std::atof(v.c_str());
     else if (k == "--stress") c.stress = v == "1";
-    else if (k == "--device") {
+    else if (k == "--unit-params") {
+      if (v != "f32" && v != "param-dtype") throw std::runtime_error("--unit-params: f32 or param-dtype, not '" + v + "'");
+      c.param_tensors = v == "param-dtype";
+    } else if (k == "--device") {
       if (v != "cpu" && v != "cpu-discrete") throw std::runtime_error("--device: cpu or cpu-discrete, not '" + v + "'");
       c.discrete = v == "cpu-discrete";
     }
@@ -219,6 +224,7 @@ struct Run {
 
   Task<std::unique_ptr<fsdp::Engine>> make_engine() {
     state.layers = cfg.layers;
+    state.param_tensors = cfg.param_tensors;
     units.clear();
     std::vector<fsdp::Unit*> ptrs;
     if (cfg.root) {
@@ -473,9 +479,11 @@ struct Run {
     for (const auto& l : cfg.layers) {
       const auto numel = static_cast<std::size_t>(l.in * l.out + l.out);
       const std::size_t chunk = (numel + 2 * align + n - 1) / n + align;  // an upper bound
-      const std::size_t unit = block(chunk * n * ps) + (cfg.param_dtype == DType::f32 ? 0 : block(chunk * n * 4));
+      // + its f32 copy under mixed precision, for units that compute in f32
+      const bool f32_copy = cfg.param_dtype != DType::f32 && !cfg.param_tensors;
+      const std::size_t unit = block(chunk * n * ps) + (f32_copy ? block(chunk * n * 4) : 0);
       sharded += 4 * block(chunk * 4);  // f32 master, gradient shard, AdamW's two moments
-      all_units += unit;  // + its f32 copy under mixed precision
+      all_units += unit;
       max_unit = std::max(max_unit, unit);
       max_padded = std::max(max_padded, chunk * n);
       max_chunk = std::max(max_chunk, chunk);

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "coshard/fsdp/unit.hpp"
+#include "coshard/kernels/cast.hpp"
 #include "coshard/ops/linear.hpp"
 #include "coshard/ops/optim.hpp"
 
@@ -77,6 +79,9 @@ struct MlpState {
   float loss = 0;
   int compute_ms = 0;  // test hook: each kernel also occupies the stream this long
   bool skip_compute = false;  // benchmark hook: run the schedule without the kernels
+  // The units read Scope::param_tensor in param_dtype (Unit::computes_in_f32 false) and widen it
+  // inside their work, as a kernel reading bf16 weights would: the engine keeps no f32 copy.
+  bool param_tensors = false;
 
   void set_batch(const Batch& b) {
     rows = static_cast<std::int64_t>(b.x.size()) / layers.front().in;
@@ -131,19 +136,58 @@ struct MlpState {
   }
 };
 
+// Parameter values as the host maths reads them: the tensor's own f32 memory, or (param_dtype)
+// widened into `copy`. Called inside the unit's work, where device memory may be read.
+inline std::span<const float> f32_values(const Tensor& t, std::vector<float>& copy) {
+  const auto n = static_cast<std::size_t>(t.numel());
+  if (t.dtype() == DType::f32) return {t.data_as<float>(), n};
+  const auto* h = static_cast<const std::uint16_t*>(t.data());
+  copy.resize(n);
+  for (std::size_t k = 0; k < n; ++k) copy[k] = t.dtype() == DType::bf16 ? kernels::bf16_to_f32(h[k]) : kernels::f16_to_f32(h[k]);
+  return copy;
+}
+
+// Enqueues layer `layer`'s forward or backward with parameters k, k + 1 of `scope`: f32 spans, or
+// param_dtype tensors widened in the work (MlpState::param_tensors).
+inline void enqueue_layer(MlpState& s, fsdp::Scope& scope, std::size_t layer, std::size_t k, bool backward,
+                          std::string span) {
+  if (!s.param_tensors) {
+    auto w = scope.param(k), b = scope.param(k + 1);
+    if (!backward) {
+      scope.enqueue([&s, layer, w, b] { s.forward(layer, w, b); }, std::move(span));
+      return;
+    }
+    auto dw = scope.grad(k), db = scope.grad(k + 1);
+    scope.enqueue([&s, layer, w, dw, db] { s.backward(layer, w, dw, db); }, std::move(span));
+    return;
+  }
+  Tensor w = scope.param_tensor(k), b = scope.param_tensor(k + 1);
+  if (!backward) {
+    scope.enqueue([&s, layer, w, b] {
+      std::vector<float> wc, bc;
+      s.forward(layer, f32_values(w, wc), f32_values(b, bc));
+    }, std::move(span));
+    return;
+  }
+  auto dw = scope.grad(k), db = scope.grad(k + 1);
+  scope.enqueue([&s, layer, w, dw, db] {
+    std::vector<float> wc;
+    s.backward(layer, f32_values(w, wc), dw, db);
+  }, std::move(span));
+}
+
 class MlpUnit final : public fsdp::Unit {
  public:
   MlpUnit(MlpState& state, std::size_t index) : s_(state), i_(index) {}
   std::string name() const override { return "layers." + std::to_string(i_); }
   std::vector<fsdp::ParamSpec> params() const override { return layer_params(i_, s_.layers[i_]); }
+  bool computes_in_f32() const override { return !s_.param_tensors; }
   Task<void> forward(fsdp::Scope& scope) override {
-    auto w = scope.param(0), b = scope.param(1);
-    scope.enqueue([this, w, b] { s_.forward(i_, w, b); }, "forward " + name());
+    enqueue_layer(s_, scope, i_, 0, false, "forward " + name());
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
-    auto w = scope.param(0), dw = scope.grad(0), db = scope.grad(1);
-    scope.enqueue([this, w, dw, db] { s_.backward(i_, w, dw, db); }, "backward " + name());
+    enqueue_layer(s_, scope, i_, 0, true, "backward " + name());
     co_return;
   }
 
@@ -165,16 +209,15 @@ class MlpRootUnit final : public fsdp::Unit {
     p.insert(p.end(), last.begin(), last.end());
     return p;
   }
+  bool computes_in_f32() const override { return !s_.param_tensors; }
   Task<void> forward(fsdp::Scope& scope) override {
     const std::size_t k = scope.phase() == 0 ? 0 : 2, layer = scope.phase() == 0 ? 0 : s_.layers.size() - 1;
-    auto w = scope.param(k), b = scope.param(k + 1);
-    scope.enqueue([this, w, b, layer] { s_.forward(layer, w, b); }, "forward root");
+    enqueue_layer(s_, scope, layer, k, false, "forward root");
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
     const std::size_t k = scope.phase() == 0 ? 0 : 2, layer = scope.phase() == 0 ? 0 : s_.layers.size() - 1;
-    auto w = scope.param(k), dw = scope.grad(k), db = scope.grad(k + 1);
-    scope.enqueue([this, w, dw, db, layer] { s_.backward(layer, w, dw, db); }, "backward root");
+    enqueue_layer(s_, scope, layer, k, true, "backward root");
     co_return;
   }
 

@@ -1,11 +1,19 @@
 #pragma once
 // What the engine shards: a model is an ordered set of units, each a group of named parameters
 // with a forward and a backward phase. While a phase runs, the engine hands the unit views of its
-// unsharded parameters (always f32: with mixed precision they hold the param_dtype-rounded
-// values) and, in backward, of its gradient buffers. A unit enqueues its kernels on the compute
-// stream (Scope::enqueue) and returns; it never blocks the scheduler. What the host must read
-// back (a loss) the unit publishes through a Readback on scope.compute() after its kernels:
+// unsharded parameters and, in backward, of its f32 gradient buffers. A unit enqueues its kernels
+// on the compute stream (scope.compute()) and returns; it never blocks the scheduler, never
+// synchronises a stream, and never touches device memory from the host (docs/fsdp.md). What the
+// host must read back (a loss) the unit publishes through a Readback on scope.compute() after its
+// kernels:
 //   loss.publish(scope.compute(), [acts] { return acts->loss; });
+//
+// Parameters come in one of two dtypes, as the unit declares (Unit::computes_in_f32):
+//  - f32 (the default): Scope::param(i) spans of f32; under mixed precision they hold the
+//    param_dtype-rounded values, in an f32 copy the engine keeps while the unit is resident. A
+//    convenience for units that run host code (CPU kernels) in their work;
+//  - param_dtype: Scope::param_tensor(i) is the all-gathered parameter itself (bf16 under bf16
+//    mixed precision), read by the unit's kernels on the stream; no f32 copy is made.
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -45,9 +53,14 @@ class Scope {
   int phase() const noexcept { return phase_; }
   /// The stream the unit's kernels run on; publish Readbacks on it after them.
   Stream& compute() noexcept { return compute_; }
-  /// Unsharded parameter i of the unit (f32), in params() order.
+  /// Unsharded parameter i of the unit, in params() order, as the unit computes with it: f32 when
+  /// Unit::computes_in_f32(), else param_dtype. A view of device memory: read it in stream work.
+  const Tensor& param_tensor(std::size_t i) const;
+  /// Gradient buffer of parameter i (f32 tensor); kernels accumulate (+=) into it. Backward only.
+  const Tensor& grad_tensor(std::size_t i) const;
+  /// param_tensor(i) as f32 host-code spans, for units that compute in f32 (an error otherwise).
   std::span<float> param(std::size_t i) const;
-  /// Gradient buffer of parameter i (f32). Kernels accumulate (+=) into it. Backward only.
+  /// grad_tensor(i) as a span, for host code in the unit's work. Backward only.
   std::span<float> grad(std::size_t i) const;
   /// Enqueues work on the compute stream, named `span` on the timeline.
   void enqueue(std::function<void()> work, std::string span = {}) { compute_.enqueue(std::move(work), std::move(span)); }
@@ -81,6 +94,11 @@ class Unit {
   /// reverse. Such a unit stays unsharded from its first forward phase to its last backward phase,
   /// and its gradients are reduced once, after that.
   virtual int phases() const { return 1; }
+  /// True (the default): the unit computes on f32 parameters (Scope::param spans), so under mixed
+  /// precision the engine keeps an f32 copy of them while the unit is resident. False: its
+  /// kernels read Scope::param_tensor in param_dtype and no f32 copy is made (what a GPU unit
+  /// wants: the unsharded parameters take half the memory under bf16).
+  virtual bool computes_in_f32() const { return true; }
 };
 
 }  // namespace coshard::fsdp
