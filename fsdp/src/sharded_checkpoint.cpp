@@ -309,7 +309,7 @@ Task<CheckpointMetadata> ShardedCheckpoint::load(std::filesystem::path dir) {
     auto values = std::make_shared<std::vector<std::vector<float>>>();
     std::function<void()> read_values = [this, m, dir, values] { *values = read_shards(*m, dir); };
     co_await run_on(stream_, std::move(read_values), "checkpoint read");
-    co_await install(*m, *values);
+    co_await install(*m, std::move(*values));
   } catch (...) {
     local = std::current_exception();
     report(dir, local);
@@ -399,7 +399,7 @@ std::vector<std::vector<float>> ShardedCheckpoint::read_shards(const Manifest& m
 
 // Copies what read_shards() read into the shards (on the checkpoint stream, as device work);
 // gradients start at zero.
-Task<void> ShardedCheckpoint::install(const Manifest& m, const std::vector<std::vector<float>>& values) {
+Task<void> ShardedCheckpoint::install(Manifest m, std::vector<std::vector<float>> values) {
   const auto kinds = state_kinds(ctx_.opt.optimizer);
   std::size_t next = 0;
   for (auto& u : units_) {

@@ -58,7 +58,7 @@ class ShardedCheckpoint {
   void report(const std::filesystem::path& dir, const std::exception_ptr& e) const;
   void check_compatible(const Manifest& m, const std::filesystem::path& dir) const;
   std::vector<std::vector<float>> read_shards(const Manifest& m, const std::filesystem::path& dir) const;
-  Task<void> install(const Manifest& m, const std::vector<std::vector<float>>& values);
+  Task<void> install(Manifest m, std::vector<std::vector<float>> values);
 
   Context& ctx_;
   std::vector<UnitState>& units_;

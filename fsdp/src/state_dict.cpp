@@ -9,7 +9,7 @@ namespace coshard::fsdp::detail {
 namespace {
 
 // Each shard's values from the full state dict, copied in on the compute stream.
-Task<void> scatter_into_shards(std::vector<UnitState>& units, const StateDict& state, const Context& ctx) {
+Task<void> scatter_into_shards(std::vector<UnitState>& units, StateDict state, Context& ctx) {
   Stream& compute = *ctx.streams.compute;
   for (auto& u : units) {
     const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
@@ -83,7 +83,7 @@ void check_state_dict(const std::vector<UnitState>& units, const StateDict& stat
 Task<void> load_full_state(std::vector<UnitState>& units, Context& ctx, StateDict state) {
   check_state_dict(units, state, ctx);
   co_await quiesce(ctx);
-  co_await scatter_into_shards(units, state, ctx);
+  co_await scatter_into_shards(units, std::move(state), ctx);
 }
 
 }  // namespace coshard::fsdp::detail
