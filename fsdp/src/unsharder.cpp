@@ -104,15 +104,20 @@ void Unsharder::gather_from_master(UnitState& u, const Tensor& buf) {
   stream.wait(ev);
 }
 
+// A slot of `pool` for `u`'s unsharded parameters, held in `slot`, written next by the unshard
+// stream (which waits for the slot's previous use).
+Tensor Unsharder::unshard_slot(UnitState& u, BufferPool& pool, int& slot) {
+  auto lease = pool.acquire(ctx_.rt.allocator(), u.layout.padded);
+  slot = lease.slot;
+  if (lease.previous_use) ctx_.streams.unshard->wait(*lease.previous_use);
+  return lease.buffer.view(0, {u.layout.padded});
+}
+
 // Mixed precision: the unit computes in f32 on the param_dtype-rounded values.
 Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
-  Stream& stream = *ctx_.streams.unshard;
-  auto f = f32_->acquire(ctx_.rt.allocator(), u.layout.padded);
-  u.unsharded.f32_slot = f.slot;
-  if (f.previous_use) stream.wait(*f.previous_use);
-  Tensor out = f.buffer.view(0, {u.layout.padded});
+  Tensor out = unshard_slot(u, *f32_, u.unsharded.f32_slot);
   const DType pd = ctx_.param_dtype;
-  stream.enqueue([flat, out, pd] {
+  ctx_.streams.unshard->enqueue([flat, out, pd] {
     cast_to_f32(flat.data(), pd, out.data_as<float>(), static_cast<std::size_t>(out.numel()));
   }, "copy-out " + u.name);
   return out;
@@ -120,14 +125,10 @@ Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
 
 // NO_SHARD with mixed precision: parameters rounded to param_dtype, computed in f32.
 Tensor Unsharder::rounded_master(UnitState& u) {
-  Stream& stream = *ctx_.streams.unshard;
-  auto f = f32_->acquire(ctx_.rt.allocator(), u.layout.padded);
-  u.unsharded.f32_slot = f.slot;
-  if (f.previous_use) stream.wait(*f.previous_use);
-  Tensor out = f.buffer.view(0, {u.layout.padded});
+  Tensor out = unshard_slot(u, *f32_, u.unsharded.f32_slot);
   Tensor master = u.shard.master;
   const DType pd = ctx_.param_dtype;
-  stream.enqueue([master, out, pd] {
+  ctx_.streams.unshard->enqueue([master, out, pd] {
     const float* s = master.data_as<float>();
     float* d = out.data_as<float>();
     for (std::int64_t i = 0; i < master.numel(); ++i) d[i] = round_through(pd, s[i]);
@@ -137,14 +138,10 @@ Tensor Unsharder::rounded_master(UnitState& u) {
 
 // NO_SHARD, for a unit that computes in param_dtype: the master cast into a pool slot.
 Tensor Unsharder::cast_master(UnitState& u) {
-  Stream& stream = *ctx_.streams.unshard;
-  auto lease = params_->acquire(ctx_.rt.allocator(), u.layout.padded);
-  u.unsharded.param_slot = lease.slot;
-  if (lease.previous_use) stream.wait(*lease.previous_use);
-  Tensor out = lease.buffer.view(0, {u.layout.padded});
+  Tensor out = unshard_slot(u, *params_, u.unsharded.param_slot);
   Tensor master = u.shard.master;
   const DType pd = ctx_.param_dtype;
-  stream.enqueue([master, out, pd] {
+  ctx_.streams.unshard->enqueue([master, out, pd] {
     cast_from_f32(master.data_as<float>(), out.data(), pd, static_cast<std::size_t>(master.numel()));
   }, "cast " + u.name);
   return out;

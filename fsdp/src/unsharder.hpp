@@ -52,6 +52,7 @@ class Unsharder {
   void gather_via_host(UnitState& u, const Tensor& buf);
   void gather_from_post_forward_shard(UnitState& u, const Tensor& buf);
   void gather_from_master(UnitState& u, const Tensor& buf);
+  Tensor unshard_slot(UnitState& u, BufferPool& pool, int& slot);
   Tensor f32_copy(UnitState& u, const Tensor& buf);
   Tensor rounded_master(UnitState& u);
   Tensor cast_master(UnitState& u);

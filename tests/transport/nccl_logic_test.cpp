@@ -86,10 +86,24 @@ Task<std::unique_ptr<Communicator>> make(std::shared_ptr<FakeNccl> api, Runtime&
   co_return co_await transport::detail::create_nccl_communicator(std::move(api), rt, store, rank, size, std::move(options));
 }
 
+// The communicator "world" of `size` ranks over the fake.
+Task<std::unique_ptr<Communicator>> world(std::shared_ptr<FakeNccl> api, Runtime& rt, StoreClient* store, int rank,
+                                          int size) {
+  CommOptions options = named("world");
+  co_return co_await make(std::move(api), rt, store, rank, size, std::move(options));
+}
+
 Tensor values(Runtime& rt, const std::vector<float>& v) {
   Tensor t = Tensor::empty(rt.allocator(), DType::f32, {static_cast<std::int64_t>(v.size())});
   upload(rt.stream("compute"), t, v);
   return t;
+}
+
+// `value` all-reduced over `c`, as the host reads it back.
+Task<std::vector<float>> all_reduced(Communicator& c, Runtime& rt, float value, Reduction reduction) {
+  Tensor t = values(rt, {value});
+  co_await c.all_reduce(t, reduction, rt.stream("compute"));
+  co_return co_await download<float>(rt.stream("compute"), t);
 }
 
 // Every collective, with in-progress creation and enqueues, against values computed here; all of
@@ -97,8 +111,7 @@ Tensor values(Runtime& rt, const std::vector<float>& v) {
 TEST(NcclLogic, CollectivesOnFourRanksEqualTheHostResult) {
   FakeJob job;
   job.run(4, {.init_polls = 3, .enqueue_polls = 2}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 4, std::move(options));
+    auto c = co_await world(api, rt, store, rank, 4);
     Stream& s = rt.stream("compute");
     const auto r = static_cast<float>(rank);
     Tensor sum = values(rt, {r, 2 * r});
@@ -141,8 +154,7 @@ TEST(NcclLogic, CollectivesOnFourRanksEqualTheHostResult) {
 TEST(NcclLogic, AnAbortedCommunicatorIsFreedOnce) {
   FakeJob job;
   job.run(2, {}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 2, std::move(options));
+    auto c = co_await world(api, rt, store, rank, 2);
     api->fail_peers();
     co_await sleep_for(300ms);  // the watchdog polls every 100 ms
     try {
@@ -162,14 +174,11 @@ TEST(NcclLogic, AnAbortedCommunicatorIsFreedOnce) {
 TEST(NcclLogic, SplitWaitsForTheNewCommunicator) {
   FakeJob job;
   job.run(2, {.split_polls = 5}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 2, std::move(options));
+    auto c = co_await world(api, rt, store, rank, 2);
     CommOptions shard = named("world.shard");
     auto sub = co_await c->split(0, rank, std::move(shard));
-    Tensor t = values(rt, {1});
-    co_await sub->all_reduce(t, Reduction::sum(), rt.stream("compute"));
-    const std::vector<float> got8 = co_await download<float>(rt.stream("compute"), t);
-    EXPECT_EQ(got8, (std::vector<float>{2}));
+    const std::vector<float> got = co_await all_reduced(*sub, rt, 1, Reduction::sum());
+    EXPECT_EQ(got, (std::vector<float>{2}));
   });
   EXPECT_TRUE(job.violations().empty()) << job.violations().front();
 }
@@ -178,12 +187,9 @@ TEST(NcclLogic, SplitWaitsForTheNewCommunicator) {
 TEST(NcclLogic, APremulSumOperatorLivesUntilItsCollectiveRan) {
   FakeJob job;
   job.run(2, {.collective_delay = 50ms}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 2, std::move(options));
-    Tensor t = values(rt, {4});
-    co_await c->all_reduce(t, Reduction::premul_sum(0.25), rt.stream("compute"));
-    const std::vector<float> got9 = co_await download<float>(rt.stream("compute"), t);
-    EXPECT_EQ(got9, (std::vector<float>{2}));
+    auto c = co_await world(api, rt, store, rank, 2);
+    const std::vector<float> got = co_await all_reduced(*c, rt, 4, Reduction::premul_sum(0.25));
+    EXPECT_EQ(got, (std::vector<float>{2}));
   });
   EXPECT_TRUE(job.violations().empty()) << job.violations().front();
   EXPECT_TRUE(job.world->factors.empty()) << "every operator is destroyed by the end";
@@ -196,12 +202,9 @@ TEST(NcclLogic, ASecondCommunicatorOfTheSameNameGetsItsOwnId) {
   job.run(2, {}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
     for (int round = 0; round < 2; ++round) {
       if (rank == 0 && round == 1) co_await sleep_for(200ms);  // rank 1 looks for the id first
-      CommOptions options = named("world");
-      auto c = co_await make(api, rt, store, rank, 2, std::move(options));
-      Tensor t = values(rt, {1});
-      co_await c->all_reduce(t, Reduction::sum(), rt.stream("compute"));
-      const std::vector<float> got10 = co_await download<float>(rt.stream("compute"), t);
-      EXPECT_EQ(got10, (std::vector<float>{2})) << "round " << round;
+      auto c = co_await world(api, rt, store, rank, 2);
+      const std::vector<float> got = co_await all_reduced(*c, rt, 1, Reduction::sum());
+      EXPECT_EQ(got, (std::vector<float>{2})) << "round " << round;
     }
   });
   EXPECT_TRUE(job.violations().empty()) << job.violations().front();
@@ -212,8 +215,7 @@ TEST(NcclLogic, ASecondCommunicatorOfTheSameNameGetsItsOwnId) {
 TEST(NcclLogic, TensorsStayAliveUntilTheirCollectiveCompletes) {
   FakeJob job;
   job.run(2, {.collective_delay = 100ms}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 2, std::move(options));
+    auto c = co_await world(api, rt, store, rank, 2);
     Stream& s = rt.stream("compute");
     Event done;
     void* dropped = nullptr;
@@ -256,8 +258,7 @@ TEST(NcclLogic, BeforeOpRunsOnTheCommunicatorsStream) {
 TEST(NcclLogic, AnAbortDoesNotFreeTheCommunicatorUnderTheWatchdog) {
   FakeJob job;
   job.run(1, {.async_error_delay = 150ms}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
-    CommOptions options = named("world");
-    auto c = co_await make(api, rt, store, rank, 1, std::move(options));
+    auto c = co_await world(api, rt, store, rank, 1);
     co_await sleep_for(130ms);  // the watchdog's first poll (at 100 ms) is in async_error until 250 ms
     c->abort(Error(Errc::cancelled, "the test aborts"));
   });
