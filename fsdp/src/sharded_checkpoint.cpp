@@ -233,7 +233,7 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   m[1] = static_cast<std::int64_t>(p.result->bytes);
   m[2] = p.result->crc;
   for (std::size_t i = 0; i < p.result->piece_crcs.size(); ++i) m[3 + i] = p.result->piece_crcs[i];
-  upload(stream_, mine, m);
+  upload(stream_, mine, std::move(m));
   stream_.wait(comms_.checkpoint->all_gather(mine, all, stream_));
   const std::vector<std::int64_t> reports = co_await download<std::int64_t>(stream_, all);
   std::string failed;
@@ -403,7 +403,7 @@ Task<void> ShardedCheckpoint::install(Manifest m, std::vector<std::vector<float>
   const auto kinds = state_kinds(ctx_.opt.optimizer);
   std::size_t next = 0;
   for (auto& u : units_) {
-    for (std::size_t k = 0; k < kinds.size(); ++k) upload(stream_, tensor_of(u, static_cast<int>(k)), values[next++]);
+    for (std::size_t k = 0; k < kinds.size(); ++k) upload(stream_, tensor_of(u, static_cast<int>(k)), std::move(values[next++]));
     fill_zero(stream_, u.shard.grad);
     u.shard.opt_step = 0;  // a checkpoint without step counts starts a fresh optimizer
     u.shard.sgd_started = false;

@@ -22,24 +22,28 @@ Tensor zeros(Allocator& alloc, std::int64_t n, Stream& stream) {
 }
 
 // The master shard's first values: its part of each parameter's init, or rank 0's whole unit.
-// Computed on the host and copied in on the compute stream.
-void initialise(UnitState& u, Context& ctx, transport::Communicator& control, std::int64_t begin) {
+// Computed on the host and copied in on the compute stream. The whole unit of sync_module_states
+// is awaited before the next one's is made: one unit's full size at a time, never the model's.
+Task<void> initialise(UnitState& u, Context& ctx, transport::Communicator& control, std::int64_t begin) {
   Stream& compute = *ctx.streams.compute;
   const std::int64_t n = u.shard.master.numel();
-  if (ctx.opt.sync_module_states && ctx.world > 1) {
-    Tensor full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
-    if (ctx.rank == 0) {
-      std::vector<float> values(static_cast<std::size_t>(full.numel()));
-      u.layout.init(values, 0);
-      upload(compute, full, values);
-    }
-    compute.wait(control.broadcast(full, 0, compute));
-    copy_tensor(compute, u.shard.master, full.view(begin, {n}));
-  } else {
+  if (!ctx.opt.sync_module_states || ctx.world == 1) {
     std::vector<float> values(static_cast<std::size_t>(n));
     u.layout.init(values, begin);
-    upload(compute, u.shard.master, values);
+    upload(compute, u.shard.master, std::move(values));
+    co_return;
   }
+  Tensor full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
+  if (ctx.rank == 0) {
+    std::vector<float> values(static_cast<std::size_t>(full.numel()));
+    u.layout.init(values, 0);
+    upload(compute, full, std::move(values));
+  }
+  compute.wait(control.broadcast(full, 0, compute));
+  copy_tensor(compute, u.shard.master, full.view(begin, {n}));
+  Event copied(compute.device());
+  copied.record(compute);
+  co_await copied;
 }
 
 }  // namespace
@@ -114,7 +118,7 @@ Task<void> allocate_shards(std::vector<UnitState>& units, Context& ctx, transpor
     const std::int64_t begin = ctx.sharded() ? ctx.shard_rank * u.layout.chunk : 0;
     u.shard.master = Tensor::empty(master_alloc, DType::f32, {n});
     u.shard.grad = zeros(grad_alloc, n, compute);
-    initialise(u, ctx, control, begin);
+    co_await initialise(u, ctx, control, begin);
     if (opt_buffers >= 1) u.shard.opt_a = zeros(opt_alloc, n, compute);
     if (opt_buffers >= 2) u.shard.opt_b = zeros(opt_alloc, n, compute);
   }

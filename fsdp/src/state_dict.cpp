@@ -19,7 +19,7 @@ Task<void> scatter_into_shards(std::vector<UnitState>& units, StateDict state, C
       const std::int64_t lo = std::max(begin, p.offset), hi = std::min(begin + u.shard.master.numel(), p.offset + p.numel);
       for (std::int64_t i = lo; i < hi; ++i) shard[static_cast<std::size_t>(i - begin)] = v[static_cast<std::size_t>(i - p.offset)];
     }
-    upload(compute, u.shard.master, shard);
+    upload(compute, u.shard.master, std::move(shard));
   }
   Event loaded(compute.device());
   loaded.record(compute);

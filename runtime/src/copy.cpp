@@ -7,29 +7,35 @@
 namespace coshard {
 namespace {
 
-void check(const char* what, const Stream& stream, const Tensor& t, std::size_t host_bytes) {
-  if (!t.defined() || t.nbytes() != host_bytes) {
-    throw Error(Errc::invalid_argument, std::string(what) + ": the tensor spans " + std::to_string(t.nbytes()) +
-                                            " bytes but the host buffer " + std::to_string(host_bytes));
-  }
-  if (t.device() != stream.device()) {
+// A tensor may be of the stream's device, or host memory on a CUDA stream (offloaded state).
+void check_device(const char* what, const Stream& stream, const Tensor& t) {
+  const bool host_on_cuda = stream.device().kind == DeviceKind::cuda && t.device().kind == DeviceKind::cpu;
+  if (t.device() != stream.device() && !host_on_cuda) {
     throw Error(Errc::invalid_argument, std::string(what) + ": the tensor is on " + t.device().to_string() +
                                             " but stream '" + stream.name() + "' on " + stream.device().to_string());
   }
 }
 
+void check(const char* what, const Stream& stream, const Tensor& t, std::size_t host_bytes) {
+  if (!t.defined() || t.nbytes() != host_bytes) {
+    throw Error(Errc::invalid_argument, std::string(what) + ": the tensor spans " + std::to_string(t.nbytes()) +
+                                            " bytes but the host buffer " + std::to_string(host_bytes));
+  }
+  check_device(what, stream, t);
+}
+
 }  // namespace
 
-void copy_to_device(Stream& stream, const Tensor& dst, std::shared_ptr<const std::vector<std::byte>> host,
-                    std::string span) {
-  check("copy_to_device", stream, dst, host->size());
-  if (host->empty()) return;
+void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::size_t bytes,
+                    std::shared_ptr<const void> keep, std::string span) {
+  check("copy_to_device", stream, dst, bytes);
+  if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
-    cuda::copy_async(stream, dst.data(), host->data(), host->size());
-    stream.enqueue([host] {}, std::move(span));  // the source lives until the copy is past
+    cuda::copy_async(stream, dst.data(), host, bytes);
+    stream.enqueue([keep, dst] {}, std::move(span));  // source and destination live until the copy is past
     return;
   }
-  stream.enqueue([dst, host] { std::memcpy(dst.data(), host->data(), host->size()); }, std::move(span));
+  stream.enqueue([dst, host, bytes, keep] { std::memcpy(dst.data(), host, bytes); }, std::move(span));
 }
 
 void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host, std::string span) {
@@ -51,6 +57,8 @@ void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::stri
                                             std::to_string(dst.numel()) + " of " + std::string(to_string(dst.dtype())));
   }
   if (dst.nbytes() == 0) return;
+  check_device("copy_tensor", stream, dst);
+  check_device("copy_tensor", stream, src);
   if (stream.device().kind == DeviceKind::cuda) {
     cuda::copy_async(stream, dst.data(), src.data(), dst.nbytes());
     stream.enqueue([dst, src] {}, std::move(span));  // both live until the copy is past
@@ -61,7 +69,8 @@ void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::stri
 
 void fill_zero(Stream& stream, const Tensor& dst, std::string span) {
   if (dst.nbytes() == 0) return;
-  if (stream.device().kind == DeviceKind::cuda) {
+  check_device("fill_zero", stream, dst);
+  if (dst.device().kind == DeviceKind::cuda) {  // host memory (maybe pageable) is zeroed by host work
     cuda::memset_async(stream, dst.data(), 0, dst.nbytes());
     stream.enqueue([dst] {}, std::move(span));
     return;

@@ -155,17 +155,23 @@ class CudaStream final : public coshard::detail::StreamImpl {
       std::function<void()> fn;
       std::string stream, span;
     };
+    check_callable("cudaLaunchHostFunc");
     auto* fn = new HostWork{std::move(work), name_, span.empty() ? std::string("unnamed") : std::move(span)};
     cudaError_t e = cudaLaunchHostFunc(
         stream_,
         [](void* p) {
-          std::unique_ptr<HostWork> w(static_cast<HostWork*>(p));
-          HostCallbackScope scope(w->stream, w->span);
+          auto* w = static_cast<HostWork*>(p);
+          const std::string stream = w->stream, name = w->span;
+          HostCallbackScope scope(stream, name);  // covers the captures' destructors too
           try {
-            w->fn();
+            std::unique_ptr<HostWork> owned(w);
+            owned->fn();
           } catch (const std::exception& ex) {
-            std::fprintf(stderr, "coshard: host work '%s' on CUDA stream '%s' threw: %s\n", w->span.c_str(),
-                         w->stream.c_str(), ex.what());
+            std::fprintf(stderr, "coshard: host work '%s' on CUDA stream '%s' threw: %s\n", name.c_str(),
+                         stream.c_str(), ex.what());
+            std::abort();
+          } catch (...) {
+            std::fprintf(stderr, "coshard: host work '%s' on CUDA stream '%s' threw\n", name.c_str(), stream.c_str());
             std::abort();
           }
         },

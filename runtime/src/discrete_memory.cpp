@@ -77,6 +77,8 @@ extern "C" void on_device_fault(int sig, siginfo_t* info, void* context) {
 void install_fault_handler() {
   std::call_once(g_install, [] {
     g_table = new FaultTable;
+    void* warm[1];
+    ::backtrace(warm, 1);  // loads libgcc now: the handler's first backtrace() must not malloc
     struct sigaction sa {};
     sa.sa_sigaction = on_device_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;

@@ -110,7 +110,8 @@ class FakeNccl final : public NcclApi {
       g->size = split_size_;
     }
     *out = color < 0 ? nullptr : make_comm(g.get(), key % split_size_, knobs_.split_polls);
-    return Status::in_progress;  // the parent settles at once; the child after its polls
+    c->polls_left = knobs_.split_polls;  // the parent is in progress too, as long as the child
+    return Status::in_progress;
   }
   Status async_error(Comm comm, Status* state) override {
     Call call(*this, comm, "async_error");

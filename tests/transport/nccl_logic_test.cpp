@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "coshard/runtime/copy.hpp"
+#include "coshard/runtime/when_all.hpp"
 #include "coshard/transport/store.hpp"
 #include "fake_nccl.hpp"
 
@@ -179,6 +180,37 @@ TEST(NcclLogic, SplitWaitsForTheNewCommunicator) {
     auto sub = co_await c->split(0, rank, std::move(shard));
     const std::vector<float> got = co_await all_reduced(*sub, rt, 1, Reduction::sum());
     EXPECT_EQ(got, (std::vector<float>{2}));
+  });
+  EXPECT_TRUE(job.violations().empty()) << job.violations().front();
+}
+
+// A collective issued on the parent while a split of it is in progress (another task of the
+// scheduler) is refused with an error that says so, and the parent works once the split is done.
+TEST(NcclLogic, ACollectiveDuringASplitIsRefusedAndTheParentStillWorks) {
+  FakeJob job;
+  job.run(2, {.split_polls = 20}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
+    auto c = co_await world(api, rt, store, rank, 2);
+    auto splitting = [](Communicator& parent, int r) -> Task<std::unique_ptr<Communicator>> {
+      CommOptions shard = named("world.shard");
+      co_return co_await parent.split(0, r, std::move(shard));
+    };
+    auto meddling = [](Communicator& parent, Runtime& runtime) -> Task<std::string> {
+      co_await sleep_for(2ms);  // the split is polling by now
+      try {
+        parent.barrier(runtime.stream("compute"));
+      } catch (const Error& e) {
+        co_return e.what();
+      }
+      co_return "accepted";
+    };
+    auto split_task = splitting(*c, rank);  // named: GCC 12 and temporaries inside co_await
+    auto meddling_task = meddling(*c, rt);
+    auto [sub, refused] = co_await when_all(std::move(split_task), std::move(meddling_task));
+    EXPECT_NE(refused.find("while a split of this communicator is in progress"), std::string::npos) << refused;
+    const std::vector<float> got = co_await all_reduced(*c, rt, 1, Reduction::sum());
+    EXPECT_EQ(got, (std::vector<float>{2}));
+    const std::vector<float> sub_got = co_await all_reduced(*sub, rt, 1, Reduction::sum());
+    EXPECT_EQ(sub_got, (std::vector<float>{2}));
   });
   EXPECT_TRUE(job.violations().empty()) << job.violations().front();
 }

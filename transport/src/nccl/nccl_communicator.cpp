@@ -167,10 +167,19 @@ class NcclCommunicator final : public Communicator {
     {
       std::lock_guard lock(comm_m_);
       if (!comm_) throw failure_or("the communicator was aborted");
+      if (splitting_) throw Error(Errc::invalid_argument, what + " while another split of it runs: await the first");
       api_->use_device(rt_.device());
       const Status s = api_->split(comm_, color, key, &sub);
       if (s != Status::success && s != Status::in_progress) nccl_fail(*api_, s, what);
+      splitting_ = true;  // until the parent settles, nothing else may be issued on it
     }
+    struct Settled {  // clears the flag on every way out of the wait below
+      NcclCommunicator& c;
+      ~Settled() {
+        std::lock_guard lock(c.comm_m_);
+        c.splitting_ = false;
+      }
+    } settled{*this};
     // Non-blocking: the new communicator is usable once its own state (and the parent's) leaves
     // in_progress. Polled from the task, so the scheduler runs on meanwhile.
     const auto deadline = Clock::now() + options_.timeout;
@@ -297,6 +306,10 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard lock(m_);
       if (failure_) throw *failure_;
     }
+    {
+      std::lock_guard lock(comm_m_);
+      if (splitting_) bad(info, "issued while a split of this communicator is in progress: await split() first");
+    }
     if (info.op != CollectiveOp::barrier && unreducible(info)) bad(info, "reductions take f32, bf16 or f16");
     for (const Tensor& t : tensors) {
       if (!t.defined() || t.device() != rt_.device()) {
@@ -399,6 +412,7 @@ class NcclCommunicator final : public Communicator {
   StoreClient* store_;
   std::mutex comm_m_;      // held around every call on comm_; an abort nulls comm_ under it
   NcclApi::Comm comm_;     // null once aborted or destroyed
+  bool splitting_ = false;  // under comm_m_: a split's parent is still in progress
   int rank_, size_;
   CommOptions options_;
   Stream& stream_;
@@ -425,12 +439,15 @@ Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<Ncc
   if (size > 1) {
     // Every rank creates the communicators of a name in the same order, so its own count of them
     // is the generation: a second communicator of the name never reads the first one's id.
-    const std::int64_t generation =
-        co_await store->add("coshard/nccl/" + options.name + "/created-by/" + std::to_string(rank), 1);
+    // Named arguments, not temporaries, around co_await (GCC 12 miscompiles those).
+    std::string counter = "coshard/nccl/" + options.name + "/created-by/" + std::to_string(rank);
+    const std::int64_t generation = co_await store->add(std::move(counter), 1);
     const std::string key = "coshard/nccl/" + options.name + "/" + std::to_string(generation) + "/id";
     if (rank == 0) {
       if (const auto s = api->unique_id(&id); s != NcclApi::Status::success) nccl_fail(*api, s, "ncclGetUniqueId");
-      co_await store->set(key, std::string(id.data(), id.size()));
+      std::string value(id.data(), id.size());
+      std::string k = key;
+      co_await store->set(std::move(k), std::move(value));
     } else {
       std::vector<std::string> keys{key};
       auto values = co_await store->wait(std::move(keys), options.timeout);

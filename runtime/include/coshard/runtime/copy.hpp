@@ -8,7 +8,7 @@
 //   std::vector<float> v = co_await download<float>(stream, t);  // resumes once the copy ran
 //
 // Tensors from any allocator may take part (device memory, or host memory such as offloaded
-// state): the copy runs as stream work either way.
+// state, also on a CUDA stream): the copy runs as stream work either way.
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -21,28 +21,28 @@
 
 namespace coshard {
 
-/// Enqueues on `stream` the copy of `host` into `dst` (the whole view; the sizes must match, or
-/// Error(invalid_argument)). `host` stays alive until the copy has run.
-void copy_to_device(Stream& stream, const Tensor& dst, std::shared_ptr<const std::vector<std::byte>> host,
-                    std::string span = {});
+/// Enqueues on `stream` the copy of `bytes` host bytes at `host` into `dst` (the whole view; the
+/// sizes must match, or Error(invalid_argument)); `keep` owns them until the copy has run.
+void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::size_t bytes,
+                    std::shared_ptr<const void> keep, std::string span);
 /// Enqueues on `stream` the copy of `src` (the whole view) into `host`, resized to fit; `host`
-/// holds the bytes once the stream has passed this point (await an event recorded after it).
+/// holds the bytes once the stream has passed this point (await an event recorded after it). On
+/// CUDA the copy goes to pageable memory, so the call returns once it is done.
 void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host,
                   std::string span = {});
-
 /// Enqueues on `stream` the copy of `src` into `dst`: same dtype and element count, either may be
 /// device or host memory (a host tensor from another allocator, e.g. offloaded state).
 void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::string span = {});
 /// Enqueues on `stream` the zeroing of `dst`'s bytes.
 void fill_zero(Stream& stream, const Tensor& dst, std::string span = {});
 
-/// Enqueues the copy of `values` into `dst` (element type must match its dtype).
+/// Enqueues the copy of `values` into `dst` (element type must match its dtype); the values are
+/// moved into the work, not copied again.
 template <class T>
-void upload(Stream& stream, const Tensor& dst, const std::vector<T>& values, std::string span = {}) {
+void upload(Stream& stream, const Tensor& dst, std::vector<T> values, std::string span = {}) {
   if (dtype_of<T>() != dst.dtype()) (void)dst.data_as<T>();  // throws the dtype mismatch
-  auto bytes = std::make_shared<std::vector<std::byte>>(values.size() * sizeof(T));
-  if (!values.empty()) std::memcpy(bytes->data(), values.data(), bytes->size());
-  copy_to_device(stream, dst, std::move(bytes), std::move(span));
+  auto held = std::make_shared<const std::vector<T>>(std::move(values));
+  copy_to_device(stream, dst, held->data(), held->size() * sizeof(T), held, std::move(span));
 }
 
 /// The values of `src` once the work enqueued on `stream` before it has run (its error rethrown).
