@@ -17,8 +17,12 @@ void check_dtypes(const detail::Context& ctx) {
   }
 }
 
-void check_offload(const Options& opt) {
+void check_offload(const Options& opt, Device device) {
   const Offload& off = opt.offload;
+  if (off.any() && device.kind == DeviceKind::cuda) {
+    throw Error(Errc::bad_config, "CPU offload on " + device.to_string() + " is not supported yet: its copies and "
+                                  "host-side updates run on the CPU devices only (docs/gpu.md). Turn offload off");
+  }
   if ((off.grads || off.optimizer) && !off.params) {
     throw Error(Errc::bad_config, "offload of the " + std::string(off.optimizer ? "optimizer" : "gradients") +
                                       " needs offload.params too: the master shards they update must live in host "
@@ -38,7 +42,7 @@ void check_offload(const Options& opt) {
 void check_options(const detail::Context& ctx, const std::vector<Unit*>& units) {
   check_dtypes(ctx);
   if (units.empty()) throw Error(Errc::bad_config, "the engine needs at least one unit");
-  check_offload(ctx.opt);
+  check_offload(ctx.opt, ctx.rt.device());
   if (ctx.opt.in_flight < 1) {
     throw Error(Errc::bad_config, "in_flight must be at least 1, not " + std::to_string(ctx.opt.in_flight));
   }

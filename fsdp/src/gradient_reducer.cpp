@@ -1,11 +1,14 @@
 #include "gradient_reducer.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <string>
 
 #include "convert.hpp"
+#include "cuda_ops.hpp"
+#include "device_work.hpp"
 #include "coshard/runtime/copy.hpp"
 #include "coshard/ops/grad_norm.hpp"
 
@@ -127,20 +130,7 @@ Tensor GradientReducer::cast_for_reduction(const UnitState& u, double pre) {
   Tensor grad = u.grads.buffer;
   if (ctx_.reduce_dtype == DType::f32 && pre == 1.0) return grad;
   Tensor input = temporary(staging_, u.layout.padded, max_padded_);
-  const DType rd = ctx_.reduce_dtype;
-  const auto scale = static_cast<float>(1.0 / pre);
-  ctx_.streams.reduce->enqueue([grad, input, rd, scale] {
-    constexpr std::size_t kBlock = 4096;
-    float tmp[kBlock];
-    const float* g = grad.data_as<float>();
-    const auto n = static_cast<std::size_t>(grad.numel());
-    const std::size_t esize = size_of(rd);
-    for (std::size_t at = 0; at < n; at += kBlock) {
-      const std::size_t m = std::min(kBlock, n - at);
-      for (std::size_t i = 0; i < m; ++i) tmp[i] = g[at + i] * scale;
-      cast_from_f32(tmp, static_cast<std::byte*>(input.data()) + at * esize, rd, m);
-    }
-  }, "cast grads " + u.name);
+  cast_scaled(*ctx_.streams.reduce, input, grad, static_cast<float>(1.0 / pre), "cast grads " + u.name);
   return input;
 }
 
@@ -167,49 +157,22 @@ Event GradientReducer::collective(UnitState& u, const Tensor& input, Tensor& out
 // Offloaded gradients are accumulated on the host, behind the d2h stream.
 Stream& GradientReducer::sink() noexcept { return offload_ ? offload_->d2h() : *ctx_.streams.reduce; }
 
-namespace {
-// Adds the bytes and seconds of a device-to-host accumulation to the offload counters.
-struct Account {
-  Counter* bytes;
-  Counter* seconds;
-  std::size_t n;
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  ~Account() {
-    if (bytes) bytes->add(static_cast<double>(n));
-    if (seconds) seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-};
-}  // namespace
-
 // shard += out * post, in f32; keep_low_precision_grads rounds each added gradient to param_dtype.
+// Offloaded, the accumulation is the device-to-host move: its bytes and time are counted.
 void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
-  Tensor shard = u.shard.grad;
-  const DType rd = ctx_.reduce_dtype, pd = ctx_.param_dtype;
-  const bool keep_low = ctx_.opt.mixed_precision.keep_low_precision_grads;
-  const auto scale = static_cast<float>(post);
-  Counter* moved = offload_ ? ctx_.metrics.d2h_bytes : nullptr;
-  Counter* moved_s = offload_ ? ctx_.metrics.d2h_seconds : nullptr;
-  sink().enqueue([out, shard, rd, scale, keep_low, pd, moved, moved_s] {
-    Account account{moved, moved_s, out.nbytes()};
-    const auto n = static_cast<std::size_t>(shard.numel());
-    float* __restrict s = shard.data_as<float>();
-    if (rd == DType::f32 && !keep_low) {
-      const float* __restrict o = out.data_as<float>();
-      for (std::size_t i = 0; i < n; ++i) s[i] += o[i] * scale;
-      return;
-    }
-    constexpr std::size_t kBlock = 4096;
-    float tmp[kBlock];
-    const std::size_t esize = size_of(rd);
-    for (std::size_t at = 0; at < n; at += kBlock) {
-      const std::size_t m = std::min(kBlock, n - at);
-      cast_to_f32(static_cast<const std::byte*>(out.data()) + at * esize, rd, tmp, m);
-      for (std::size_t i = 0; i < m; ++i) {
-        const float g = tmp[i] * scale;
-        s[at + i] += keep_low ? round_through(pd, g) : g;
-      }
-    }
-  }, (offload_ ? "d2h " : "accumulate grads ") + u.name);
+  const DType round = ctx_.opt.mixed_precision.keep_low_precision_grads ? ctx_.param_dtype : DType::f32;
+  Stream& stream = sink();
+  if (!offload_) {
+    accumulate_scaled(stream, u.shard.grad, out, static_cast<float>(post), round, "accumulate grads " + u.name);
+    return;
+  }
+  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>();
+  stream.enqueue([t0] { *t0 = std::chrono::steady_clock::now(); });
+  accumulate_scaled(stream, u.shard.grad, out, static_cast<float>(post), round, "d2h " + u.name);
+  stream.enqueue([t0, bytes = ctx_.metrics.d2h_bytes, seconds = ctx_.metrics.d2h_seconds, n = out.nbytes()] {
+    bytes->add(static_cast<double>(n));
+    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count());
+  });
 }
 
 // The pool slot goes back with the reduction's event, one reduction later (held_grad_slot_); the
@@ -274,12 +237,24 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   }
   Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
   auto partial = std::make_shared<double>(0.0);
-  stream.enqueue([pieces = std::move(pieces), type, t, partial] {
+  if (on_cuda(t)) {
+    // Kernels into a double on the device (an i64 tensor's 8 bytes), read back, as f32 into `t`.
+    Tensor partial_bits = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
     std::vector<std::span<const float>> spans;
     for (const auto& piece : pieces) spans.emplace_back(piece.grad.data_as<float>() + piece.offset, piece.size);
-    *partial = ops::norm_partial(spans, type);
-    t.data_as<float>()[0] = static_cast<float>(*partial);
-  }, "grad norm");
+    cuda_ops::norm_partial(stream.impl().native(), spans, type,
+                           std::span<double>(static_cast<double*>(partial_bits.data()), 1));
+    const std::vector<std::int64_t> bits = co_await download<std::int64_t>(stream, partial_bits);
+    *partial = std::bit_cast<double>(bits[0]);
+    upload(stream, t, std::vector<float>{static_cast<float>(*partial)});
+  } else {
+    stream.enqueue([pieces = std::move(pieces), type, t, partial] {
+      std::vector<std::span<const float>> spans;
+      for (const auto& piece : pieces) spans.emplace_back(piece.grad.data_as<float>() + piece.offset, piece.size);
+      *partial = ops::norm_partial(spans, type);
+      t.data_as<float>()[0] = static_cast<float>(*partial);
+    }, "grad norm");
+  }
   double reduced = 0.0;
   if (ctx_.sharded() && ctx_.world > 1) {
     // Replicas hold the same shards: sum over everyone, then take one replica's share.
@@ -299,8 +274,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
       Tensor g = u.shard.grad;
       const auto c = static_cast<float>(coef);
       if (u.grads.reduced) stream.wait(*u.grads.reduced);
-      stream.enqueue([g, c] { ops::scale_inplace({g.data_as<float>(), static_cast<std::size_t>(g.numel())}, c); },
-                     "clip " + u.name);
+      scale(stream, g, c, "clip " + u.name);
       u.grads.reduced = Event();
       u.grads.reduced->record(stream);
     }

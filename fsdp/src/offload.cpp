@@ -4,7 +4,7 @@
 #include <chrono>
 #include <string>
 
-#include "convert.hpp"
+#include "device_work.hpp"
 #include "coshard/runtime/cuda.hpp"
 #include "sharded_state.hpp"
 
@@ -50,16 +50,13 @@ Offload::Staged Offload::stage_master(const UnitState& u) {
   if (lease.previous_use) h2d().wait(*lease.previous_use);
   if (u.shard.updated) h2d().wait(*u.shard.updated);
   Tensor dev = lease.buffer.view(0, {u.layout.chunk});
-  Tensor master = u.shard.master;
-  const DType pd = ctx_.param_dtype;
-  Counter* bytes = ctx_.metrics.h2d_bytes;
-  Counter* seconds = ctx_.metrics.h2d_seconds;
-  h2d().enqueue([master, dev, pd, bytes, seconds] {
-    const auto t0 = std::chrono::steady_clock::now();
-    cast_from_f32(master.data_as<float>(), dev.data(), pd, static_cast<std::size_t>(master.numel()));
-    bytes->add(static_cast<double>(dev.nbytes()));
-    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }, "h2d " + u.name);
+  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>();
+  h2d().enqueue([t0] { *t0 = std::chrono::steady_clock::now(); });
+  cast_scaled(h2d(), dev, u.shard.master, 1.0f, "h2d " + u.name);
+  h2d().enqueue([t0, bytes = ctx_.metrics.h2d_bytes, seconds = ctx_.metrics.h2d_seconds, n = dev.nbytes()] {
+    bytes->add(static_cast<double>(n));
+    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count());
+  });
   return {dev, lease.slot};
 }
 

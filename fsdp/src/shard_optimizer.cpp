@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "coshard/runtime/copy.hpp"
+#include "cuda_ops.hpp"
+#include "device_work.hpp"
+
 namespace coshard::fsdp::detail {
 namespace {
 std::span<float> span_of(const Tensor& t, std::int64_t offset, std::int64_t size) {
@@ -11,30 +15,41 @@ std::span<float> span_of(const Tensor& t, std::int64_t offset, std::int64_t size
 }  // namespace
 
 // The update of `u`'s shard over its parameter ranges (padding excluded; no weight decay where a
-// parameter asks for none).
-std::function<void()> ShardOptimizer::update_of(UnitState& u) {
+// parameter asks for none): CUDA kernels enqueued on `cuda_stream` when it is given (the shard in
+// device memory), else the CPU ops, run by the caller's stream work.
+std::function<void(void* cuda_stream)> ShardOptimizer::update_of(UnitState& u) {
   const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
   auto ranges = u.layout.ranges(begin, u.shard.master.numel());
   Tensor p = u.shard.master, g = u.shard.grad, a = u.shard.opt_a, b = u.shard.opt_b;
   if (auto* adam = std::get_if<AdamW>(&ctx_.opt.optimizer)) {
     const auto o = adam->options;
     const std::int64_t step = ++u.shard.opt_step;
-    return [p, g, a, b, o, step, ranges] {
+    return [p, g, a, b, o, step, ranges](void* cuda_stream) {
       for (const auto& r : ranges) {
-        ops::adamw_update(span_of(p, r.offset, r.size), span_of(g, r.offset, r.size), span_of(a, r.offset, r.size),
-                          span_of(b, r.offset, r.size), step, o.lr, o.beta1, o.beta2, o.eps,
-                          r.weight_decay ? o.weight_decay : 0.0);
+        const double wd = r.weight_decay ? o.weight_decay : 0.0;
+        auto ps = span_of(p, r.offset, r.size), gs = span_of(g, r.offset, r.size);
+        auto as = span_of(a, r.offset, r.size), bs = span_of(b, r.offset, r.size);
+        if (cuda_stream) {
+          cuda_ops::adamw_update(cuda_stream, ps, gs, as, bs, step, o.lr, o.beta1, o.beta2, o.eps, wd);
+        } else {
+          ops::adamw_update(ps, gs, as, bs, step, o.lr, o.beta1, o.beta2, o.eps, wd);
+        }
       }
     };
   }
   const auto o = std::get<SGD>(ctx_.opt.optimizer).options;
   const bool first = !u.shard.sgd_started;
   u.shard.sgd_started = true;
-  return [p, g, a, o, first, ranges] {
+  return [p, g, a, o, first, ranges](void* cuda_stream) {
     for (const auto& r : ranges) {
       std::span<float> buf = a.defined() ? span_of(a, r.offset, r.size) : std::span<float>{};
-      ops::sgd_update(span_of(p, r.offset, r.size), span_of(g, r.offset, r.size), buf, first, o.lr, o.momentum,
-                      o.dampening, r.weight_decay ? o.weight_decay : 0.0, o.nesterov);
+      const double wd = r.weight_decay ? o.weight_decay : 0.0;
+      auto ps = span_of(p, r.offset, r.size), gs = span_of(g, r.offset, r.size);
+      if (cuda_stream) {
+        cuda_ops::sgd_update(cuda_stream, ps, gs, buf, first, o.lr, o.momentum, o.dampening, wd, o.nesterov);
+      } else {
+        ops::sgd_update(ps, gs, buf, first, o.lr, o.momentum, o.dampening, wd, o.nesterov);
+      }
     }
   };
 }
@@ -44,13 +59,20 @@ void ShardOptimizer::step_unit(std::size_t ui) {
   Stream& stream = *ctx_.streams.optimizer;
   if (u.grads.reduced) stream.wait(*u.grads.reduced);
   Tensor g = u.shard.grad;
-  stream.enqueue([update = update_of(u), g, clk = clock_] {
-    const auto t0 = std::chrono::steady_clock::now();
-    update();
-    std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
-    const auto ns = (std::chrono::steady_clock::now() - t0).count();
-    (clk->backward_running.load() ? clk->overlapped_ns : clk->exposed_ns).fetch_add(ns);
-  }, "optimizer " + u.name);
+  if (on_cuda(u.shard.master)) {
+    // Kernels on the optimizer stream; their time is the device's (the overlap counters count
+    // host-side optimizer work only).
+    update_of(u)(stream.impl().native());
+    fill_zero(stream, g, "optimizer " + u.name);
+  } else {
+    stream.enqueue([update = update_of(u), g, clk = clock_] {
+      const auto t0 = std::chrono::steady_clock::now();
+      update(nullptr);
+      std::fill_n(g.data_as<float>(), g.numel(), 0.0f);
+      const auto ns = (std::chrono::steady_clock::now() - t0).count();
+      (clk->backward_running.load() ? clk->overlapped_ns : clk->exposed_ns).fetch_add(ns);
+    }, "optimizer " + u.name);
+  }
   u.shard.updated = Event();
   u.shard.updated->record(stream);
 }

@@ -43,7 +43,7 @@ class ShardOptimizer {
   void report();
 
  private:
-  std::function<void()> update_of(UnitState& u);
+  std::function<void(void* cuda_stream)> update_of(UnitState& u);
 
   Context& ctx_;
   std::vector<UnitState>& units_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <map>
 
@@ -170,20 +169,13 @@ Task<void> ShardedCheckpoint::stage(Pending& p) {
   std::int64_t total = 0;
   for (const auto& pl : p.planned) total += pl.piece.length;
   p.staged->resize(static_cast<std::size_t>(total));
-  struct Copy {
-    Tensor from;
-    std::int64_t at, length;
-  };
-  std::vector<Copy> copies;
-  for (const auto& pl : p.planned) copies.push_back({tensor_of(units_[pl.unit], pl.tensor), pl.at, pl.piece.length});
   Stream& s = *ctx_.streams.optimizer;
-  s.enqueue([staged = p.staged, copies = std::move(copies)] {
-    float* out = staged->data();
-    for (const auto& c : copies) {
-      std::memcpy(out, c.from.data_as<float>() + c.at, static_cast<std::size_t>(c.length) * sizeof(float));
-      out += c.length;
-    }
-  }, "checkpoint stage");
+  float* out = p.staged->data();
+  for (const auto& pl : p.planned) {
+    const Tensor piece = tensor_of(units_[pl.unit], pl.tensor).view(pl.at, {pl.piece.length});
+    copy_to_host(s, piece, out, piece.nbytes(), p.staged, "checkpoint stage");
+    out += pl.piece.length;
+  }
   Event staged;
   staged.record(s);
   co_await staged;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "convert.hpp"
+#include "device_work.hpp"
 #include "coshard/runtime/copy.hpp"
 
 namespace coshard::fsdp::detail {
@@ -94,12 +94,7 @@ void Unsharder::gather_from_post_forward_shard(UnitState& u, const Tensor& buf) 
 void Unsharder::gather_from_master(UnitState& u, const Tensor& buf) {
   Stream& stream = *ctx_.streams.unshard;
   const std::int64_t at = ctx_.shard_rank * u.layout.chunk;
-  Tensor master = u.shard.master;
-  const DType pd = ctx_.param_dtype;
-  stream.enqueue([buf, master, at, pd] {
-    cast_from_f32(master.data_as<float>(), static_cast<std::byte*>(buf.data()) + at * static_cast<std::int64_t>(size_of(pd)),
-                  pd, static_cast<std::size_t>(master.numel()));
-  }, "copy-in " + u.name);
+  cast_scaled(stream, buf.view(at, {u.layout.chunk}), u.shard.master, 1.0f, "copy-in " + u.name);
   Event ev = comms_.all_gather->all_gather(buf.view(at, {u.layout.chunk}), buf.view(0, {u.layout.padded}), stream, u.name);
   stream.wait(ev);
 }
@@ -116,34 +111,21 @@ Tensor Unsharder::unshard_slot(UnitState& u, BufferPool& pool, int& slot) {
 // Mixed precision: the unit computes in f32 on the param_dtype-rounded values.
 Tensor Unsharder::f32_copy(UnitState& u, const Tensor& flat) {
   Tensor out = unshard_slot(u, *f32_, u.unsharded.f32_slot);
-  const DType pd = ctx_.param_dtype;
-  ctx_.streams.unshard->enqueue([flat, out, pd] {
-    cast_to_f32(flat.data(), pd, out.data_as<float>(), static_cast<std::size_t>(out.numel()));
-  }, "copy-out " + u.name);
+  widen(*ctx_.streams.unshard, out, flat, "copy-out " + u.name);
   return out;
 }
 
 // NO_SHARD with mixed precision: parameters rounded to param_dtype, computed in f32.
 Tensor Unsharder::rounded_master(UnitState& u) {
   Tensor out = unshard_slot(u, *f32_, u.unsharded.f32_slot);
-  Tensor master = u.shard.master;
-  const DType pd = ctx_.param_dtype;
-  ctx_.streams.unshard->enqueue([master, out, pd] {
-    const float* s = master.data_as<float>();
-    float* d = out.data_as<float>();
-    for (std::int64_t i = 0; i < master.numel(); ++i) d[i] = round_through(pd, s[i]);
-  }, "cast " + u.name);
+  round_through(*ctx_.streams.unshard, out, u.shard.master, ctx_.param_dtype, "cast " + u.name);
   return out;
 }
 
 // NO_SHARD, for a unit that computes in param_dtype: the master cast into a pool slot.
 Tensor Unsharder::cast_master(UnitState& u) {
   Tensor out = unshard_slot(u, *params_, u.unsharded.param_slot);
-  Tensor master = u.shard.master;
-  const DType pd = ctx_.param_dtype;
-  ctx_.streams.unshard->enqueue([master, out, pd] {
-    cast_from_f32(master.data_as<float>(), out.data(), pd, static_cast<std::size_t>(master.numel()));
-  }, "cast " + u.name);
+  cast_scaled(*ctx_.streams.unshard, out, u.shard.master, 1.0f, "cast " + u.name);
   return out;
 }
 

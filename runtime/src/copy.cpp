@@ -38,16 +38,21 @@ void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::si
   stream.enqueue([dst, host, bytes, keep] { std::memcpy(dst.data(), host, bytes); }, std::move(span));
 }
 
-void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host, std::string span) {
-  host->resize(src.nbytes());
-  check("copy_to_host", stream, src, host->size());
-  if (host->empty()) return;
+void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t bytes, std::shared_ptr<void> keep,
+                  std::string span) {
+  check("copy_to_host", stream, src, bytes);
+  if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
-    cuda::copy_async(stream, host->data(), src.data(), host->size());
-    stream.enqueue([host, src] {}, std::move(span));  // both live until the copy is past
+    cuda::copy_async(stream, host, src.data(), bytes);
+    stream.enqueue([keep, src] {}, std::move(span));  // both live until the copy is past
     return;
   }
-  stream.enqueue([src, host] { std::memcpy(host->data(), src.data(), host->size()); }, std::move(span));
+  stream.enqueue([src, host, bytes, keep] { std::memcpy(host, src.data(), bytes); }, std::move(span));
+}
+
+void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host, std::string span) {
+  host->resize(src.nbytes());
+  copy_to_host(stream, src, host->data(), host->size(), host, std::move(span));
 }
 
 void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::string span) {

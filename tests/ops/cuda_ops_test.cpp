@@ -40,6 +40,7 @@
 
 namespace cpu = coshard::ops;
 namespace gpu = coshard::ops::cuda;
+using coshard::DType;
 using coshard::ops::NormType;
 using coshard::ops::WeightLayout;
 using coshard::testing::expect_invalid;
@@ -299,6 +300,32 @@ TEST_F(OpsCuda, CastsAreBitwiseEqualToCpu) {
 
   Dev<std::uint16_t> shorter(n - 1);
   expect_invalid([&] { gpu::cast_f32_to_bf16(st(), gf.c(), shorter.s()); }, {"cast_f32_to_bf16", "input has"});
+}
+
+// The FSDP engine's casts (fsdp/src/device_work.cpp): bitwise equal to its CPU loops, which are
+// these scalar casts element by element.
+TEST_F(OpsCuda, EngineCastsAreBitwiseEqualToTheCpuLoops) {
+  auto f = cast_inputs();
+  const std::size_t n = f.size();
+  const float scale = 0.3f;
+  std::vector<std::uint16_t> bf(n);
+  std::vector<float> widened(n), rounded(n), acc(n, 0.5f);
+  for (std::size_t i = 0; i < n; ++i) {
+    bf[i] = cpu::f32_to_bf16(f[i] * scale);
+    widened[i] = cpu::bf16_to_f32(bf[i]);
+    rounded[i] = cpu::f16_to_f32(cpu::f32_to_f16(f[i]));
+    acc[i] += cpu::bf16_to_f32(cpu::f32_to_bf16(cpu::bf16_to_f32(bf[i]) * scale));
+  }
+  Dev<float> gf(f), gwide(n), grounded(n), gacc(std::vector<float>(n, 0.5f));
+  Dev<std::uint16_t> gbf(n);
+  gpu::cast_scaled(st(), gf.c(), gbf.s().data(), DType::bf16, scale);
+  gpu::widen(st(), gbf.c().data(), DType::bf16, gwide.s());
+  gpu::round_through(st(), gf.c(), grounded.s(), DType::f16);
+  gpu::accumulate_scaled(st(), gacc.s(), gbf.c().data(), DType::bf16, scale, DType::bf16);
+  expect_bitwise(gbf.host(), bf, "cast_scaled");
+  expect_bitwise(gwide.host(), widened, "widen");
+  expect_bitwise(grounded.host(), rounded, "round_through");
+  expect_bitwise(gacc.host(), acc, "accumulate_scaled");
 }
 
 // ---- embedding ----

@@ -55,6 +55,41 @@ __global__ void fill_rows_kernel(const float* __restrict__ b, float* __restrict_
   for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = b[i % cols];
 }
 
+// The FSDP engine's casts of parameters and gradients. Dtype codes: 0 f32, 1 bf16, 2 f16
+// (launch.hpp); the scalar casts are the shared ones, as the engine's CPU loops use.
+__device__ float load_as_f32(const void* p, std::size_t i, int code) {
+  if (code == 0) return static_cast<const float*>(p)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(p)[i];
+  return code == 1 ? kernels::bf16_to_f32(h) : kernels::f16_to_f32(h);
+}
+__device__ void store_from_f32(void* p, std::size_t i, int code, float v) {
+  if (code == 0) {
+    static_cast<float*>(p)[i] = v;
+  } else {
+    static_cast<std::uint16_t*>(p)[i] = code == 1 ? kernels::f32_to_bf16(v) : kernels::f32_to_f16(v);
+  }
+}
+__device__ float rounded(float v, int code) {
+  return code == 0 ? v : code == 1 ? kernels::round_to_bf16(v) : kernels::round_to_f16(v);
+}
+
+__global__ void cast_scaled_kernel(const float* __restrict__ in, void* __restrict__ out, int code, float scale,
+                                   std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) store_from_f32(out, i, code, in[i] * scale);
+}
+__global__ void widen_kernel(const void* __restrict__ in, int code, float* __restrict__ out, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = load_as_f32(in, i, code);
+}
+__global__ void accumulate_scaled_kernel(float* __restrict__ acc, const void* __restrict__ x, int x_code, float scale,
+                                         int round_code, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    acc[i] += rounded(load_as_f32(x, i, x_code) * scale, round_code);
+  }
+}
+__global__ void round_through_kernel(const float* __restrict__ in, float* __restrict__ out, int code, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = rounded(in[i], code);
+}
+
 // torch's single-tensor AdamW and SGD: the shared element rules, as the CPU ops apply them.
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, std::size_t n, AdamWScalars k) {
@@ -119,6 +154,20 @@ cudaError_t launch_adamw(float* p, const float* g, float* m, float* v, std::size
 }
 cudaError_t launch_sgd(float* p, const float* g, float* buf, std::size_t n, SGDScalars k, cudaStream_t s) {
   COSHARD_LAUNCH_1D(sgd_kernel, n, s, p, g, buf, n, k);
+}
+
+cudaError_t launch_cast_scaled(const float* in, void* out, int code, float scale, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(cast_scaled_kernel, n, s, in, out, code, scale, n);
+}
+cudaError_t launch_widen(const void* in, int code, float* out, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(widen_kernel, n, s, in, code, out, n);
+}
+cudaError_t launch_accumulate_scaled(float* acc, const void* x, int x_code, float scale, int round_code, std::size_t n,
+                                     cudaStream_t s) {
+  COSHARD_LAUNCH_1D(accumulate_scaled_kernel, n, s, acc, x, x_code, scale, round_code, n);
+}
+cudaError_t launch_round_through(const float* in, float* out, int code, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(round_through_kernel, n, s, in, out, code, n);
 }
 
 #undef COSHARD_LAUNCH_1D

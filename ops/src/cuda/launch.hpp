@@ -22,6 +22,12 @@ cudaError_t launch_f32_to_bf16(const float* in, std::uint16_t* out, std::size_t 
 cudaError_t launch_bf16_to_f32(const std::uint16_t* in, float* out, std::size_t n, cudaStream_t s);
 cudaError_t launch_f32_to_f16(const float* in, std::uint16_t* out, std::size_t n, cudaStream_t s);
 cudaError_t launch_f16_to_f32(const std::uint16_t* in, float* out, std::size_t n, cudaStream_t s);
+// The FSDP engine's casts; `code` names a dtype: 0 f32, 1 bf16, 2 f16.
+cudaError_t launch_cast_scaled(const float* in, void* out, int code, float scale, std::size_t n, cudaStream_t s);
+cudaError_t launch_widen(const void* in, int code, float* out, std::size_t n, cudaStream_t s);
+cudaError_t launch_accumulate_scaled(float* acc, const void* x, int x_code, float scale, int round_code, std::size_t n,
+                                     cudaStream_t s);
+cudaError_t launch_round_through(const float* in, float* out, int code, std::size_t n, cudaStream_t s);
 // y[r, :] = b for every row (the bias as GEMM's C).
 cudaError_t launch_fill_rows(const float* b, float* y, std::size_t rows, std::size_t cols, cudaStream_t s);
 

@@ -180,6 +180,41 @@ void cast_f16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<
   COSHARD_OPS_CUDA_CHECK(detail::launch_f16_to_f32(in.data(), out.data(), in.size(), as_stream(stream)));
 }
 
+// ---- the FSDP engine's casts ----
+
+namespace {
+int dtype_code(DType dtype, const char* op) {
+  switch (dtype) {
+    case DType::f32: return 0;
+    case DType::bf16: return 1;
+    case DType::f16: return 2;
+    default: break;
+  }
+  throw Error(Errc::invalid_argument, std::string(op) + ": f32, bf16 or f16, not " + std::string(to_string(dtype)));
+}
+}  // namespace
+
+void cast_scaled(void* stream, std::span<const float> in, void* out, DType dtype, float scale) {
+  COSHARD_OPS_CUDA_CHECK(detail::launch_cast_scaled(in.data(), out, dtype_code(dtype, "cast_scaled"), scale, in.size(),
+                                                    as_stream(stream)));
+}
+
+void widen(void* stream, const void* in, DType dtype, std::span<float> out) {
+  COSHARD_OPS_CUDA_CHECK(detail::launch_widen(in, dtype_code(dtype, "widen"), out.data(), out.size(), as_stream(stream)));
+}
+
+void accumulate_scaled(void* stream, std::span<float> acc, const void* x, DType x_dtype, float scale, DType round) {
+  COSHARD_OPS_CUDA_CHECK(detail::launch_accumulate_scaled(acc.data(), x, dtype_code(x_dtype, "accumulate_scaled"), scale,
+                                                          dtype_code(round, "accumulate_scaled"), acc.size(),
+                                                          as_stream(stream)));
+}
+
+void round_through(void* stream, std::span<const float> in, std::span<float> out, DType dtype) {
+  check_cast(in, out, "round_through");
+  COSHARD_OPS_CUDA_CHECK(detail::launch_round_through(in.data(), out.data(), dtype_code(dtype, "round_through"),
+                                                      in.size(), as_stream(stream)));
+}
+
 // ---- gradient norm ----
 
 namespace {

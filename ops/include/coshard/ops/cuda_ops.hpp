@@ -26,6 +26,7 @@
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/linear.hpp"
 #include "coshard/ops/optim.hpp"
+#include "coshard/runtime/dtype.hpp"
 
 namespace coshard::ops::cuda {
 
@@ -130,6 +131,17 @@ void cast_bf16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span
 void cast_f32_to_f16(void* stream, std::span<const float> in, std::span<std::uint16_t> out);
 /// fp16 to fp32 on `stream`, as ops::cast_f16_to_f32.
 void cast_f16_to_f32(void* stream, std::span<const std::uint16_t> in, std::span<float> out);
+
+// ---- the FSDP engine's casts of parameters and gradients (dtype: f32, bf16 or f16) ----
+/// out[i] = dtype(in[i] * scale): `out` holds in.size() elements of `dtype` in device memory.
+void cast_scaled(void* stream, std::span<const float> in, void* out, DType dtype, float scale);
+/// out[i] = f32(in[i]): `in` holds out.size() elements of `dtype` in device memory.
+void widen(void* stream, const void* in, DType dtype, std::span<float> out);
+/// acc[i] += round_through(round, f32(x[i]) * scale): `x` holds acc.size() elements of `x_dtype`;
+/// round = f32 adds unrounded.
+void accumulate_scaled(void* stream, std::span<float> acc, const void* x, DType x_dtype, float scale, DType round);
+/// out[i] = in[i] rounded to the nearest value of `dtype` (kept in f32).
+void round_through(void* stream, std::span<const float> in, std::span<float> out, DType dtype);
 
 // ---- gradient norm ----
 /// Enqueues the partial (sum of squares, sum of |x|, or max |x|; in double, NaN propagating) of all

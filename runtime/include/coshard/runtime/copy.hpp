@@ -25,6 +25,10 @@ namespace coshard {
 /// sizes must match, or Error(invalid_argument)); `keep` owns them until the copy has run.
 void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::size_t bytes,
                     std::shared_ptr<const void> keep, std::string span);
+/// Enqueues on `stream` the copy of `src` (the whole view) into the `bytes` host bytes at `host`
+/// (the sizes must match); `keep` owns them until the copy has run.
+void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t bytes, std::shared_ptr<void> keep,
+                  std::string span);
 /// Enqueues on `stream` the copy of `src` (the whole view) into `host`, resized to fit; `host`
 /// holds the bytes once the stream has passed this point (await an event recorded after it). On
 /// CUDA the copy goes to pageable memory, so the call returns once it is done.

@@ -1,0 +1,123 @@
+#include "device_work.hpp"
+
+#include <algorithm>
+#include <cstddef>
+
+#include "convert.hpp"
+#include "coshard/ops/grad_norm.hpp"
+#include "cuda_ops.hpp"
+
+namespace coshard::fsdp::detail {
+namespace {
+
+// True when the work runs as CUDA kernels: every tensor is CUDA memory, on a CUDA stream.
+bool kernels(Stream& stream, const char* what, std::initializer_list<const Tensor*> tensors) {
+  std::size_t cuda = 0;
+  for (const Tensor* t : tensors) cuda += on_cuda(*t) ? 1 : 0;
+  if (cuda != 0 && (cuda != tensors.size() || stream.device().kind != DeviceKind::cuda)) {
+    throw Error(Errc::invalid_argument,
+                std::string(what) + " on stream '" + stream.name() +
+                    "' mixes CUDA and host memory: offloaded state on a CUDA runtime is not supported yet");
+  }
+  return cuda != 0;
+}
+
+void check_sizes(const char* what, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) {
+    throw Error(Errc::internal, std::string(what) + ": " + std::to_string(a.numel()) + " elements against " +
+                                    std::to_string(b.numel()));
+  }
+}
+
+std::span<float> f32_span(const Tensor& t) { return {t.data_as<float>(), static_cast<std::size_t>(t.numel())}; }
+
+}  // namespace
+
+void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span) {
+  check_sizes("cast_scaled", dst, src);
+  if (kernels(stream, "cast_scaled", {&dst, &src})) {
+    cuda_ops::cast_scaled(stream.impl().native(), f32_span(src), dst.data(), dst.dtype(), scale);
+    stream.enqueue([dst, src] {}, std::move(span));  // both live until the kernel is past
+    return;
+  }
+  stream.enqueue([dst, src, scale] {
+    // In cache-sized blocks: no full-size f32 temporary (fresh pages cost more than the cast).
+    constexpr std::size_t kBlock = 4096;
+    float tmp[kBlock];
+    const float* s = src.data_as<float>();
+    const auto n = static_cast<std::size_t>(src.numel());
+    const std::size_t esize = size_of(dst.dtype());
+    for (std::size_t at = 0; at < n; at += kBlock) {
+      const std::size_t m = std::min(kBlock, n - at);
+      const float* from = s + at;
+      if (scale != 1.0f) {
+        for (std::size_t i = 0; i < m; ++i) tmp[i] = s[at + i] * scale;
+        from = tmp;
+      }
+      cast_from_f32(from, static_cast<std::byte*>(dst.data()) + at * esize, dst.dtype(), m);
+    }
+  }, std::move(span));
+}
+
+void widen(Stream& stream, const Tensor& dst, const Tensor& src, std::string span) {
+  check_sizes("widen", dst, src);
+  if (kernels(stream, "widen", {&dst, &src})) {
+    cuda_ops::widen(stream.impl().native(), src.data(), src.dtype(), f32_span(dst));
+    stream.enqueue([dst, src] {}, std::move(span));
+    return;
+  }
+  stream.enqueue([dst, src] {
+    cast_to_f32(src.data(), src.dtype(), dst.data_as<float>(), static_cast<std::size_t>(dst.numel()));
+  }, std::move(span));
+}
+
+void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType dtype, std::string span) {
+  check_sizes("round_through", dst, src);
+  if (kernels(stream, "round_through", {&dst, &src})) {
+    cuda_ops::round_through(stream.impl().native(), f32_span(src), f32_span(dst), dtype);
+    stream.enqueue([dst, src] {}, std::move(span));
+    return;
+  }
+  stream.enqueue([dst, src, dtype] {
+    const float* s = src.data_as<float>();
+    float* d = dst.data_as<float>();
+    for (std::int64_t i = 0; i < src.numel(); ++i) d[i] = detail::round_through(dtype, s[i]);
+  }, std::move(span));
+}
+
+void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span) {
+  check_sizes("accumulate_scaled", acc, x);
+  if (kernels(stream, "accumulate_scaled", {&acc, &x})) {
+    cuda_ops::accumulate_scaled(stream.impl().native(), f32_span(acc), x.data(), x.dtype(), scale, round);
+    stream.enqueue([acc, x] {}, std::move(span));
+    return;
+  }
+  stream.enqueue([acc, x, scale, round] {
+    const auto n = static_cast<std::size_t>(acc.numel());
+    float* __restrict s = acc.data_as<float>();
+    if (x.dtype() == DType::f32 && round == DType::f32) {
+      const float* __restrict o = x.data_as<float>();
+      for (std::size_t i = 0; i < n; ++i) s[i] += o[i] * scale;
+      return;
+    }
+    constexpr std::size_t kBlock = 4096;
+    float tmp[kBlock];
+    const std::size_t esize = size_of(x.dtype());
+    for (std::size_t at = 0; at < n; at += kBlock) {
+      const std::size_t m = std::min(kBlock, n - at);
+      cast_to_f32(static_cast<const std::byte*>(x.data()) + at * esize, x.dtype(), tmp, m);
+      for (std::size_t i = 0; i < m; ++i) s[at + i] += detail::round_through(round, tmp[i] * scale);
+    }
+  }, std::move(span));
+}
+
+void scale(Stream& stream, const Tensor& t, float c, std::string span) {
+  if (kernels(stream, "scale", {&t})) {
+    cuda_ops::scale_inplace(stream.impl().native(), f32_span(t), c);
+    stream.enqueue([t] {}, std::move(span));
+    return;
+  }
+  stream.enqueue([t, c] { ops::scale_inplace(f32_span(t), c); }, std::move(span));
+}
+
+}  // namespace coshard::fsdp::detail
