@@ -1,9 +1,11 @@
 #include "device_work.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 
 #include "convert.hpp"
+#include "coshard/runtime/copy.hpp"
 #include "coshard/ops/grad_norm.hpp"
 #include "cuda_ops.hpp"
 
@@ -31,16 +33,31 @@ void check_sizes(const char* what, const Tensor& a, const Tensor& b) {
 
 std::span<float> f32_span(const Tensor& t) { return {t.data_as<float>(), static_cast<std::size_t>(t.numel())}; }
 
+// Adds a host loop's bytes and time to `traffic` when it leaves scope (also when the loop throws).
+struct Account {
+  Traffic traffic;
+  std::size_t bytes;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~Account() {
+    if (traffic.bytes) traffic.bytes->add(static_cast<double>(bytes));
+    if (traffic.seconds) {
+      traffic.seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+};
+
 }  // namespace
 
-void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span) {
+void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span,
+                 Traffic traffic) {
   check_sizes("cast_scaled", dst, src);
   if (kernels(stream, "cast_scaled", {&dst, &src})) {
     cuda_ops::cast_scaled(stream.impl().native(), f32_span(src), dst.data(), dst.dtype(), scale);
-    stream.enqueue([dst, src] {}, std::move(span));  // both live until the kernel is past
+    record_use(stream, {dst, src});  // their blocks are reused only after the kernel
     return;
   }
-  stream.enqueue([dst, src, scale] {
+  stream.enqueue([dst, src, scale, traffic] {
+    Account account{traffic, dst.nbytes()};
     // In cache-sized blocks: no full-size f32 temporary (fresh pages cost more than the cast).
     constexpr std::size_t kBlock = 4096;
     float tmp[kBlock];
@@ -63,7 +80,7 @@ void widen(Stream& stream, const Tensor& dst, const Tensor& src, std::string spa
   check_sizes("widen", dst, src);
   if (kernels(stream, "widen", {&dst, &src})) {
     cuda_ops::widen(stream.impl().native(), src.data(), src.dtype(), f32_span(dst));
-    stream.enqueue([dst, src] {}, std::move(span));
+    record_use(stream, {dst, src});
     return;
   }
   stream.enqueue([dst, src] {
@@ -75,7 +92,7 @@ void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType d
   check_sizes("round_through", dst, src);
   if (kernels(stream, "round_through", {&dst, &src})) {
     cuda_ops::round_through(stream.impl().native(), f32_span(src), f32_span(dst), dtype);
-    stream.enqueue([dst, src] {}, std::move(span));
+    record_use(stream, {dst, src});
     return;
   }
   stream.enqueue([dst, src, dtype] {
@@ -85,14 +102,16 @@ void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType d
   }, std::move(span));
 }
 
-void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span) {
+void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span,
+                       Traffic traffic) {
   check_sizes("accumulate_scaled", acc, x);
   if (kernels(stream, "accumulate_scaled", {&acc, &x})) {
     cuda_ops::accumulate_scaled(stream.impl().native(), f32_span(acc), x.data(), x.dtype(), scale, round);
-    stream.enqueue([acc, x] {}, std::move(span));
+    record_use(stream, {acc, x});
     return;
   }
-  stream.enqueue([acc, x, scale, round] {
+  stream.enqueue([acc, x, scale, round, traffic] {
+    Account account{traffic, x.nbytes()};
     const auto n = static_cast<std::size_t>(acc.numel());
     float* __restrict s = acc.data_as<float>();
     if (x.dtype() == DType::f32 && round == DType::f32) {
@@ -114,7 +133,7 @@ void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float
 void scale(Stream& stream, const Tensor& t, float c, std::string span) {
   if (kernels(stream, "scale", {&t})) {
     cuda_ops::scale_inplace(stream.impl().native(), f32_span(t), c);
-    stream.enqueue([t] {}, std::move(span));
+    record_use(stream, {t});
     return;
   }
   stream.enqueue([t, c] { ops::scale_inplace(f32_span(t), c); }, std::move(span));

@@ -8,18 +8,28 @@
 
 #include "coshard/runtime/dtype.hpp"
 #include "coshard/runtime/stream.hpp"
+#include "coshard/runtime/telemetry.hpp"
 #include "coshard/runtime/tensor.hpp"
 
 namespace coshard::fsdp::detail {
 
-// dst[i] = dst.dtype()(src[i] * scale), src f32, dst f32, bf16 or f16 of src's size.
-void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span);
+// What a host loop moved, for offload's h2d and d2h counters (bytes and seconds of the loop alone);
+// null counters count nothing.
+struct Traffic {
+  Counter* bytes = nullptr;
+  Counter* seconds = nullptr;
+};
+
+// dst[i] = dst.dtype()(src[i] * scale), src f32, dst f32, bf16 or f16 of src's size. Counts dst's bytes.
+void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span,
+                 Traffic traffic = {});
 // dst[i] = f32(src[i]), dst f32 of src's size.
 void widen(Stream& stream, const Tensor& dst, const Tensor& src, std::string span);
 // dst[i] = src[i] rounded to the nearest value of `dtype` (both f32).
 void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType dtype, std::string span);
-// acc[i] += round_through(round, f32(x[i]) * scale), acc f32; round = f32: unrounded.
-void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span);
+// acc[i] += round_through(round, f32(x[i]) * scale), acc f32; round = f32: unrounded. Counts x's bytes.
+void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span,
+                       Traffic traffic = {});
 // t[i] *= c, t f32.
 void scale(Stream& stream, const Tensor& t, float c, std::string span);
 

@@ -161,18 +161,9 @@ Stream& GradientReducer::sink() noexcept { return offload_ ? offload_->d2h() : *
 // Offloaded, the accumulation is the device-to-host move: its bytes and time are counted.
 void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
   const DType round = ctx_.opt.mixed_precision.keep_low_precision_grads ? ctx_.param_dtype : DType::f32;
-  Stream& stream = sink();
-  if (!offload_) {
-    accumulate_scaled(stream, u.shard.grad, out, static_cast<float>(post), round, "accumulate grads " + u.name);
-    return;
-  }
-  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>();
-  stream.enqueue([t0] { *t0 = std::chrono::steady_clock::now(); });
-  accumulate_scaled(stream, u.shard.grad, out, static_cast<float>(post), round, "d2h " + u.name);
-  stream.enqueue([t0, bytes = ctx_.metrics.d2h_bytes, seconds = ctx_.metrics.d2h_seconds, n = out.nbytes()] {
-    bytes->add(static_cast<double>(n));
-    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count());
-  });
+  const Traffic d2h = offload_ ? Traffic{ctx_.metrics.d2h_bytes, ctx_.metrics.d2h_seconds} : Traffic{};
+  accumulate_scaled(sink(), u.shard.grad, out, static_cast<float>(post), round,
+                    (offload_ ? "d2h " : "accumulate grads ") + u.name, d2h);
 }
 
 // The pool slot goes back with the reduction's event, one reduction later (held_grad_slot_); the

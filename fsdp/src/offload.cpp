@@ -1,7 +1,6 @@
 #include "offload.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 
 #include "device_work.hpp"
@@ -35,8 +34,9 @@ Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) 
                                         " bytes. Raise the cap, offload less, or shard over more ranks");
     }
   }
-  // Host memory apart from device memory, as on a GPU (where it is pinned, so that h2d and d2h
-  // copies overlap compute; cpu-discrete keeps it separate the same way).
+  // Host memory apart from device memory, as on a GPU: pinned on CUDA, so that h2d and d2h copies
+  // can overlap compute (offload there waits for its mixed host/device casts: Engine::create
+  // refuses it, docs/gpu.md); cpu-discrete keeps it separate the same way.
   auto memory = ctx.rt.device().kind == DeviceKind::cuda ? cuda::pinned_host_memory() : cpu_memory();
   host_ = std::make_unique<Allocator>(std::move(memory), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
   if (off.params) {
@@ -50,13 +50,7 @@ Offload::Staged Offload::stage_master(const UnitState& u) {
   if (lease.previous_use) h2d().wait(*lease.previous_use);
   if (u.shard.updated) h2d().wait(*u.shard.updated);
   Tensor dev = lease.buffer.view(0, {u.layout.chunk});
-  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>();
-  h2d().enqueue([t0] { *t0 = std::chrono::steady_clock::now(); });
-  cast_scaled(h2d(), dev, u.shard.master, 1.0f, "h2d " + u.name);
-  h2d().enqueue([t0, bytes = ctx_.metrics.h2d_bytes, seconds = ctx_.metrics.h2d_seconds, n = dev.nbytes()] {
-    bytes->add(static_cast<double>(n));
-    seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count());
-  });
+  cast_scaled(h2d(), dev, u.shard.master, 1.0f, "h2d " + u.name, {ctx_.metrics.h2d_bytes, ctx_.metrics.h2d_seconds});
   return {dev, lease.slot};
 }
 

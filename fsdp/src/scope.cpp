@@ -27,12 +27,14 @@ std::span<float> span_of(const Tensor& t, const char* what, std::size_t i) {
 
 }  // namespace
 
-const Tensor& Scope::param_tensor(std::size_t i) const { return checked(params_, i, "parameter"); }
+Tensor Scope::param_tensor(std::size_t i) const { return checked(params_, i, "parameter"); }
 
-const Tensor& Scope::grad_tensor(std::size_t i) const { return checked(grads_, i, "gradient of parameter"); }
+Tensor Scope::grad_tensor(std::size_t i) const { return checked(grads_, i, "gradient of parameter"); }
 
-std::span<float> Scope::param(std::size_t i) const { return span_of(param_tensor(i), "parameter", i); }
+std::span<float> Scope::param(std::size_t i) const { return span_of(checked(params_, i, "parameter"), "parameter", i); }
 
-std::span<float> Scope::grad(std::size_t i) const { return span_of(grad_tensor(i), "gradient of parameter", i); }
+std::span<float> Scope::grad(std::size_t i) const {
+  return span_of(checked(grads_, i, "gradient of parameter"), "gradient of parameter", i);
+}
 
 }  // namespace coshard::fsdp

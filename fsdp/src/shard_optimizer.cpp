@@ -64,6 +64,7 @@ void ShardOptimizer::step_unit(std::size_t ui) {
     // host-side optimizer work only).
     update_of(u)(stream.impl().native());
     fill_zero(stream, g, "optimizer " + u.name);
+    record_use(stream, {u.shard.master, u.shard.opt_a, u.shard.opt_b});
   } else {
     stream.enqueue([update = update_of(u), g, clk = clock_] {
       const auto t0 = std::chrono::steady_clock::now();

@@ -32,7 +32,8 @@ void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::si
   if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
     cuda::copy_async(stream, dst.data(), host, bytes);
-    stream.enqueue([keep, dst] {}, std::move(span));  // source and destination live until the copy is past
+    stream.enqueue([keep] {}, std::move(span));  // host memory lives until the copy is past
+    record_use(stream, {dst});
     return;
   }
   stream.enqueue([dst, host, bytes, keep] { std::memcpy(dst.data(), host, bytes); }, std::move(span));
@@ -44,7 +45,8 @@ void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t byt
   if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
     cuda::copy_async(stream, host, src.data(), bytes);
-    stream.enqueue([keep, src] {}, std::move(span));  // both live until the copy is past
+    stream.enqueue([keep] {}, std::move(span));  // host memory lives until the copy is past
+    record_use(stream, {src});
     return;
   }
   stream.enqueue([src, host, bytes, keep] { std::memcpy(host, src.data(), bytes); }, std::move(span));
@@ -66,7 +68,7 @@ void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::stri
   check_device("copy_tensor", stream, src);
   if (stream.device().kind == DeviceKind::cuda) {
     cuda::copy_async(stream, dst.data(), src.data(), dst.nbytes());
-    stream.enqueue([dst, src] {}, std::move(span));  // both live until the copy is past
+    record_use(stream, {dst, src});
     return;
   }
   stream.enqueue([dst, src] { std::memmove(dst.data(), src.data(), dst.nbytes()); }, std::move(span));
@@ -77,10 +79,18 @@ void fill_zero(Stream& stream, const Tensor& dst, std::string span) {
   check_device("fill_zero", stream, dst);
   if (dst.device().kind == DeviceKind::cuda) {  // host memory (maybe pageable) is zeroed by host work
     cuda::memset_async(stream, dst.data(), 0, dst.nbytes());
-    stream.enqueue([dst] {}, std::move(span));
+    record_use(stream, {dst});
     return;
   }
   stream.enqueue([dst] { std::memset(dst.data(), 0, dst.nbytes()); }, std::move(span));
+}
+
+void record_use(Stream& stream, std::initializer_list<Tensor> tensors) {
+  Event used(stream.device());
+  used.record(stream);
+  for (const Tensor& t : tensors) {
+    if (t.defined()) t.record_use(used);
+  }
 }
 
 }  // namespace coshard

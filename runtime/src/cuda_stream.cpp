@@ -161,8 +161,10 @@ class CudaStream final : public coshard::detail::StreamImpl {
         stream_,
         [](void* p) {
           auto* w = static_cast<HostWork*>(p);
-          const std::string stream = w->stream, name = w->span;
-          HostCallbackScope scope(stream, name);  // covers the captures' destructors too
+          // The names move out (no allocation that could throw here): they outlive the work, whose
+          // captures' destructors run inside the scope too.
+          const std::string stream = std::move(w->stream), name = std::move(w->span);
+          HostCallbackScope scope(stream, name);
           try {
             std::unique_ptr<HostWork> owned(w);
             owned->fn();

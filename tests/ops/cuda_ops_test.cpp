@@ -326,6 +326,12 @@ TEST_F(OpsCuda, EngineCastsAreBitwiseEqualToTheCpuLoops) {
   expect_bitwise(gwide.host(), widened, "widen");
   expect_bitwise(grounded.host(), rounded, "round_through");
   expect_bitwise(gacc.host(), acc, "accumulate_scaled");
+  // Unrounded (keep_low_precision_grads off), where nvcc would fuse the multiply and the add.
+  std::vector<float> acc32(n, 0.5f);
+  for (std::size_t i = 0; i < n; ++i) acc32[i] += f[i] * scale;
+  Dev<float> gacc32(std::vector<float>(n, 0.5f));
+  gpu::accumulate_scaled(st(), gacc32.s(), gf.c().data(), DType::f32, scale, DType::f32);
+  expect_bitwise(gacc32.host(), acc32, "accumulate_scaled, f32 unrounded");
 }
 
 // ---- embedding ----

@@ -75,7 +75,7 @@ __device__ float rounded(float v, int code) {
 
 __global__ void cast_scaled_kernel(const float* __restrict__ in, void* __restrict__ out, int code, float scale,
                                    std::size_t n) {
-  for (std::size_t i = global_index(); i < n; i += grid_stride()) store_from_f32(out, i, code, in[i] * scale);
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) store_from_f32(out, i, code, __fmul_rn(in[i], scale));
 }
 __global__ void widen_kernel(const void* __restrict__ in, int code, float* __restrict__ out, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) out[i] = load_as_f32(in, i, code);
@@ -83,7 +83,8 @@ __global__ void widen_kernel(const void* __restrict__ in, int code, float* __res
 __global__ void accumulate_scaled_kernel(float* __restrict__ acc, const void* __restrict__ x, int x_code, float scale,
                                          int round_code, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) {
-    acc[i] += rounded(load_as_f32(x, i, x_code) * scale, round_code);
+    // Rounded multiply and add, never fused (nvcc contracts by default; the CPU loop never does).
+    acc[i] = __fadd_rn(acc[i], rounded(__fmul_rn(load_as_f32(x, i, x_code), scale), round_code));
   }
 }
 __global__ void round_through_kernel(const float* __restrict__ in, float* __restrict__ out, int code, std::size_t n) {

@@ -55,9 +55,9 @@ class Scope {
   Stream& compute() noexcept { return compute_; }
   /// Unsharded parameter i of the unit, in params() order, as the unit computes with it: f32 when
   /// Unit::computes_in_f32(), else param_dtype. A view of device memory: read it in stream work.
-  const Tensor& param_tensor(std::size_t i) const;
+  Tensor param_tensor(std::size_t i) const;
   /// Gradient buffer of parameter i (f32 tensor); kernels accumulate (+=) into it. Backward only.
-  const Tensor& grad_tensor(std::size_t i) const;
+  Tensor grad_tensor(std::size_t i) const;
   /// param_tensor(i) as f32 host-code spans, for units that compute in f32 (an error otherwise).
   std::span<float> param(std::size_t i) const;
   /// grad_tensor(i) as a span, for host code in the unit's work. Backward only.

@@ -11,6 +11,7 @@
 // state, also on a CUDA stream): the copy runs as stream work either way.
 #include <cstddef>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,11 @@ void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector
 void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::string span = {});
 /// Enqueues on `stream` the zeroing of `dst`'s bytes.
 void fill_zero(Stream& stream, const Tensor& dst, std::string span = {});
+
+/// Makes the work enqueued on `stream` so far a use of each tensor: their blocks go back into use
+/// only once it has run (Tensor::record_use), without host work on the stream. How device work on
+/// CUDA keeps its tensors (a host callback per kernel would stall the stream on the host).
+void record_use(Stream& stream, std::initializer_list<Tensor> tensors);
 
 /// Enqueues the copy of `values` into `dst` (element type must match its dtype); the values are
 /// moved into the work, not copied again.
