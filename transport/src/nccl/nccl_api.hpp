@@ -8,6 +8,7 @@
 // communicators are non-blocking: a call may return in_progress, and the caller polls
 // async_error() of that communicator until it is no longer in progress before its next call.
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,11 @@ class NcclApi {
 
 /// The NCCL library itself. Throws Error(bad_config) in a build without NCCL.
 std::shared_ptr<NcclApi> real_nccl_api();
+
+/// The unique id of communicator `name`'s new generation: rank 0 makes it and sets it in the store
+/// under coshard/nccl/<name>/<generation>/id, the others wait for it there (up to `timeout`).
+Task<NcclApi::Id> unique_id_of(NcclApi& api, StoreClient* store, int rank, int size, std::string name,
+                               std::chrono::milliseconds timeout);
 
 /// The communicator over `api` (create_nccl_communicator() passes the real library; tests a fake).
 Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<NcclApi> api, Runtime& runtime,

@@ -14,7 +14,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -435,28 +434,8 @@ Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<Ncc
                                                              StoreClient* store, int rank, int size,
                                                              CommOptions options) {
   if (!store && size > 1) throw Error(Errc::bad_config, "the NCCL backend needs the rendezvous store for its unique id");
-  NcclApi::Id id{};
-  if (size > 1) {
-    // Every rank creates the communicators of a name in the same order, so its own count of them
-    // is the generation: a second communicator of the name never reads the first one's id.
-    // Named arguments, not temporaries, around co_await (GCC 12 miscompiles those).
-    std::string counter = "coshard/nccl/" + options.name + "/created-by/" + std::to_string(rank);
-    const std::int64_t generation = co_await store->add(std::move(counter), 1);
-    const std::string key = "coshard/nccl/" + options.name + "/" + std::to_string(generation) + "/id";
-    if (rank == 0) {
-      if (const auto s = api->unique_id(&id); s != NcclApi::Status::success) nccl_fail(*api, s, "ncclGetUniqueId");
-      std::string value(id.data(), id.size());
-      std::string k = key;
-      co_await store->set(std::move(k), std::move(value));
-    } else {
-      std::vector<std::string> keys{key};
-      auto values = co_await store->wait(std::move(keys), options.timeout);
-      if (values[0].size() != id.size()) throw Error(Errc::io, "store key '" + key + "' is not an NCCL unique id");
-      std::memcpy(id.data(), values[0].data(), id.size());
-    }
-  } else if (const auto s = api->unique_id(&id); s != NcclApi::Status::success) {
-    nccl_fail(*api, s, "ncclGetUniqueId");
-  }
+  std::string name = options.name;
+  const NcclApi::Id id = co_await unique_id_of(*api, store, rank, size, std::move(name), options.timeout);
   api->use_device(runtime.device());
   NcclApi::Comm comm = nullptr;
   NcclApi::Status state = api->init_rank(&comm, size, id, rank);
