@@ -2,8 +2,10 @@
 // all-gather (in place, as FSDP uses it), reduce-scatter and all-reduce from 1 KiB to 256 MiB.
 // Columns and formulas as nccl-tests: size is the full buffer (all-gather output, reduce-scatter
 // input, all-reduce buffer), algbw = size / time, busbw = algbw x (n-1)/n (x 2(n-1)/n for
-// all-reduce). The time is the slowest rank's mean over back-to-back iterations. Rank 0 prints
-//   coshard <op> <bytes> <time_us> <algbw_GBps> <busbw_GBps>
+// all-reduce). Each cell runs 5 rounds of back-to-back iterations; a round's time is the slowest
+// rank's mean, and the cell's time is the median round, with spread = (slowest - fastest round) /
+// median. Rank 0 prints
+//   coshard <op> <bytes> <time_us> <algbw_GBps> <busbw_GBps> <spread>
 // one line per cell, the format scripts/bench merges with Open MPI's table.
 //   --min BYTES --max BYTES   size range (powers of 4 from min); default 1 KiB .. 256 MiB
 //   --ops all_gather,reduce_scatter,all_reduce
@@ -49,16 +51,18 @@ Task<int> run(Runtime& rt, Flags f) {
   Tensor out = Tensor::empty(rt.allocator(), DType::f32, {static_cast<std::int64_t>(max_elems)});
   std::fill_n(big.data_as<float>(), max_elems, 1.0f);
   std::fill_n(out.data_as<float>(), max_elems, 0.0f);
-  Tensor slowest = Tensor::empty(rt.allocator(), DType::f32, {1});
+  constexpr int rounds = 5;
+  Tensor slowest = Tensor::empty(rt.allocator(), DType::f32, {rounds});
   if (r == 0) {
-    std::printf("# coshard UCX collectives, %d ranks, f32; time = slowest rank's mean\n", n);
-    std::printf("# %-15s %12s %12s %10s %10s\n", "op", "bytes", "time_us", "algbw", "busbw");
+    std::printf("# coshard UCX collectives, %d ranks, f32; time = median of %d rounds of the slowest rank's mean\n", n,
+                rounds);
+    std::printf("# %-15s %12s %12s %10s %10s %6s\n", "op", "bytes", "time_us", "algbw", "busbw", "spread");
   }
   for (std::size_t bytes = f.min; bytes <= f.max; bytes *= 4) {
     const auto elems = static_cast<std::int64_t>(bytes / sizeof(float)) / n * n;
     if (elems == 0) continue;
     const std::size_t used = static_cast<std::size_t>(elems) * sizeof(float);
-    const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / used, 5, 2000));
+    const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / used, rounds, 2000)) / rounds;
     const int warmup = std::max(2, iters / 10);
     for (std::string op : {"all_gather", "reduce_scatter", "all_reduce"}) {
       if (f.ops.find(op) == std::string::npos) continue;
@@ -73,17 +77,21 @@ Task<int> run(Runtime& rt, Flags f) {
       for (int i = 0; i < warmup; ++i) last = issue();
       co_await last;
       co_await c.barrier(s);
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) last = issue();
-      co_await last;
-      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-      slowest.data_as<float>()[0] = static_cast<float>(us);
+      for (int round = 0; round < rounds; ++round) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < iters; ++i) last = issue();
+        co_await last;
+        slowest.data_as<float>()[round] = static_cast<float>(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
+      }
       co_await c.all_reduce(slowest, Reduction::max(), s);
-      us = slowest.data_as<float>()[0];
+      std::vector<float> us(slowest.data_as<float>(), slowest.data_as<float>() + rounds);
+      std::sort(us.begin(), us.end());
+      const double median = us[rounds / 2];
       if (r == 0) {
-        double algbw = static_cast<double>(used) / (us * 1e3);
-        std::printf("coshard %-15s %12zu %12.1f %10.3f %10.3f\n", op.c_str(), used, us, algbw,
-                    algbw * bus_factor(op, n));
+        double algbw = static_cast<double>(used) / (median * 1e3);
+        std::printf("coshard %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, median, algbw,
+                    algbw * bus_factor(op, n), (us.back() - us.front()) / median);
         std::fflush(stdout);
       }
     }

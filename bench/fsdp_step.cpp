@@ -3,13 +3,16 @@
 // `layers` x Linear(hidden, hidden) with ReLU, MSE loss, Adam, `batch` rows per rank; or GPT-2
 // `10M` (--model gpt2-10M: `batch` sequences of --seq tokens per rank). Rank 0 prints
 //   coshard <model> <key=value ...>
-// with the step time, the collectives' time (their streams' busy time), exposed communication (the
-// compute stream's stalls waiting for other streams), and the allocator's peak beside the pool bound.
-//   --model mlp|gpt2-10M --hidden 2048 --layers 4 --batch 128 (gpt2: 4) --seq 256 --steps 10
+// with the step time (the median of --rounds rounds of --steps steps each, each round ended by a
+// synchronize, and spread = (slowest - fastest round) / median), the collectives' time (their
+// streams' busy time), exposed communication (the compute stream's stalls waiting for other
+// streams), and the allocator's peak beside the pool bound.
+//   --model mlp|gpt2-10M --hidden 2048 --layers 4 --batch 128 (gpt2: 4) --seq 256 --steps 4 --rounds 5
 //   --strategy full_shard|shard_grad_op|no_shard
 //   --prefetch on|off   --no-compute (the same schedule without kernels: collectives alone)
 //   --offload none|serial|pipelined (sharded state in host memory; the host optimizer after
 //   backward, as PyTorch, or per unit as soon as its gradient arrives)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +30,7 @@ namespace {
 struct Flags {
   std::string model = "mlp";
   std::int64_t hidden = 2048;
-  int layers = 4, batch = 0, seq = 256, steps = 10;
+  int layers = 4, batch = 0, seq = 256, steps = 4, rounds = 5;
   std::string strategy = "full_shard";
   bool prefetch = true, compute = true;
   std::string offload = "none";
@@ -107,10 +110,17 @@ Task<int> run(Runtime& rt, Flags f) {
   for (int i = 0; i < 2; ++i) co_await step();
   co_await engine->synchronize();
   const auto before = engine->comm_stats();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < f.steps; ++i) co_await step();
-  co_await engine->synchronize();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / f.steps;
+  std::vector<double> round_ms;
+  for (int round = 0; round < f.rounds; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < f.steps; ++i) co_await step();
+    co_await engine->synchronize();
+    round_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / f.steps);
+  }
+  std::sort(round_ms.begin(), round_ms.end());
+  const double ms = round_ms[round_ms.size() / 2];
+  const double spread = (round_ms.back() - round_ms.front()) / ms;
+  const int measured = f.steps * f.rounds;
   const auto after = engine->comm_stats();
   const auto report = engine->memory_report();
   const auto peak = rt.allocator().stats().peak_allocated_bytes;
@@ -119,10 +129,11 @@ Task<int> run(Runtime& rt, Flags f) {
   const std::size_t bound = report.sharded_state_bytes + (depth + 1) * report.max_unit_unsharded_bytes;
   if (pg->rank() == 0) {
     std::printf("coshard %s strategy=%s prefetch=%s compute=%s offload=%s world=%d batch=%d step_ms=%.1f "
-                "steps_per_s=%.3f comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
+                "steps_per_s=%.3f spread=%.2f comm_ms=%.1f exposed_ms=%.1f peak_bytes=%zu bound_bytes=%zu\n",
                 f.model.c_str(), f.strategy.c_str(), f.prefetch ? "on" : "off", f.compute ? "on" : "off",
-                f.offload.c_str(), pg->size(), f.batch, ms, 1e3 / ms, (after.communication_seconds - before.communication_seconds) * 1e3 / f.steps,
-                (after.exposed_seconds - before.exposed_seconds) * 1e3 / f.steps, peak, bound);
+                f.offload.c_str(), pg->size(), f.batch, ms, 1e3 / ms, spread,
+                (after.communication_seconds - before.communication_seconds) * 1e3 / measured,
+                (after.exposed_seconds - before.exposed_seconds) * 1e3 / measured, peak, bound);
     std::fflush(stdout);
   }
   co_await pg->finish();
@@ -148,6 +159,7 @@ int main(int argc, char** argv) {
     else if (k == "--layers") f.layers = std::atoi(next().c_str());
     else if (k == "--batch") f.batch = std::atoi(next().c_str());
     else if (k == "--steps") f.steps = std::atoi(next().c_str());
+    else if (k == "--rounds") f.rounds = std::atoi(next().c_str());
     else if (k == "--strategy") f.strategy = next();
     else if (k == "--prefetch") f.prefetch = next() == "on";
     else if (k == "--no-compute") f.compute = false;
@@ -156,6 +168,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "bench_fsdp_step: unknown flag %s\n", k.c_str());
       return 2;
     }
+  }
+  if (f.steps < 1 || f.rounds < 1) {
+    std::fprintf(stderr, "bench_fsdp_step: --steps and --rounds must be at least 1\n");
+    return 2;
   }
   return transport::run_rank("bench_fsdp_step", {.name = "bench"},
                              [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });

@@ -2,7 +2,10 @@
 // kernels) beside the sum of its GEMM times measured in the same run: the same GEMM shapes
 // issued as raw cblas_sgemm calls (linear forward, and backward's dx and dW, of every layer and the
 // tied head). The ratio says how much of a step is not GEMM (attention, layernorm, GELU,
-// cross-entropy, AdamW, copies).
+// cross-entropy, AdamW, copies). A second bound adds attention's own matrix products, issued the
+// same way per sequence and head (forward S = Q K^T and O = P V; backward dV = P^T dO,
+// dP = dO V^T, dQ = dS K and dK = dS^T Q) and counted at half their time: a causal mask leaves half
+// of each T x T product to compute.
 //   bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]
 #include <cblas.h>
 
@@ -55,6 +58,22 @@ std::vector<Gemm> step_gemms(const gpt2::Config& c, int rows) {
   return g;
 }
 
+// Attention's products of one step at full T x T size (see the top of the file).
+std::vector<Gemm> attention_gemms(const gpt2::Config& c, int batch, int seq) {
+  const int T = seq, hs = static_cast<int>(c.width / c.heads);
+  const std::vector<Gemm> one = {
+      {T, T, hs, false, true},   // S = Q K^T
+      {T, hs, T, false, false},  // O = P V
+      {T, hs, T, true, false},   // dV = P^T dO
+      {T, T, hs, false, true},   // dP = dO V^T
+      {T, hs, T, false, false},  // dQ = dS K
+      {T, hs, T, true, false},   // dK = dS^T Q
+  };
+  std::vector<Gemm> g;
+  for (std::int64_t i = 0; i < c.layers * c.heads * batch; ++i) g.insert(g.end(), one.begin(), one.end());
+  return g;
+}
+
 double time_gemms(const std::vector<Gemm>& gemms) {
   std::size_t biggest = 0;
   for (const auto& g : gemms) {
@@ -100,12 +119,13 @@ int main(int argc, char** argv) {
   const ops::AdamWOptions opt{.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   const auto ranges = m.params().ranges();
   const auto gemms = step_gemms(c, batch * seq);
+  const auto attention = attention_gemms(c, batch, seq);
   double flops = 0;
   for (const auto& g : gemms) flops += 2.0 * g.m * g.n * g.k;
 
   std::printf("GPT-2 %s (%s): %.2fM parameters, batch %d x %d tokens\n", spec.c_str(), c.to_string().c_str(),
               static_cast<double>(c.num_params()) / 1e6, batch, seq);
-  std::vector<double> fwd, bwd, adam, step, gemm;
+  std::vector<double> fwd, bwd, adam, step, gemm, attn;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up
     auto t = Clock::now();
     m.zero_grad();
@@ -118,19 +138,22 @@ int main(int argc, char** argv) {
     ops::adamw_step(m.params().flat(), m.grads().flat(), state, opt, ranges);
     const double ta = seconds_since(t);
     const double tg = time_gemms(gemms);  // interleaved with the steps: same machine state
+    const double tt = 0.5 * time_gemms(attention);
     if (s == 0) {
       std::printf("  (warm-up step done; %d OpenBLAS thread(s), %s element-wise kernels)\n", ops::blas_threads(),
                   ops::cpu_isa());
       continue;
     }
-    fwd.push_back(tf), bwd.push_back(tb), adam.push_back(ta), step.push_back(tf + tb + ta), gemm.push_back(tg);
+    fwd.push_back(tf), bwd.push_back(tb), adam.push_back(ta), step.push_back(tf + tb + ta), gemm.push_back(tg), attn.push_back(tt);
     std::printf("  step %d: loss %.4f, %.1f ms (forward %.1f, backward %.1f, AdamW %.1f); GEMMs alone %.1f ms\n", s, loss,
                 1e3 * (tf + tb + ta), 1e3 * tf, 1e3 * tb, 1e3 * ta, 1e3 * tg);
   }
-  const double st = median(step), gt = median(gemm);
+  const double st = median(step), gt = median(gemm), at = median(attn);
   std::printf("median step %.1f ms (forward %.1f, backward %.1f, AdamW %.1f), %.0f tokens/s\n", 1e3 * st,
               1e3 * median(fwd), 1e3 * median(bwd), 1e3 * median(adam), static_cast<double>(batch * seq) / st);
   std::printf("sum of its %zu GEMMs %.1f ms (%.1f GFLOP/s); step / GEMMs = %.2f\n", gemms.size(), 1e3 * gt,
               flops / gt / 1e9, st / gt);
+  std::printf("with attention's %zu products (half of %.1f ms, causal) %.1f ms; step / all GEMMs = %.2f\n",
+              attention.size(), 2e3 * at, 1e3 * (gt + at), st / (gt + at));
   return 0;
 }

@@ -1,7 +1,8 @@
 // The baseline for bench_collectives: Open MPI's MPI_Allgather (in place), MPI_Reduce_scatter_block
 // and MPI_Allreduce on the same sizes, measured the same way (buffers allocated and touched once,
-// back-to-back iterations, slowest rank's mean). Rank 0 prints
-//   mpi <op> <bytes> <time_us> <algbw_GBps> <busbw_GBps>
+// 5 rounds of back-to-back iterations, the median round of the slowest rank's mean, its spread).
+// Rank 0 prints
+//   mpi <op> <bytes> <time_us> <algbw_GBps> <busbw_GBps> <spread>
 // Usage: mpirun -np N bench_mpi_collectives [--min BYTES] [--max BYTES]
 #include <mpi.h>
 
@@ -24,12 +25,16 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   std::vector<float> buf(max / sizeof(float), 1.0f), out(max / sizeof(float), 0.0f);
   std::vector<int> counts(static_cast<std::size_t>(n));
-  if (r == 0) std::printf("# Open MPI collectives, %d ranks, f32; time = slowest rank's mean\n", n);
+  constexpr int rounds = 5;
+  if (r == 0) {
+    std::printf("# Open MPI collectives, %d ranks, f32; time = median of %d rounds of the slowest rank's mean\n", n,
+                rounds);
+  }
   for (std::size_t bytes = min; bytes <= max; bytes *= 4) {
     const int elems = static_cast<int>(bytes / sizeof(float)) / n * n;
     if (elems == 0) continue;
     const std::size_t used = static_cast<std::size_t>(elems) * sizeof(float);
-    const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / used, 5, 2000));
+    const int iters = static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 28) / used, rounds, 2000)) / rounds;
     const int warmup = std::max(2, iters / 10);
     for (std::string op : {"all_gather", "reduce_scatter", "all_reduce"}) {
       auto issue = [&] {
@@ -43,14 +48,20 @@ int main(int argc, char** argv) {
       };
       for (int i = 0; i < warmup; ++i) issue();
       MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      for (int i = 0; i < iters; ++i) issue();
-      double us = (MPI_Wtime() - t0) * 1e6 / iters, slowest = 0;
-      MPI_Reduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+      double us[rounds], slowest[rounds];
+      for (int round = 0; round < rounds; ++round) {
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; ++i) issue();
+        us[round] = (MPI_Wtime() - t0) * 1e6 / iters;
+      }
+      MPI_Reduce(us, slowest, rounds, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (r == 0) {
-        double algbw = static_cast<double>(used) / (slowest * 1e3);
+        std::sort(slowest, slowest + rounds);
+        const double median = slowest[rounds / 2];
+        double algbw = static_cast<double>(used) / (median * 1e3);
         double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-        std::printf("mpi %-15s %12zu %12.1f %10.3f %10.3f\n", op.c_str(), used, slowest, algbw, algbw * factor);
+        std::printf("mpi %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, median, algbw, algbw * factor,
+                    (slowest[rounds - 1] - slowest[0]) / median);
         std::fflush(stdout);
       }
     }

@@ -19,6 +19,7 @@ What must match gpt2-train for the losses to agree (docs/benchmarks.md, "FSDP2 s
 - the loss of a step is the mean over ranks of each rank's mean cross-entropy, as gpt2-train logs.
 """
 import argparse
+import gc
 import json
 import math
 import os
@@ -305,6 +306,11 @@ def main():
     if rank == 0:
         print(json.dumps({"peer": f"torch {torch.__version__} {a.mode}", "ranks": world, "threads": a.threads,
                           "peak_rss_bytes": [int(p.item()) for p in peaks]}))
+    # DDP's reducer must go before its process group: torch 2.15 on gloo otherwise aborts at exit
+    # about one run in four ("terminate called without an active exception").
+    del opt, model, m
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 

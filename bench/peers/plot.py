@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Draws what bench/peers/side_by_side.py --json wrote: the loss curves of coshard and FSDP2 on one
-plot per rank count (parity), or step time per run as bars per model (bench). Debian's matplotlib
-(/usr/bin/python3), not the peer environment's interpreter.
+plot per rank count (parity), or step time per run as bars per model (bench: the rows of every
+file given, in order). Debian's matplotlib (/usr/bin/python3), not the peer environment's
+interpreter.
 
-usage: plot.py RESULTS.json OUT.png
+usage: plot.py RESULTS.json [MORE.json ...] OUT.png
 """
 import json
 import sys
@@ -15,7 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    results, out = json.load(open(sys.argv[1])), sys.argv[2]
+    files, out = sys.argv[1:-1], sys.argv[-1]
+    results = json.load(open(files[0]))
+    for more in files[1:]:
+        results["bench"] += json.load(open(more))["bench"]
     if "parity" in results:
         runs = results["parity"]
         fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)

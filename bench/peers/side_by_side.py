@@ -3,7 +3,8 @@
     parity: coshard full_shard and FSDP2 train the same GPT-2 from the same init file on the same
             tokens for --steps steps on each rank count of --ranks; every step's loss must agree to
             --tolerance (relative). Exit code 1 if not.
-    bench:  step time (median over the steps after --warmup, with min-max spread), exposed
+    bench:  step time (median over the steps after --warmup, with min-max spread; with --repeats N,
+            the median of N runs' medians, with their min and max as the spread), exposed
             communication (median time the training thread waits on a collective: coshard's
             exposed_comm_s, the peer's blocked collective calls and Work.wait()s; not visible for
             DDP), tokens/s and peak RSS of the largest process, for coshard full_shard / shard_grad_op / no_shard and
@@ -119,25 +120,44 @@ def summarise(recs, warmup):
     return statistics.median(times), min(times), max(times), statistics.median(exposed) if exposed else None
 
 
+def over_runs(runs):
+    """One run: its step statistics. Several: the median of the runs' median steps, with the fastest
+    and slowest run's median as the spread, so that a stray slow step does not hide a difference
+    that every run shows."""
+    if len(runs) == 1:
+        return runs[0]
+    medians = [r[0] for r in runs]
+    exposed = [r[3] for r in runs if r[3] is not None]
+    return statistics.median(medians), min(medians), max(medians), statistics.median(exposed) if exposed else None
+
+
 def bench(a, work):
     rows = []
     for model in a.models:
         batch, seq = SHAPES[model]
         write_init(a, model, work)
-        for name, strategy in COSHARD.items():
-            recs, rss = coshard(a, strategy, a.nranks, model, batch, seq, a.steps)
-            rows.append((model, name, *summarise(recs, a.warmup), a.nranks * batch * seq, rss))
-        for name, mode in TORCH.items():
-            recs, rss = torch_peer(a, mode, a.nranks, model, batch, seq, a.steps)
-            rows.append((model, name, *summarise(recs, a.warmup), a.nranks * batch * seq, rss))
+        runs = {name: [] for name in (*COSHARD, *TORCH)}
+        rss = dict.fromkeys(runs, 0)
+        # Runs alternate between the configurations, so that the machine's drift reaches each alike.
+        for _ in range(a.repeats):
+            for name in runs:
+                if name in COSHARD:
+                    recs, peak = coshard(a, COSHARD[name], a.nranks, model, batch, seq, a.steps)
+                else:
+                    recs, peak = torch_peer(a, TORCH[name], a.nranks, model, batch, seq, a.steps)
+                runs[name].append(summarise(recs, a.warmup))
+                rss[name] = max(rss[name], peak)
+        for name in runs:
+            rows.append((model, name, *over_runs(runs[name]), a.nranks * batch * seq, rss[name]))
+    spread = "[min, max]" if a.repeats == 1 else f"[min, max] of {a.repeats} runs' medians"
     print(f"{a.nranks} ranks, {a.threads} thread(s) per rank on both sides; median step over steps "
-          f"{a.warmup + 1}..{a.steps} [min, max]")
+          f"{a.warmup + 1}..{a.steps} {spread}")
     print("| model | run | step (s) | spread | exposed comm (s) | tokens/s | peak RSS (MB) |")
     print("|---|---|---|---|---|---|---|")
     a.results["bench"] = [dict(zip(("model", "run", "median_s", "min_s", "max_s", "exposed_s", "tokens", "rss"), r))
                           for r in rows]
     for model, name, med, lo, hi, exposed, tokens, rss in rows:
-        ex = "n/a" if exposed is None else f"{exposed:.3f}"
+        ex = "n/a" if exposed is None else f"{exposed:.4f}"
         print(f"| {model} | {name} | {med:.3f} | [{lo:.3f}, {hi:.3f}] | {ex} | {tokens / med:.0f} | {rss / 1e6:.0f} |")
     for model in a.models:
         mine = {n: (m, lo, hi) for mo, n, m, lo, hi, *_ in rows if mo == model}
@@ -160,6 +180,8 @@ def main():
     ap.add_argument("--models", default="tiny", help="bench: shapes (tiny, 124M)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="bench: runs per configuration (the figure is their median, the spread their min and max)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
     # 3e-3 (gpt2-train's default) is chaotic on tiny at this batch: FSDP2 on 4 ranks and on 2 ranks with

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 # GPT-2 in PyTorch eager beside bench_gpt2: the same model (examples/gpt2/ref/gpt2_ref.py's
 # loss_of, plain ops with the unfused attention that eager GPT-2 runs), the same shapes and batch,
-# forward + backward + AdamW per step, one process.
-# Prints:  torch <version> threads=<n> step_ms=<median> (forward <f>, backward <b>, AdamW <a>)
+# forward + backward + AdamW per step, one process. attention=sdpa (torch >= 2.0) runs attention as
+# F.scaled_dot_product_attention instead, as nanoGPT does where it exists.
+# Prints:  torch <version> attention=<a> threads=<n> step_ms=<median> (forward <f>, backward <b>, AdamW <a>)
 # Usage: python bench/torch/gpt2_eager.py config=layers=6,heads=6,width=384,vocab=256,context=256
-#                                         [batch=4] [seq=256] [steps=5] [threads=1]
+#                                         [batch=4] [seq=256] [steps=5] [threads=1] [attention=eager|sdpa]
 import os
 import statistics
 import sys
@@ -35,6 +36,9 @@ def main():
     torch.set_num_threads(int(a.get("threads", 1)))
     c = parse_config(a["config"])
     B, T, steps = int(a.get("batch", 4)), int(a.get("seq", 256)), int(a.get("steps", 5))
+    attention = a.get("attention", "eager")
+    if attention not in ("eager", "sdpa"):
+        sys.exit(f"gpt2_eager.py: attention={attention}: use eager or sdpa")
     torch.manual_seed(0)
     p = params(c)
     opt = torch.optim.AdamW(p.values(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
@@ -44,7 +48,7 @@ def main():
     for s in range(steps + 1):  # step 0 warms up
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(p, c, idx, tgt)
+        loss = loss_of(p, c, idx, tgt, sdpa=attention == "sdpa")
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -54,7 +58,7 @@ def main():
             fwd.append(t1 - t0), bwd.append(t2 - t1), adam.append(t3 - t2)
     med = statistics.median
     step = med([f + b + o for f, b, o in zip(fwd, bwd, adam)])
-    print(f"torch {torch.__version__} threads={torch.get_num_threads()} step_ms={step * 1e3:.1f} "
+    print(f"torch {torch.__version__} attention={attention} threads={torch.get_num_threads()} step_ms={step * 1e3:.1f} "
           f"(forward {med(fwd) * 1e3:.1f}, backward {med(bwd) * 1e3:.1f}, AdamW {med(adam) * 1e3:.1f})")
 
 

@@ -73,7 +73,8 @@ def parse_config(spec):
     return c
 
 
-def loss_of(p, c, idx, tgt):
+def loss_of(p, c, idx, tgt, sdpa=False):
+    """sdpa: attention by F.scaled_dot_product_attention (torch >= 2.0, fused) instead of plain ops."""
     B, T = idx.shape
     C, NH = c["width"], c["heads"]
     hs = C // NH
@@ -84,9 +85,12 @@ def loss_of(p, c, idx, tgt):
         a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
         qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
         q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=2))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
         a = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
         m = F.gelu(a @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
