@@ -1,14 +1,17 @@
 // Sharded checkpoint throughput and the step time a save costs, beside the disk's own speed
 // measured in the same run. Start with coshard-run:
-//   coshard-run --nproc-per-node N -- bench_checkpoint [--config 124M] [--dir DIR] [--steps 3]
+//   coshard-run --nproc-per-node N -- bench_checkpoint [--config 124M] [--dir DIR] [--steps 4] [--rounds 3]
 // Prints (rank 0) one line:
 //   checkpoint ranks=N config=124M state_bytes=... disk_write_gbps=... save_gbps=... load_gbps=...
 //   steps=S ms=... ms_with_save=... ms_with_async_save=...   (S steps alone, and with one save after the first)
+//   <figure>_spread=...   (each figure's (max - min) / median)
 // disk_write_gbps is one sequential write of the same bytes by rank 0 (write + fsync), the
-// baseline a parallel save competes with.
+// baseline a parallel save competes with. Every figure is the median of --rounds rounds, the
+// rounds alternating between what they measure.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +35,21 @@ struct Flags {
   std::string dir = "/tmp/coshard-bench-checkpoint";
   int steps = 4;
   int seq = 32;
+  int rounds = 3;
+};
+
+// A figure over rounds: its median, and the rounds' spread (max - min) / median.
+struct Figure {
+  std::vector<double> rounds;
+  double median() const {
+    auto v = rounds;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  double spread() const {
+    const auto [lo, hi] = std::minmax_element(rounds.begin(), rounds.end());
+    return (*hi - *lo) / median();
+  }
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -77,34 +95,50 @@ Task<int> run(Runtime& rt, Flags f) {
   if (pg->rank() == 0) fs::create_directories(root);
   co_await step();  // warm up: pools, pages
   // --steps steps alone, with a blocking save after the first, with an asynchronous one there
-  // (which the following steps can hide): the time a save costs is the difference.
-  std::vector<double> ms(3);
-  for (int mode = 0; mode < 3; ++mode) {
-    auto t0 = Clock::now();
-    for (int i = 0; i < f.steps; ++i) {
-      co_await step();
-      const std::string dir = (root / ("m" + std::to_string(mode))).string();
-      if (i == 0 && mode == 1) co_await engine->save_sharded(dir, {});
-      if (i == 0 && mode == 2) co_await engine->save_sharded_async(dir, {});
+  // (which the following steps can hide): the time a save costs is the difference. Then the
+  // throughput of one save and one load of the whole state, and the disk's own write.
+  std::vector<Figure> ms(3);
+  Figure save_gbps, load_gbps, disk_gbps;
+  std::uint64_t bytes = 0;
+  for (int round = 0; round < f.rounds; ++round) {
+    for (int mode = 0; mode < 3; ++mode) {
+      auto t0 = Clock::now();
+      for (int i = 0; i < f.steps; ++i) {
+        co_await step();
+        const std::string dir = (root / ("m" + std::to_string(mode) + "r" + std::to_string(round))).string();
+        if (i == 0 && mode == 1) co_await engine->save_sharded(dir, {});
+        if (i == 0 && mode == 2) co_await engine->save_sharded_async(dir, {});
+      }
+      co_await engine->wait_for_checkpoint();
+      ms[static_cast<std::size_t>(mode)].rounds.push_back(co_await barrier_seconds(*pg, t0) * 1e3);
     }
-    co_await engine->wait_for_checkpoint();
-    ms[static_cast<std::size_t>(mode)] = co_await barrier_seconds(*pg, t0) * 1e3;
+    const fs::path dir = root / ("throughput" + std::to_string(round));
+    auto t0 = Clock::now();
+    co_await engine->save_sharded(dir.string(), {});
+    const double save_s = co_await barrier_seconds(*pg, t0);
+    t0 = Clock::now();
+    co_await engine->load_sharded(dir.string());
+    const double load_s = co_await barrier_seconds(*pg, t0);
+    if (pg->rank() == 0) {
+      bytes = 0;
+      for (const auto& file : fsdp::read_manifest(dir).files) bytes += file.bytes;
+      // Three saves a round: each round's go before the next, so that the disk holds one.
+      for (const auto* name : {"m1r", "m2r", "throughput"}) fs::remove_all(root / (name + std::to_string(round)));
+      save_gbps.rounds.push_back(static_cast<double>(bytes) / save_s / 1e9);
+      load_gbps.rounds.push_back(static_cast<double>(bytes) / load_s / 1e9);
+      disk_gbps.rounds.push_back(static_cast<double>(bytes) / disk_write_seconds(root / "disk.bin", bytes) / 1e9);
+    }
+    co_await pg->world().barrier(pg->world().stream());  // rank 0's disk write is not under the next round
   }
-  // Throughput of one save and one load of the whole state.
-  auto t0 = Clock::now();
-  co_await engine->save_sharded((root / "throughput").string(), {});
-  const double save_s = co_await barrier_seconds(*pg, t0);
-  t0 = Clock::now();
-  co_await engine->load_sharded((root / "throughput").string());
-  const double load_s = co_await barrier_seconds(*pg, t0);
   if (pg->rank() == 0) {
-    std::uint64_t bytes = 0;
-    for (const auto& file : fsdp::read_manifest(root / "throughput").files) bytes += file.bytes;
-    const double disk_s = disk_write_seconds(root / "disk.bin", bytes);
     std::printf("checkpoint ranks=%d config=%s state_bytes=%llu disk_write_gbps=%.2f save_gbps=%.2f load_gbps=%.2f "
-                "steps=%d ms=%.0f ms_with_save=%.0f ms_with_async_save=%.0f\n",
-                pg->size(), f.config.c_str(), static_cast<unsigned long long>(bytes), bytes / disk_s / 1e9,
-                bytes / save_s / 1e9, bytes / load_s / 1e9, f.steps, ms[0], ms[1], ms[2]);
+                "steps=%d ms=%.0f ms_with_save=%.0f ms_with_async_save=%.0f disk_write_gbps_spread=%.2f "
+                "save_gbps_spread=%.2f load_gbps_spread=%.2f ms_spread=%.2f ms_with_save_spread=%.2f "
+                "ms_with_async_save_spread=%.2f\n",
+                pg->size(), f.config.c_str(), static_cast<unsigned long long>(bytes), disk_gbps.median(),
+                save_gbps.median(), load_gbps.median(), f.steps, ms[0].median(), ms[1].median(), ms[2].median(),
+                disk_gbps.spread(), save_gbps.spread(), load_gbps.spread(), ms[0].spread(), ms[1].spread(),
+                ms[2].spread());
     std::fflush(stdout);
     fs::remove_all(root);
   }
@@ -122,10 +156,15 @@ int main(int argc, char** argv) {
     else if (k == "--dir") f.dir = v;
     else if (k == "--steps") f.steps = std::atoi(v.c_str());
     else if (k == "--seq") f.seq = std::atoi(v.c_str());
+    else if (k == "--rounds") f.rounds = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "bench_checkpoint: unknown flag %s\n", k.c_str());
       return 2;
     }
+  }
+  if (f.steps < 1 || f.rounds < 1) {
+    std::fprintf(stderr, "bench_checkpoint: --steps and --rounds must be at least 1\n");
+    return 2;
   }
   return transport::run_rank("bench_checkpoint", {.name = "bench"},
                              [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });

@@ -80,7 +80,8 @@ def coshard(a, strategy, ranks, model, batch, seq, steps):
 def torch_peer(a, mode, ranks, model, batch, seq, steps):
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", str(ranks),
            str(PEER), "--mode", mode, "--threads", str(a.threads), *common(a, model, batch, seq, steps)]
-    out, rss = run(cmd, env={"OMP_NUM_THREADS": str(a.threads)}, what=f"torch {mode} on {ranks} ranks")
+    out, rss = run(cmd, env={"OMP_NUM_THREADS": str(a.threads), "OPENBLAS_NUM_THREADS": str(a.threads)},
+                   what=f"torch {mode} on {ranks} ranks")
     return records(out), rss
 
 

@@ -4,12 +4,18 @@
 # forward + backward + AdamW per step, one process. attention=sdpa (torch >= 2.0) runs attention as
 # F.scaled_dot_product_attention instead, as nanoGPT does where it exists.
 # Prints:  torch <version> attention=<a> threads=<n> step_ms=<median> (forward <f>, backward <b>, AdamW <a>)
+#          spread=<(max - min) / median of the steps>
 # Usage: python bench/torch/gpt2_eager.py config=layers=6,heads=6,width=384,vocab=256,context=256
 #                                         [batch=4] [seq=256] [steps=5] [threads=1] [attention=eager|sdpa]
 import os
 import statistics
 import sys
 import time
+
+# Debian's torch runs its GEMMs through libblas (OpenBLAS), whose threads torch.set_num_threads
+# does not govern: without this they ran on every core, beside coshard's one thread. It must be set
+# before torch loads the library.
+os.environ["OPENBLAS_NUM_THREADS"] = dict(a.split("=", 1) for a in sys.argv[1:]).get("threads", "1")
 
 import torch
 
@@ -57,9 +63,11 @@ def main():
         if s:
             fwd.append(t1 - t0), bwd.append(t2 - t1), adam.append(t3 - t2)
     med = statistics.median
-    step = med([f + b + o for f, b, o in zip(fwd, bwd, adam)])
+    steps_s = [f + b + o for f, b, o in zip(fwd, bwd, adam)]
+    step = med(steps_s)
     print(f"torch {torch.__version__} attention={attention} threads={torch.get_num_threads()} step_ms={step * 1e3:.1f} "
-          f"(forward {med(fwd) * 1e3:.1f}, backward {med(bwd) * 1e3:.1f}, AdamW {med(adam) * 1e3:.1f})")
+          f"(forward {med(fwd) * 1e3:.1f}, backward {med(bwd) * 1e3:.1f}, AdamW {med(adam) * 1e3:.1f}) "
+          f"spread={(max(steps_s) - min(steps_s)) / step:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,14 @@
 # scaled_dot_product_attention exists (torch >= 2.0) it is timed too, as op=attention_sdpa.
 # Usage: python bench/torch/kernels_baseline.py [threads=1] [only=OP] [min_seconds=0.5]
 import math
+import os
 import sys
 import time
+
+# Debian's torch runs its GEMMs through libblas (OpenBLAS), whose threads torch.set_num_threads
+# does not govern: without this they ran on every core, beside coshard's one thread. It must be set
+# before torch loads the library.
+os.environ["OPENBLAS_NUM_THREADS"] = dict(a.split("=", 1) for a in sys.argv[1:]).get("threads", "1")
 
 import torch
 import torch.nn.functional as F

@@ -7,10 +7,18 @@
 #   zero3  a hand-written ZeRO-3: all_gather for forward and backward, reduce_scatter_tensor for
 #          the gradients (all_to_all + sum on torch 1.13, whose gloo has no reduce-scatter)
 # Prints:  torch <mode> world=<n> batch=<b> step_ms=<ms> steps_per_s=<x> spread=<(max-min)/median>
+# timed as bench_fsdp_step is: 5 rounds of steps/5 steps, the median round's mean step and the
+# rounds' spread.
 # Usage: bench/torch/mlp_baseline.py ddp|fsdp2|zero3 [world=2] [batch=128] [steps=20] [hidden=2048]
 import socket
+import os
 import sys
 import time
+
+# Debian's torch runs its GEMMs through libblas (OpenBLAS), whose threads torch.set_num_threads
+# does not govern: without this they ran on every core, beside coshard's one thread. It must be set
+# before torch loads the library.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import torch
 import torch.distributed as dist
@@ -108,11 +116,12 @@ def run(rank, world, mode, batch, steps, h, port):
     for _ in range(2):
         step()
     dist.barrier()
-    times = []
-    for _ in range(steps):
+    times, rounds = [], 5
+    for _ in range(rounds):
         t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
+        for _ in range(max(1, steps // rounds)):
+            step()
+        times.append((time.perf_counter() - t0) * 1e3 / max(1, steps // rounds))
     dist.barrier()
     times.sort()
     ms = times[len(times) // 2]
