@@ -100,10 +100,11 @@ Result run(const std::vector<float>& qkv, const Shape& s, const std::vector<floa
   return r;
 }
 
-// T around the tile of 64 (1, below, at, above, several tiles with a ragged last one) and heads
-// 1..128 wide, odd widths included.
-const Shape kShapes[] = {{2, 5, 12, 3},  {1, 1, 8, 2},    {1, 63, 6, 6},    {2, 64, 14, 2},   {1, 65, 3, 1},
-                         {1, 130, 9, 3}, {1, 200, 32, 1}, {1, 70, 128, 1},  {2, 129, 256, 2}, {1, 97, 40, 8}};
+// T around the tile of 64 (1, below, at, above, several tiles with a ragged last one, and 300 and
+// 577, where more tiles than a key tile of 256 would hold), heads 1..128 wide, odd widths included.
+const Shape kShapes[] = {{2, 5, 12, 3},   {1, 1, 8, 2},    {1, 63, 6, 6},   {2, 64, 14, 2},
+                         {1, 65, 3, 1},   {1, 130, 9, 3},  {1, 200, 32, 1}, {1, 70, 128, 1},
+                         {2, 129, 256, 2}, {1, 97, 40, 8}, {1, 300, 8, 2},  {1, 577, 12, 3}};
 
 TEST(OpsAttention, MatchesFloat64ReferenceOnOddShapes) {
   std::uint32_t seed = 1;
