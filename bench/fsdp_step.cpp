@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/units.hpp"

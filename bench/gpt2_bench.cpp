@@ -106,6 +106,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (batch < 1 || seq < 1 || steps < 1) {
+    std::fprintf(stderr, "bench_gpt2: --batch, --seq and --steps must be at least 1\n");
+    return 2;
+  }
   const gpt2::Config c = gpt2::parse_config(spec);
   if (seq > c.context) seq = static_cast<int>(c.context);
   const auto B = static_cast<std::size_t>(batch), T = static_cast<std::size_t>(seq);

@@ -19,6 +19,8 @@ def main():
     files, out = sys.argv[1:-1], sys.argv[-1]
     results = json.load(open(files[0]))
     for more in files[1:]:
+        if "bench" not in results or "bench" not in json.load(open(more)):
+            sys.exit("plot.py: only bench results (not parity) can be drawn from several files")
         results["bench"] += json.load(open(more))["bench"]
     if "parity" in results:
         runs = results["parity"]

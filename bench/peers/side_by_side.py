@@ -133,6 +133,8 @@ def over_runs(runs):
 
 
 def bench(a, work):
+    if a.repeats < 1:
+        sys.exit("side_by_side.py: --repeats must be at least 1")
     rows = []
     for model in a.models:
         batch, seq = SHAPES[model]
