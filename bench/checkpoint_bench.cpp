@@ -23,6 +23,7 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "coshard/transport/rank_main.hpp"
+#include "summary.hpp"
 
 using namespace coshard;
 namespace fs = std::filesystem;
@@ -38,19 +39,6 @@ struct Flags {
   int rounds = 3;
 };
 
-// A figure over rounds: its median, and the rounds' spread (max - min) / median.
-struct Figure {
-  std::vector<double> rounds;
-  double median() const {
-    auto v = rounds;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-  double spread() const {
-    const auto [lo, hi] = std::minmax_element(rounds.begin(), rounds.end());
-    return (*hi - *lo) / median();
-  }
-};
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -97,8 +85,8 @@ Task<int> run(Runtime& rt, Flags f) {
   // --steps steps alone, with a blocking save after the first, with an asynchronous one there
   // (which the following steps can hide): the time a save costs is the difference. Then the
   // throughput of one save and one load of the whole state, and the disk's own write.
-  std::vector<Figure> ms(3);
-  Figure save_gbps, load_gbps, disk_gbps;
+  std::vector<std::vector<double>> ms(3);  // per round, of each figure
+  std::vector<double> save_gbps, load_gbps, disk_gbps;
   std::uint64_t bytes = 0;
   for (int round = 0; round < f.rounds; ++round) {
     for (int mode = 0; mode < 3; ++mode) {
@@ -110,7 +98,7 @@ Task<int> run(Runtime& rt, Flags f) {
         if (i == 0 && mode == 2) co_await engine->save_sharded_async(dir, {});
       }
       co_await engine->wait_for_checkpoint();
-      ms[static_cast<std::size_t>(mode)].rounds.push_back(co_await barrier_seconds(*pg, t0) * 1e3);
+      ms[static_cast<std::size_t>(mode)].push_back(co_await barrier_seconds(*pg, t0) * 1e3);
     }
     const fs::path dir = root / ("throughput" + std::to_string(round));
     auto t0 = Clock::now();
@@ -124,21 +112,23 @@ Task<int> run(Runtime& rt, Flags f) {
       for (const auto& file : fsdp::read_manifest(dir).files) bytes += file.bytes;
       // Three saves a round: each round's go before the next, so that the disk holds one.
       for (const auto* name : {"m1r", "m2r", "throughput"}) fs::remove_all(root / (name + std::to_string(round)));
-      save_gbps.rounds.push_back(static_cast<double>(bytes) / save_s / 1e9);
-      load_gbps.rounds.push_back(static_cast<double>(bytes) / load_s / 1e9);
-      disk_gbps.rounds.push_back(static_cast<double>(bytes) / disk_write_seconds(root / "disk.bin", bytes) / 1e9);
+      save_gbps.push_back(static_cast<double>(bytes) / save_s / 1e9);
+      load_gbps.push_back(static_cast<double>(bytes) / load_s / 1e9);
+      disk_gbps.push_back(static_cast<double>(bytes) / disk_write_seconds(root / "disk.bin", bytes) / 1e9);
     }
     co_await pg->world().barrier(pg->world().stream());  // rank 0's disk write is not under the next round
   }
   if (pg->rank() == 0) {
+    using bench::summarise;
+    const auto disk = summarise(disk_gbps), save = summarise(save_gbps), load = summarise(load_gbps);
+    const auto alone = summarise(ms[0]), with_save = summarise(ms[1]), with_async = summarise(ms[2]);
     std::printf("checkpoint ranks=%d config=%s state_bytes=%llu disk_write_gbps=%.2f save_gbps=%.2f load_gbps=%.2f "
                 "steps=%d ms=%.0f ms_with_save=%.0f ms_with_async_save=%.0f disk_write_gbps_spread=%.2f "
                 "save_gbps_spread=%.2f load_gbps_spread=%.2f ms_spread=%.2f ms_with_save_spread=%.2f "
                 "ms_with_async_save_spread=%.2f\n",
-                pg->size(), f.config.c_str(), static_cast<unsigned long long>(bytes), disk_gbps.median(),
-                save_gbps.median(), load_gbps.median(), f.steps, ms[0].median(), ms[1].median(), ms[2].median(),
-                disk_gbps.spread(), save_gbps.spread(), load_gbps.spread(), ms[0].spread(), ms[1].spread(),
-                ms[2].spread());
+                pg->size(), f.config.c_str(), static_cast<unsigned long long>(bytes), disk.median, save.median,
+                load.median, f.steps, alone.median, with_save.median, with_async.median, disk.spread, save.spread,
+                load.spread, alone.spread, with_save.spread, with_async.spread);
     std::fflush(stdout);
     fs::remove_all(root);
   }

@@ -21,6 +21,7 @@
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "coshard/transport/rank_main.hpp"
+#include "summary.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
@@ -85,13 +86,11 @@ Task<int> run(Runtime& rt, Flags f) {
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
       }
       co_await c.all_reduce(slowest, Reduction::max(), s);
-      std::vector<float> us(slowest.data_as<float>(), slowest.data_as<float>() + rounds);
-      std::sort(us.begin(), us.end());
-      const double median = us[rounds / 2];
+      const auto us = bench::summarise({slowest.data_as<float>(), slowest.data_as<float>() + rounds});
       if (r == 0) {
-        double algbw = static_cast<double>(used) / (median * 1e3);
-        std::printf("coshard %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, median, algbw,
-                    algbw * bus_factor(op, n), (us.back() - us.front()) / median);
+        double algbw = static_cast<double>(used) / (us.median * 1e3);
+        std::printf("coshard %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, us.median, algbw,
+                    algbw * bus_factor(op, n), us.spread);
         std::fflush(stdout);
       }
     }

@@ -23,6 +23,7 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/transport/rank_main.hpp"
 #include "mlp_model.hpp"
+#include "summary.hpp"
 
 using namespace coshard;
 
@@ -118,9 +119,7 @@ Task<int> run(Runtime& rt, Flags f) {
     co_await engine->synchronize();
     round_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / f.steps);
   }
-  std::sort(round_ms.begin(), round_ms.end());
-  const double ms = round_ms[round_ms.size() / 2];
-  const double spread = (round_ms.back() - round_ms.front()) / ms;
+  const auto [ms, spread] = bench::summarise(round_ms);
   const int measured = f.steps * f.rounds;
   const auto after = engine->comm_stats();
   const auto report = engine->memory_report();

@@ -20,6 +20,7 @@
 #include "coshard/ops/blas.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "coshard/ops/optim.hpp"
+#include "summary.hpp"
 
 using namespace coshard;
 using Clock = std::chrono::steady_clock;
@@ -28,10 +29,7 @@ namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double median(std::vector<double> v) { return bench::summarise(std::move(v)).median; }
 
 struct Gemm {
   int m, n, k;
@@ -153,10 +151,9 @@ int main(int argc, char** argv) {
                 1e3 * (tf + tb + ta), 1e3 * tf, 1e3 * tb, 1e3 * ta, 1e3 * tg);
   }
   const double st = median(step), gt = median(gemm), at = median(attn);
-  const auto [lo, hi] = std::minmax_element(step.begin(), step.end());
   std::printf("median step %.1f ms (forward %.1f, backward %.1f, AdamW %.1f), %.0f tokens/s, spread %.2f\n", 1e3 * st,
               1e3 * median(fwd), 1e3 * median(bwd), 1e3 * median(adam), static_cast<double>(batch * seq) / st,
-              (*hi - *lo) / st);
+              bench::summarise(step).spread);
   std::printf("sum of its %zu GEMMs %.1f ms (%.1f GFLOP/s); step / GEMMs = %.2f\n", gemms.size(), 1e3 * gt,
               flops / gt / 1e9, st / gt);
   std::printf("with attention's %zu products (half of %.1f ms, causal) %.1f ms; step / all GEMMs = %.2f\n",

@@ -18,6 +18,7 @@
 #include "coshard/ops/gelu.hpp"
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/optim.hpp"
+#include "summary.hpp"
 
 using namespace coshard;
 using Clock = std::chrono::steady_clock;
@@ -49,9 +50,8 @@ struct Timer {
       fn();
       t.push_back(std::chrono::duration<double>(Clock::now() - a).count() * 1e3);
     }
-    std::sort(t.begin(), t.end());
-    const double med = t[t.size() / 2];
-    std::printf("op=%s shape=%s ms=%.3f spread=%.3f\n", op.c_str(), shape.c_str(), med, (t.back() - t.front()) / med);
+    const auto s = bench::summarise(std::move(t));
+    std::printf("op=%s shape=%s ms=%.3f spread=%.3f\n", op.c_str(), shape.c_str(), s.median, s.spread);
     std::fflush(stdout);
   }
 };

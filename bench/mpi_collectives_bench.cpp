@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "summary.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   std::size_t min = 1024, max = 256u << 20;
@@ -56,12 +58,11 @@ int main(int argc, char** argv) {
       }
       MPI_Reduce(us, slowest, rounds, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (r == 0) {
-        std::sort(slowest, slowest + rounds);
-        const double median = slowest[rounds / 2];
-        double algbw = static_cast<double>(used) / (median * 1e3);
+        const auto t = coshard::bench::summarise({slowest, slowest + rounds});
+        double algbw = static_cast<double>(used) / (t.median * 1e3);
         double factor = op == "all_reduce" ? 2.0 * (n - 1) / n : static_cast<double>(n - 1) / n;
-        std::printf("mpi %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, median, algbw, algbw * factor,
-                    (slowest[rounds - 1] - slowest[0]) / median);
+        std::printf("mpi %-15s %12zu %12.1f %10.3f %10.3f %6.2f\n", op.c_str(), used, t.median, algbw,
+                    algbw * factor, t.spread);
         std::fflush(stdout);
       }
     }
