@@ -6,14 +6,21 @@
 // noisy neighbour or a frequency change hits both alike. Counters:
 //   GFLOPs      ours (2*rows*in*out per GEMM)      raw_GFLOPs   the bare sgemm calls
 //   overhead    ours time / raw time (goal < 1.05) blas_threads OpenBLAS threads used
+//   LinearBf16Forward, LinearBf16Backward: the same ops on bf16 weights (mixed precision) against
+//   the same f32 sgemms, so overhead < 1 is what bf16 gains; bf16_kernel is 1 when the
+//   AVX512-BF16 kernel ran, 0 for the round-widen-sgemm path (cpu.hpp).
 // Threads: 1 unless OPENBLAS_NUM_THREADS says otherwise (coshard's default, see blas.hpp).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "coshard/ops/blas.hpp"
+#include "coshard/ops/cast.hpp"
+#include "coshard/ops/cpu.hpp"
 #include "coshard/ops/linear.hpp"
 
 using namespace coshard;
@@ -101,6 +108,59 @@ void BM_LinearBackward(benchmark::State& state) {
       });
 }
 
+std::vector<std::uint16_t> bf16_of(const std::vector<float>& v) {
+  std::vector<std::uint16_t> out(v.size());
+  ops::cast_f32_to_bf16(v, out);
+  return out;
+}
+
+void BM_LinearBf16Forward(benchmark::State& state) {
+  const auto rows = static_cast<std::size_t>(state.range(0));
+  const auto in = static_cast<std::size_t>(state.range(1));
+  const auto out = static_cast<std::size_t>(state.range(2));
+  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), b = filled(out, 1.0f);
+  const auto wh = bf16_of(w);
+  std::vector<float> y(rows * out), y_raw(rows * out);
+  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
+  compare(
+      state, 2.0 * static_cast<double>(rows * in * out),
+      [&] {
+        ops::linear_forward(x, wh, b, y, rows, in, out);
+        benchmark::ClobberMemory();
+      },
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data(), k, w.data(), n, 0.0f,
+                    y_raw.data(), n);
+        benchmark::ClobberMemory();
+      });
+  state.counters["bf16_kernel"] = std::string(ops::cpu_bf16_gemm()) == "avx512_bf16" ? 1 : 0;
+}
+
+void BM_LinearBf16Backward(benchmark::State& state) {
+  const auto rows = static_cast<std::size_t>(state.range(0));
+  const auto in = static_cast<std::size_t>(state.range(1));
+  const auto out = static_cast<std::size_t>(state.range(2));
+  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), dy = filled(rows * out, 0.01f);
+  const auto wh = bf16_of(w);
+  std::vector<float> dx(rows * in), dw(in * out, 0.0f), db(out, 0.0f);
+  std::vector<float> dx_raw(rows * in), dw_raw(in * out, 0.0f);
+  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
+  compare(
+      state, 4.0 * static_cast<double>(rows * in * out),
+      [&] {
+        ops::linear_backward(dy, x, wh, dx, dw, db, rows, in, out);
+        benchmark::ClobberMemory();
+      },
+      [&] {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, dy.data(), n, w.data(), n, 0.0f,
+                    dx_raw.data(), k);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x.data(), k, dy.data(), n, 1.0f,
+                    dw_raw.data(), n);
+        benchmark::ClobberMemory();
+      });
+  state.counters["bf16_kernel"] = std::string(ops::cpu_bf16_gemm()) == "avx512_bf16" ? 1 : 0;
+}
+
 // GPT-2 small: c_attn 768->2304, attn c_proj 768->768, mlp c_fc 768->3072, mlp c_proj 3072->768.
 void gpt2_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"rows", "in", "out"});
@@ -111,5 +171,7 @@ void gpt2_shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_LinearForward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_LinearBackward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LinearBf16Forward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LinearBf16Backward)->Apply(gpt2_shapes)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

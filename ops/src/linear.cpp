@@ -3,9 +3,11 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "blas_internal.hpp"
 #include "check.hpp"
+#include "isa/gemm_bf16.hpp"
 
 namespace coshard::ops {
 
@@ -26,10 +28,10 @@ std::string w_shape(WeightLayout layout, std::size_t in, std::size_t out) {
                                         : "[out, in] = " + detail::dims({out, in});
 }
 
-}  // namespace
-
-void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b, std::span<float> y,
-                    std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
+// The checks of both weight dtypes; returns the dimensions as BLAS takes them.
+template <class W>
+Dims check_forward(std::span<const float> x, std::span<const W> w, std::span<const float> b, std::span<float> y,
+                   std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
   constexpr const char* op = "linear_forward";
   const Dims d = check_dims(op, rows, in, out);
   detail::check_size(op, "x", x, rows * in, "[rows, in] = " + detail::dims({rows, in}));
@@ -38,28 +40,21 @@ void linear_forward(std::span<const float> x, std::span<const float> w, std::spa
   detail::check_size(op, "y", y, rows * out, "[rows, out] = " + detail::dims({rows, out}));
   detail::check_disjoint(op, "y", y, "x", x);
   detail::check_disjoint(op, "y", y, "w", w);
-  if (rows == 0) return;
-  detail::apply_default_blas_threads();
-
-  // The bias goes in as GEMM's C with beta = 1: one write pass over y instead of a second
-  // read-modify-write pass after the GEMM.
-  float beta = 0.0f;
-  if (!b.empty()) {
-    for (std::size_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), y.begin() + static_cast<std::ptrdiff_t>(r * out));
-    beta = 1.0f;
-  }
-  if (layout == WeightLayout::in_out) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.out,
-                beta, y.data(), d.out);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.in,
-                beta, y.data(), d.out);
-  }
+  return d;
 }
 
-void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
-                     std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
-                     std::size_t out, WeightLayout layout) {
+// The bias goes in as GEMM's C with beta = 1: one write pass over y instead of a second
+// read-modify-write pass after the GEMM. Returns beta.
+float bias_into(std::span<const float> b, std::span<float> y, std::size_t rows, std::size_t out) {
+  if (b.empty()) return 0.0f;
+  for (std::size_t r = 0; r < rows; ++r) std::copy(b.begin(), b.end(), y.begin() + static_cast<std::ptrdiff_t>(r * out));
+  return 1.0f;
+}
+
+template <class W>
+Dims check_backward(std::span<const float> dy, std::span<const float> x, std::span<const W> w, std::span<float> dx,
+                    std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in, std::size_t out,
+                    WeightLayout layout) {
   constexpr const char* op = "linear_backward";
   const Dims d = check_dims(op, rows, in, out);
   detail::check_size(op, "dy", dy, rows * out, "[rows, out] = " + detail::dims({rows, out}));
@@ -73,6 +68,39 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
   detail::check_disjoint(op, "dw", dw, "dy", dy);
   detail::check_disjoint(op, "dw", dw, "x", x);
   detail::check_disjoint(op, "db", db, "dy", dy);
+  return d;
+}
+
+// db += the column sums of dy, in f32 whatever the weights' dtype.
+void bias_grad(std::span<const float> dy, std::span<float> db, std::size_t rows, std::size_t out) {
+  float* __restrict acc = db.data();
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict g = dy.data() + r * out;
+    for (std::size_t j = 0; j < out; ++j) acc[j] += g[j];
+  }
+}
+
+}  // namespace
+
+void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b, std::span<float> y,
+                    std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
+  const Dims d = check_forward(x, w, b, y, rows, in, out, layout);
+  if (rows == 0) return;
+  detail::apply_default_blas_threads();
+  const float beta = bias_into(b, y, rows, out);
+  if (layout == WeightLayout::in_out) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.out,
+                beta, y.data(), d.out);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.in,
+                beta, y.data(), d.out);
+  }
+}
+
+void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
+                     std::size_t out, WeightLayout layout) {
+  const Dims d = check_backward(dy, x, w, dx, dw, db, rows, in, out, layout);
   if (rows == 0) return;
   detail::apply_default_blas_threads();
 
@@ -97,13 +125,45 @@ void linear_backward(std::span<const float> dy, std::span<const float> x, std::s
                   d.in, 1.0f, dw.data(), d.in);
     }
   }
-  if (!db.empty()) {
-    float* __restrict acc = db.data();
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* __restrict g = dy.data() + r * out;
-      for (std::size_t j = 0; j < out; ++j) acc[j] += g[j];
+  if (!db.empty()) bias_grad(dy, db, rows, out);
+}
+
+// bf16 weights: the same three products through the bf16 GEMM (isa/gemm_bf16.hpp), whose operands
+// are described by their strides instead of BLAS's transpose flags.
+void linear_forward(std::span<const float> x, std::span<const std::uint16_t> w, std::span<const float> b,
+                    std::span<float> y, std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
+  check_forward(x, w, b, y, rows, in, out, layout);
+  if (rows == 0) return;
+  const bool in_out = layout == WeightLayout::in_out;
+  const float beta = bias_into(b, y, rows, out);
+  // y[rows, out] = x[rows, in] W: W (k = i, j = o) at w[i * out + o] (in_out) or w[o * in + i].
+  detail::gemm_bf16_for_now().run({rows, out, in, {x.data(), false, in, 1},
+                                   {w.data(), true, in_out ? out : 1, in_out ? 1 : in}, y.data(), out, beta != 0.0f});
+}
+
+void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const std::uint16_t> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
+                     std::size_t out, WeightLayout layout) {
+  check_backward(dy, x, w, dx, dw, db, rows, in, out, layout);
+  if (rows == 0) return;
+  const bool in_out = layout == WeightLayout::in_out;
+  const detail::GemmBf16& gemm = detail::gemm_bf16_for_now();
+  if (!dx.empty()) {
+    // dx[rows, in] = dy[rows, out] W^T: W^T (k = o, j = i) at w[i * out + o] (in_out) or w[o * in + i].
+    gemm.run({rows, in, out, {dy.data(), false, out, 1}, {w.data(), true, in_out ? 1 : in, in_out ? out : 1}, dx.data(),
+              in, false});
+  }
+  if (!dw.empty()) {
+    // dW[in, out] += x^T dy (in_out), or dW[out, in] += dy^T x.
+    const detail::GemmOperand xt{x.data(), false, 1, in}, dyt{dy.data(), false, 1, out};
+    const detail::GemmOperand xr{x.data(), false, in, 1}, dyr{dy.data(), false, out, 1};
+    if (in_out) {
+      gemm.run({in, out, rows, xt, dyr, dw.data(), out, true});
+    } else {
+      gemm.run({out, in, rows, dyt, xr, dw.data(), in, true});
     }
   }
+  if (!db.empty()) bias_grad(dy, db, rows, out);
 }
 
 }  // namespace coshard::ops

@@ -26,6 +26,13 @@ foreach(isa baseline avx2 avx512)
   set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa} PROPERTIES LABELS unit)
 endforeach()
 
+# The bf16 GEMM: every implementation this CPU runs against float64, and the choice between them
+# (once as is, once with the AVX-512 kernels ruled out).
+coshard_test(ops_gemm_bf16_test unit ops/gemm_bf16_test.cpp LIBS coshard::ops)
+target_include_directories(ops_gemm_bf16_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
+add_test(NAME OpsGemmBf16.Asked.avx2 COMMAND ops_gemm_bf16_test --gtest_filter=GemmBf16Choice.*:*LinearBf16*)
+set_tests_properties(OpsGemmBf16.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)
+
 # CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
 if(COSHARD_HAVE_CUDA)
   coshard_test(ops_cuda_test gpu ops/cuda_ops_test.cpp LIBS coshard::ops)

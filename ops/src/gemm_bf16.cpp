@@ -1,0 +1,88 @@
+// The portable bf16 GEMM and the choice between it and the AVX512-BF16 kernel (isa/gemm_bf16.hpp).
+#include <cblas.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "blas_internal.hpp"
+#include "coshard/kernels/cast.hpp"
+#include "coshard/ops/blas.hpp"
+#include "coshard/ops/cpu.hpp"
+#include "isa/gemm_bf16.hpp"
+
+namespace coshard::ops::detail {
+
+namespace {
+
+// Operand (r, c) for r < rows, c < cols, rounded to bf16 and widened back: a row-major f32 copy.
+std::vector<float> rounded(const GemmOperand& m, std::size_t rows, std::size_t cols) {
+  std::vector<float> out(rows * cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t c = 0; c < cols; ++c) {
+      const std::size_t at = r * m.rs + c * m.cs;
+      const std::uint16_t h = m.bf16 ? static_cast<const std::uint16_t*>(m.data)[at]
+                                     : kernels::f32_to_bf16(static_cast<const float*>(m.data)[at]);
+      out[r * cols + c] = kernels::bf16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+void zero_or_keep(const GemmBf16Args& g) {
+  if (g.accumulate) return;
+  for (std::size_t i = 0; i < g.M; ++i) std::memset(g.c + i * g.ldc, 0, g.N * sizeof(float));
+}
+
+void run_sgemm(const GemmBf16Args& g) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) return zero_or_keep(g);
+  const std::vector<float> a = rounded(g.a, g.M, g.K), b = rounded(g.b, g.K, g.N);
+  apply_default_blas_threads();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(g.M), static_cast<int>(g.N),
+              static_cast<int>(g.K), 1.0f, a.data(), static_cast<int>(g.K), b.data(), static_cast<int>(g.N),
+              g.accumulate ? 1.0f : 0.0f, g.c, static_cast<int>(g.ldc));
+}
+
+#if defined(COSHARD_ISA_X86)
+void run_avx512_bf16(const GemmBf16Args& g) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) return zero_or_keep(g);
+  const GemmBf16Kernel& k = isa_avx512_bf16::table();
+  std::vector<std::uint32_t> a(k.a_words()), b(k.b_words(g.N));
+  k.run(g, a.data(), b.data());
+}
+
+bool cpu_runs_avx512_bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+}
+#endif
+
+}  // namespace
+
+GemmBf16List runnable_gemm_bf16() {
+  GemmBf16List list{{{"sgemm", run_sgemm}}, 1};
+#if defined(COSHARD_ISA_X86)
+  if (cpu_runs_avx512_bf16()) list.impls[list.size++] = {"avx512_bf16", run_avx512_bf16};
+#endif
+  return list;
+}
+
+const GemmBf16& gemm_bf16_for_now() {
+  static const GemmBf16List all = runnable_gemm_bf16();
+  apply_default_blas_threads();
+  const bool kernel_allowed = std::strcmp(cpu_isa(), "avx512") == 0 && blas_threads() == 1;
+  return kernel_allowed ? all.impls[all.size - 1] : all.impls[0];
+}
+
+}  // namespace coshard::ops::detail
+
+namespace coshard::ops {
+
+const char* cpu_bf16_gemm() { return detail::gemm_bf16_for_now().name; }
+
+}  // namespace coshard::ops
