@@ -3,6 +3,7 @@
 #include <string>
 
 #include "check.hpp"
+#include "coshard/kernels/cast.hpp"
 
 namespace coshard::ops {
 
@@ -17,10 +18,12 @@ void check_common(const char* op, std::span<const std::int32_t> tokens, std::siz
   }
 }
 
-}  // namespace
+float widen(float x) { return x; }
+float widen(std::uint16_t h) { return kernels::bf16_to_f32(h); }
 
-void embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte, std::span<const float> wpe,
-                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+template <class W>
+void forward(std::span<const std::int32_t> tokens, std::span<const W> wte, std::span<const W> wpe, std::span<float> out,
+             std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
   constexpr const char* op = "embedding_forward";
   check_common(op, tokens, wte.size(), wpe.size(), out.size(), B, T, C, V, false);
   detail::check_disjoint(op, "out", out, "wte", wte);
@@ -28,12 +31,25 @@ void embedding_forward(std::span<const std::int32_t> tokens, std::span<const flo
   for (std::size_t b = 0; b < B; ++b) {
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t n = b * T + t;
-      const float* __restrict e = wte.data() + static_cast<std::size_t>(tokens[n]) * C;
-      const float* __restrict p = wpe.data() + t * C;
+      const W* __restrict e = wte.data() + static_cast<std::size_t>(tokens[n]) * C;
+      const W* __restrict p = wpe.data() + t * C;
       float* __restrict o = out.data() + n * C;
-      for (std::size_t i = 0; i < C; ++i) o[i] = e[i] + p[i];
+      for (std::size_t i = 0; i < C; ++i) o[i] = widen(e[i]) + widen(p[i]);
     }
   }
+}
+
+}  // namespace
+
+void embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte, std::span<const float> wpe,
+                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  forward(tokens, wte, wpe, out, B, T, C, V);
+}
+
+void embedding_forward(std::span<const std::int32_t> tokens, std::span<const std::uint16_t> wte,
+                       std::span<const std::uint16_t> wpe, std::span<float> out, std::size_t B, std::size_t T,
+                       std::size_t C, std::size_t V) {
+  forward(tokens, wte, wpe, out, B, T, C, V);
 }
 
 void embedding_backward(std::span<const float> dout, std::span<const std::int32_t> tokens, std::span<float> dwte,

@@ -1,8 +1,10 @@
 // The portable bf16 GEMM and the choice between it and the AVX512-BF16 kernel (isa/gemm_bf16.hpp).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "blas_internal.hpp"
@@ -45,12 +47,42 @@ void run_sgemm(const GemmBf16Args& g) {
 }
 
 #if defined(COSHARD_ISA_X86)
+// Columns [n0, n0 + n) of the product: B and C start n0 columns in.
+GemmBf16Args columns(const GemmBf16Args& g, std::size_t n0, std::size_t n) {
+  GemmBf16Args part = g;
+  part.N = n;
+  const std::size_t elem = g.b.bf16 ? sizeof(std::uint16_t) : sizeof(float);
+  part.b.data = static_cast<const char*>(g.b.data) + n0 * g.b.cs * elem;
+  part.c = g.c + n0;
+  return part;
+}
+
+// The kernel on as many threads as OpenBLAS would use (blas_threads(): one per rank by default),
+// each on its own slice of C's columns, a multiple of the micro-tile wide. Threads are started per
+// call: a GEMM worth splitting takes milliseconds, a thread's start tens of microseconds.
 void run_avx512_bf16(const GemmBf16Args& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) return zero_or_keep(g);
   const GemmBf16Kernel& k = isa_avx512_bf16::table();
-  std::vector<std::uint32_t> a(k.a_words()), b(k.b_words(g.N));
-  k.run(g, a.data(), b.data());
+  constexpr double kSplitMacs = 1 << 22;  // below this a thread's start is a noticeable share
+  const std::size_t tiles = (g.N + k.nr - 1) / k.nr;
+  std::size_t threads = static_cast<std::size_t>(std::max(1, blas_threads()));
+  if (static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K) < kSplitMacs) threads = 1;
+  threads = std::min(threads, tiles);
+  std::vector<GemmBf16Args> parts;
+  for (std::size_t t = 0, done = 0; t < threads; ++t) {
+    const std::size_t n = std::min(g.N - done, (tiles * (t + 1) / threads - tiles * t / threads) * k.nr);
+    parts.push_back(columns(g, done, n));
+    done += n;
+  }
+  std::vector<std::vector<std::uint32_t>> scratch;
+  for (const auto& p : parts) scratch.emplace_back(k.a_words() + k.b_words(p.N));
+  auto work = [&](std::size_t t) { k.run(parts[t], scratch[t].data(), scratch[t].data() + k.a_words()); };
+  {
+    std::vector<std::jthread> helpers;
+    for (std::size_t t = 1; t < parts.size(); ++t) helpers.emplace_back(work, t);
+    work(0);
+  }  // joined here
 }
 
 bool cpu_runs_avx512_bf16() {
@@ -74,9 +106,7 @@ GemmBf16List runnable_gemm_bf16() {
 
 const GemmBf16& gemm_bf16_for_now() {
   static const GemmBf16List all = runnable_gemm_bf16();
-  apply_default_blas_threads();
-  const bool kernel_allowed = std::strcmp(cpu_isa(), "avx512") == 0 && blas_threads() == 1;
-  return kernel_allowed ? all.impls[all.size - 1] : all.impls[0];
+  return std::strcmp(cpu_isa(), "avx512") == 0 ? all.impls[all.size - 1] : all.impls[0];
 }
 
 }  // namespace coshard::ops::detail

@@ -186,16 +186,31 @@ INSTANTIATE_TEST_SUITE_P(Layout, LinearBf16, ::testing::Values(ops::WeightLayout
                            return p.param == ops::WeightLayout::in_out ? std::string("in_out") : std::string("out_in");
                          });
 
-// The kernel runs on the calling thread, so more than one OpenBLAS thread hands bf16 GEMMs to
-// OpenBLAS; so does a narrower COSHARD_CPU_ISA (OpsGemmBf16.Asked.avx2 runs this suite with it).
-TEST(GemmBf16Choice, TheKernelWhereTheCpuHasItAndOneThread) {
+// The kernel wherever the CPU has it, unless a narrower COSHARD_CPU_ISA rules it out
+// (OpsGemmBf16.Asked.avx2 runs this suite with avx2).
+TEST(GemmBf16Choice, TheKernelWhereTheCpuHasIt) {
   const auto list = ops::detail::runnable_gemm_bf16();
   const bool has = list.size == 2 && std::string(ops::cpu_isa()) == "avx512";
-  ops::set_blas_threads(1);
   EXPECT_EQ(std::string(ops::cpu_bf16_gemm()), has ? "avx512_bf16" : "sgemm") << "CPU ISA " << ops::cpu_isa();
-  ops::set_blas_threads(2);
-  EXPECT_EQ(std::string(ops::cpu_bf16_gemm()), "sgemm");
+}
+
+// On several threads (blas_threads()), each takes a slice of C's columns: the same sums as one.
+TEST(GemmBf16Choice, ThreadsSplitTheColumnsAndGiveTheSameBits) {
+  const std::size_t M = 67, N = 1000, K = 300;
+  const Stored a(M, K, false, false, 91), b(K, N, true, true, 92);
+  std::vector<float> one(M * N), three(M * N, 1.0f);
+  const auto& impl = ops::detail::gemm_bf16_for_now();
   ops::set_blas_threads(1);
+  impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), one.data(), N, false});
+  ops::set_blas_threads(3);
+  impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), three.data(), N, false});
+  ops::set_blas_threads(1);
+  if (std::string(impl.name) == "avx512_bf16") {
+    EXPECT_EQ(one, three);  // each column's sums in the same order
+  } else {
+    EXPECT_LE(worst(three, three, a, b, false, N), 1.0);
+  }
+  EXPECT_LE(worst(one, one, a, b, false, N), 1.0);
 }
 
 }  // namespace

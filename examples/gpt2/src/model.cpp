@@ -27,6 +27,20 @@ void check_grad(std::span<float> g, std::size_t n, const char* what) {
   }
 }
 
+void linear_forward(std::span<const float> x, const GemmWeight& w, std::span<const float> b, std::span<float> y,
+                    std::size_t rows, std::size_t in, std::size_t out,
+                    ops::WeightLayout layout = ops::WeightLayout::in_out) {
+  if (w.bf16.empty()) return ops::linear_forward(x, w.f32, b, y, rows, in, out, layout);
+  ops::linear_forward(x, w.bf16, b, y, rows, in, out, layout);
+}
+
+void linear_backward(std::span<const float> dy, std::span<const float> x, const GemmWeight& w, std::span<float> dx,
+                     std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in, std::size_t out,
+                     ops::WeightLayout layout = ops::WeightLayout::in_out) {
+  if (w.bf16.empty()) return ops::linear_backward(dy, x, w.f32, dx, dw, db, rows, in, out, layout);
+  ops::linear_backward(dy, x, w.bf16, dx, dw, db, rows, in, out, layout);
+}
+
 }  // namespace
 
 Activations::Activations(Config config) : c_(config) {
@@ -77,33 +91,38 @@ void Activations::embedding_forward(std::span<const float> wte, std::span<const 
                          static_cast<std::size_t>(c_.vocab));
 }
 
+void Activations::embedding_forward(std::span<const std::uint16_t> wte, std::span<const std::uint16_t> wpe) {
+  ops::embedding_forward(tokens_, wte, wpe, resid_[0], B_, T_, static_cast<std::size_t>(c_.width),
+                         static_cast<std::size_t>(c_.vocab));
+}
+
 void Activations::block_forward(std::size_t l, const BlockWeights& w) {
   const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, NH = static_cast<std::size_t>(c_.heads);
   Block& a = blocks_.at(l);
   const auto& x = resid_[l];
-  ops::layernorm_forward(x, w[ln_1_weight], w[ln_1_bias], a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
-  ops::linear_forward(a.ln1, w[c_attn_weight], w[c_attn_bias], a.qkv, BT, C, 3 * C);
+  ops::layernorm_forward(x, w.f32[ln_1_weight], w.f32[ln_1_bias], a.ln1, a.ln1_mean, a.ln1_rstd, BT, C);
+  linear_forward(a.ln1, w.gemm(c_attn_weight), w.f32[c_attn_bias], a.qkv, BT, C, 3 * C);
   ops::attention_forward(a.qkv, a.atty, a.att_lse, B_, T_, C, NH);
-  ops::linear_forward(a.atty, w[attn_c_proj_weight], w[attn_c_proj_bias], tmp_, BT, C, C);
+  linear_forward(a.atty, w.gemm(attn_c_proj_weight), w.f32[attn_c_proj_bias], tmp_, BT, C, C);
   ops::residual_forward(x, tmp_, a.res2);
-  ops::layernorm_forward(a.res2, w[ln_2_weight], w[ln_2_bias], a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
-  ops::linear_forward(a.ln2, w[c_fc_weight], w[c_fc_bias], a.fch, BT, C, 4 * C);
+  ops::layernorm_forward(a.res2, w.f32[ln_2_weight], w.f32[ln_2_bias], a.ln2, a.ln2_mean, a.ln2_rstd, BT, C);
+  linear_forward(a.ln2, w.gemm(c_fc_weight), w.f32[c_fc_bias], a.fch, BT, C, 4 * C);
   ops::gelu_forward(a.fch, a.fch_gelu);
-  ops::linear_forward(a.fch_gelu, w[mlp_c_proj_weight], w[mlp_c_proj_bias], tmp_, BT, 4 * C, C);
+  linear_forward(a.fch_gelu, w.gemm(mlp_c_proj_weight), w.f32[mlp_c_proj_bias], tmp_, BT, 4 * C, C);
   ops::residual_forward(a.res2, tmp_, resid_[l + 1]);
 }
 
 float Activations::head_forward(std::span<const float> ln_f_weight, std::span<const float> ln_f_bias,
-                                std::span<const float> head) {
+                                GemmWeight head) {
   const std::size_t C = static_cast<std::size_t>(c_.width), BT = B_ * T_, V = static_cast<std::size_t>(c_.vocab);
   ops::layernorm_forward(resid_.back(), ln_f_weight, ln_f_bias, lnf_, lnf_mean_, lnf_rstd_, BT, C);
-  ops::linear_forward(lnf_, head, {}, logits_, BT, C, V, ops::WeightLayout::out_in);
+  linear_forward(lnf_, head, {}, logits_, BT, C, V, ops::WeightLayout::out_in);
   loss_ = targets_.empty() ? std::numeric_limits<float>::quiet_NaN()
                            : ops::cross_entropy_forward(logits_, targets_, lse_, BT, V);
   return loss_;
 }
 
-void Activations::head_backward(std::span<const float> ln_f_weight, std::span<const float> head,
+void Activations::head_backward(std::span<const float> ln_f_weight, GemmWeight head,
                                 std::span<float> d_ln_f_weight, std::span<float> d_ln_f_bias, std::span<float> d_head,
                                 float dloss) {
   if (targets_.empty()) throw Error(Errc::invalid_argument, "GPT-2 backward: the batch has no targets");
@@ -111,7 +130,7 @@ void Activations::head_backward(std::span<const float> ln_f_weight, std::span<co
   check_grad(d_head, V * C, "the head weight");
   size(dlogits_, BT * V);
   ops::cross_entropy_backward(logits_, targets_, lse_, dlogits_, BT, V, dloss);
-  ops::linear_backward(dlogits_, lnf_, head, dln_, d_head, {}, BT, C, V, ops::WeightLayout::out_in);
+  linear_backward(dlogits_, lnf_, head, dln_, d_head, {}, BT, C, V, ops::WeightLayout::out_in);
   ops::layernorm_backward(dln_, resid_.back(), ln_f_weight, lnf_mean_, lnf_rstd_, dresid_, d_ln_f_weight, d_ln_f_bias,
                           BT, C);
 }
@@ -122,19 +141,19 @@ void Activations::block_backward(std::size_t l, const BlockWeights& w, const Blo
   // dresid_ holds the gradient of the block's output; it leaves holding that of its input.
   std::copy(dresid_.begin(), dresid_.end(), dres2_.begin());
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
-  ops::linear_backward(dresid_, a.fch_gelu, w[mlp_c_proj_weight], dfch_gelu_, g[mlp_c_proj_weight], g[mlp_c_proj_bias],
+  linear_backward(dresid_, a.fch_gelu, w.gemm(mlp_c_proj_weight), dfch_gelu_, g[mlp_c_proj_weight], g[mlp_c_proj_bias],
                        BT, 4 * C, C);
   ops::gelu_backward(dfch_gelu_, a.fch, dfch_);
-  ops::linear_backward(dfch_, a.ln2, w[c_fc_weight], dln_, g[c_fc_weight], g[c_fc_bias], BT, C, 4 * C);
-  ops::layernorm_backward(dln_, a.res2, w[ln_2_weight], a.ln2_mean, a.ln2_rstd, dtmp_, g[ln_2_weight], g[ln_2_bias],
+  linear_backward(dfch_, a.ln2, w.gemm(c_fc_weight), dln_, g[c_fc_weight], g[c_fc_bias], BT, C, 4 * C);
+  ops::layernorm_backward(dln_, a.res2, w.f32[ln_2_weight], a.ln2_mean, a.ln2_rstd, dtmp_, g[ln_2_weight], g[ln_2_bias],
                           BT, C);
   ops::accumulate(dres2_, dtmp_);
   // Attention branch: res2 = x + c_proj(attn(c_attn(ln_1(x)))).
-  ops::linear_backward(dres2_, a.atty, w[attn_c_proj_weight], datty_, g[attn_c_proj_weight], g[attn_c_proj_bias], BT, C,
+  linear_backward(dres2_, a.atty, w.gemm(attn_c_proj_weight), datty_, g[attn_c_proj_weight], g[attn_c_proj_bias], BT, C,
                        C);
   ops::attention_backward(datty_, a.qkv, a.atty, a.att_lse, dqkv_, B_, T_, C, NH);
-  ops::linear_backward(dqkv_, a.ln1, w[c_attn_weight], dln_, g[c_attn_weight], g[c_attn_bias], BT, C, 3 * C);
-  ops::layernorm_backward(dln_, resid_[l], w[ln_1_weight], a.ln1_mean, a.ln1_rstd, dresid_, g[ln_1_weight],
+  linear_backward(dqkv_, a.ln1, w.gemm(c_attn_weight), dln_, g[c_attn_weight], g[c_attn_bias], BT, C, 3 * C);
+  ops::layernorm_backward(dln_, resid_[l], w.f32[ln_1_weight], a.ln1_mean, a.ln1_rstd, dresid_, g[ln_1_weight],
                           g[ln_1_bias], BT, C);
   ops::accumulate(dresid_, dres2_);
 }
@@ -153,7 +172,7 @@ Gpt2::Gpt2(Config config, std::uint64_t seed)
 
 BlockWeights Gpt2::block_weights(std::size_t layer) const {
   BlockWeights w;
-  for (std::size_t k = 0; k < block_param_count; ++k) w[k] = params_.at(block_offset(layer) + k);
+  for (std::size_t k = 0; k < block_param_count; ++k) w.f32[k] = params_.at(block_offset(layer) + k);
   return w;
 }
 

@@ -1,5 +1,9 @@
 #include "coshard/gpt2/units.hpp"
 
+#include <algorithm>
+#include <initializer_list>
+
+#include "coshard/ops/cast.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::gpt2 {
@@ -12,6 +16,59 @@ std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, st
   }
   return specs;
 }
+
+namespace {
+
+// A unit's parameters as its stream work reads them: Scope::param_tensor, f32 (the engine's copy,
+// or no mixed precision) or bf16 (Compute::bf16). Taken when the phase runs; resolved in the work,
+// where the memory may be read: bf16 GEMM weights and embedding tables stay bf16, every other bf16
+// parameter (layernorms, biases) is widened into the model's scratch.
+class PhaseParams {
+ public:
+  PhaseParams(const fsdp::Scope& scope, std::size_t count, const std::string& unit) {
+    for (std::size_t i = 0; i < count; ++i) {
+      tensors_.push_back(scope.param_tensor(i));
+      const DType d = tensors_.back().dtype();
+      if (d != DType::f32 && d != DType::bf16) {
+        throw Error(Errc::invalid_argument, "GPT-2 unit " + unit + " computes in f32 or bf16, but its parameters are " +
+                                                std::string(to_string(d)) +
+                                                ": use gpt2::Compute::f32 with this mixed precision");
+      }
+    }
+  }
+  // In the work: widens every bf16 parameter but those in `kept` into `scratch`.
+  void resolve(std::vector<float>& scratch, std::initializer_list<std::size_t> kept) {
+    auto keep = [&](std::size_t i) { return std::find(kept.begin(), kept.end(), i) != kept.end(); };
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < tensors_.size(); ++i) total += bf16(i) && !keep(i) ? numel(i) : 0;
+    if (scratch.size() < total) scratch.resize(total);  // spans into it are taken after, never before
+    f32_.assign(tensors_.size(), {});
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      if (!bf16(i)) {
+        f32_[i] = {tensors_[i].data_as<float>(), numel(i)};
+      } else if (!keep(i)) {
+        std::span<float> out(scratch.data() + at, numel(i));
+        ops::cast_bf16_to_f32(bits(i), out);
+        f32_[i] = out;
+        at += numel(i);
+      }
+    }
+  }
+  bool bf16(std::size_t i) const { return tensors_[i].dtype() == DType::bf16; }
+  std::span<const float> f32(std::size_t i) const { return f32_.at(i); }
+  std::span<const std::uint16_t> bits(std::size_t i) const {
+    return {static_cast<const std::uint16_t*>(tensors_[i].data()), numel(i)};
+  }
+  GemmWeight gemm(std::size_t i) const { return bf16(i) ? GemmWeight(bits(i)) : GemmWeight(f32(i)); }
+
+ private:
+  std::size_t numel(std::size_t i) const { return static_cast<std::size_t>(tensors_[i].numel()); }
+  std::vector<Tensor> tensors_;
+  std::vector<std::span<const float>> f32_;
+};
+
+}  // namespace
 
 // The embedding (untied layout), or the two-phase root {wte, wpe, ln_f}: phase 0 the embedding,
 // phase 1 the tied head.
@@ -27,19 +84,28 @@ class EmbeddingUnit final : public fsdp::Unit {
     }
     return param_specs(infos, m_.seed_);
   }
+  bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
     Activations* acts = &m_.acts_;
+    std::vector<float>* scratch = &m_.widened_;
+    PhaseParams p(scope, m_.c_.tie_head ? 4 : 2, name());
     if (scope.phase() == 0) {
       if (!m_.pending_) throw Error(Errc::invalid_argument, "GPT-2 forward without a batch: call set_batch() first");
       auto batch = m_.pending_;
-      auto wte = scope.param(0), wpe = scope.param(1);
-      scope.enqueue([acts, batch, wte, wpe] {
+      scope.enqueue([acts, batch, p, scratch]() mutable {
         acts->set_batch(batch->tokens, batch->targets, batch->B, batch->T);
-        acts->embedding_forward(wte, wpe);
+        p.resolve(*scratch, {0, 1});
+        if (p.bf16(0)) {
+          acts->embedding_forward(p.bits(0), p.bits(1));
+        } else {
+          acts->embedding_forward(p.f32(0), p.f32(1));
+        }
       }, "forward " + name());
     } else {
-      auto wte = scope.param(0), lnw = scope.param(2), lnb = scope.param(3);
-      scope.enqueue([acts, wte, lnw, lnb] { acts->head_forward(lnw, lnb, wte); }, "forward head");
+      scope.enqueue([acts, p, scratch]() mutable {
+        p.resolve(*scratch, {0, 1});
+        acts->head_forward(p.f32(2), p.f32(3), p.gemm(0));
+      }, "forward head");
       m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
     }
     co_return;
@@ -50,10 +116,14 @@ class EmbeddingUnit final : public fsdp::Unit {
       auto dwte = scope.grad(0), dwpe = scope.grad(1);
       scope.enqueue([acts, dwte, dwpe] { acts->embedding_backward(dwte, dwpe); }, "backward " + name());
     } else {
-      auto wte = scope.param(0), lnw = scope.param(2), dwte = scope.grad(0), dlnw = scope.grad(2), dlnb = scope.grad(3);
+      PhaseParams p(scope, 4, name());
+      std::vector<float>* scratch = &m_.widened_;
+      auto dwte = scope.grad(0), dlnw = scope.grad(2), dlnb = scope.grad(3);
       const float dloss = m_.dloss_;
-      scope.enqueue([acts, wte, lnw, dwte, dlnw, dlnb, dloss] { acts->head_backward(lnw, wte, dlnw, dlnb, dwte, dloss); },
-                    "backward head");
+      scope.enqueue([acts, p, scratch, dwte, dlnw, dlnb, dloss]() mutable {
+        p.resolve(*scratch, {0, 1});
+        acts->head_backward(p.f32(2), p.gemm(0), dlnw, dlnb, dwte, dloss);
+      }, "backward head");
     }
     co_return;
   }
@@ -69,28 +139,42 @@ class BlockUnit final : public fsdp::Unit {
   std::vector<fsdp::ParamSpec> params() const override {
     return param_specs(block_params(m_.c_, static_cast<std::int64_t>(l_)), m_.seed_);
   }
+  bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
-    BlockWeights w;
-    for (std::size_t k = 0; k < block_param_count; ++k) w[k] = scope.param(k);
     Activations* acts = &m_.acts_;
+    std::vector<float>* scratch = &m_.widened_;
+    PhaseParams p(scope, block_param_count, name());
     const std::size_t l = l_;
-    scope.enqueue([acts, l, w] { acts->block_forward(l, w); }, "forward " + name());
+    scope.enqueue([acts, l, p, scratch]() mutable { acts->block_forward(l, weights(p, *scratch)); },
+                  "forward " + name());
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
-    BlockWeights w;
     BlockGrads g;
-    for (std::size_t k = 0; k < block_param_count; ++k) {
-      w[k] = scope.param(k);
-      g[k] = scope.grad(k);
-    }
+    for (std::size_t k = 0; k < block_param_count; ++k) g[k] = scope.grad(k);
     Activations* acts = &m_.acts_;
+    std::vector<float>* scratch = &m_.widened_;
+    PhaseParams p(scope, block_param_count, name());
     const std::size_t l = l_;
-    scope.enqueue([acts, l, w, g] { acts->block_backward(l, w, g); }, "backward " + name());
+    scope.enqueue([acts, l, p, g, scratch]() mutable { acts->block_backward(l, weights(p, *scratch), g); },
+                  "backward " + name());
     co_return;
   }
 
  private:
+  static BlockWeights weights(PhaseParams& p, std::vector<float>& scratch) {
+    p.resolve(scratch, {c_attn_weight, attn_c_proj_weight, c_fc_weight, mlp_c_proj_weight});
+    BlockWeights w;
+    for (std::size_t k = 0; k < block_param_count; ++k) {
+      if (p.bf16(k) && p.f32(k).empty()) {
+        w.bf16[k] = p.bits(k);
+      } else {
+        w.f32[k] = p.f32(k);
+      }
+    }
+    return w;
+  }
+
   Gpt2Units& m_;
   std::size_t l_;
 };
@@ -101,19 +185,28 @@ class HeadUnit final : public fsdp::Unit {
   explicit HeadUnit(Gpt2Units& m) : m_(m) {}
   std::string name() const override { return "head"; }
   std::vector<fsdp::ParamSpec> params() const override { return param_specs(head_params(m_.c_), m_.seed_); }
+  bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
     Activations* acts = &m_.acts_;
-    auto lnw = scope.param(0), lnb = scope.param(1), w = scope.param(2);
-    scope.enqueue([acts, lnw, lnb, w] { acts->head_forward(lnw, lnb, w); }, "forward head");
+    std::vector<float>* scratch = &m_.widened_;
+    PhaseParams p(scope, 3, name());
+    scope.enqueue([acts, p, scratch]() mutable {
+      p.resolve(*scratch, {2});
+      acts->head_forward(p.f32(0), p.f32(1), p.gemm(2));
+    }, "forward head");
     m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
     Activations* acts = &m_.acts_;
-    auto lnw = scope.param(0), w = scope.param(2), dlnw = scope.grad(0), dlnb = scope.grad(1), dw = scope.grad(2);
+    std::vector<float>* scratch = &m_.widened_;
+    PhaseParams p(scope, 3, name());
+    auto dlnw = scope.grad(0), dlnb = scope.grad(1), dw = scope.grad(2);
     const float dloss = m_.dloss_;
-    scope.enqueue([acts, lnw, w, dlnw, dlnb, dw, dloss] { acts->head_backward(lnw, w, dlnw, dlnb, dw, dloss); },
-                  "backward head");
+    scope.enqueue([acts, p, scratch, dlnw, dlnb, dw, dloss]() mutable {
+      p.resolve(*scratch, {2});
+      acts->head_backward(p.f32(0), p.gemm(2), dlnw, dlnb, dw, dloss);
+    }, "backward head");
     co_return;
   }
 
@@ -121,7 +214,8 @@ class HeadUnit final : public fsdp::Unit {
   Gpt2Units& m_;
 };
 
-Gpt2Units::Gpt2Units(Config config, std::uint64_t seed) : c_(config), seed_(seed), acts_(config) {
+Gpt2Units::Gpt2Units(Config config, std::uint64_t seed, Compute compute)
+    : c_(config), seed_(seed), compute_(compute), acts_(config) {
   units_.push_back(std::make_unique<EmbeddingUnit>(*this));
   for (std::int64_t l = 0; l < c_.layers; ++l) units_.push_back(std::make_unique<BlockUnit>(*this, static_cast<std::size_t>(l)));
   if (!c_.tie_head) units_.push_back(std::make_unique<HeadUnit>(*this));

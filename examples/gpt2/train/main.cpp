@@ -151,7 +151,8 @@ Task<int> run(Runtime& rt, train::Job& job) {
   po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
   po.rendezvous.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.rendezvous_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
-  gpt2::Gpt2Units model(job.o.config, job.o.seed);
+  const bool bf16_compute = job.o.param_dtype == DType::bf16 && !job.o.f32_compute;
+  gpt2::Gpt2Units model(job.o.config, job.o.seed, bf16_compute ? gpt2::Compute::bf16 : gpt2::Compute::f32);
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
   if (job.in.init) {
     // The whole model in float32 on every rank (500 MB for 124M): moved in, not needed again.

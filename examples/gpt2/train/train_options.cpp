@@ -60,6 +60,9 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--backward-prefetch", w.bwd, "pre | post | none")->capture_default_str()->check(CLI::IsMember({"pre", "post", "none"}));
   app.add_option("--mixed-precision", w.precision, "none | bf16 | fp16 (unsharded parameters and reductions)")
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16", "fp16"}));
+  app.add_flag("--f32-compute", o.f32_compute,
+               "with --mixed-precision bf16: compute on an f32 copy of each unit's bf16 parameters instead of "
+               "the bf16 parameters themselves (f32 GEMMs; more memory, slower where the CPU has avx512_bf16)");
   app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
   app.add_option("--threads", o.threads,
                  "BLAS threads per rank (default: the CPUs this process may use / ranks on this host, at least 1; "
@@ -139,6 +142,9 @@ std::string conflicts(const TrainOptions& o) {
   if (o.seq > o.config.context) {
     return "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
            std::to_string(o.config.context) + "); lower --seq or pick a larger --model context";
+  }
+  if (o.f32_compute && o.param_dtype != DType::bf16) {
+    return "gpt2-train: --f32-compute goes with --mixed-precision bf16 (every other precision computes in f32)";
   }
   if (o.offload && o.strategy == fsdp::Strategy::no_shard) {
     return "gpt2-train: --offload needs a sharded --strategy (no_shard keeps everything on every rank)";

@@ -32,6 +32,7 @@ struct TrainOptions {
   int forward_prefetch = 1;
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::pre;
   DType param_dtype = DType::f32;
+  bool f32_compute = false;  // bf16: the units read an f32 copy (gpt2::Compute::f32) instead of bf16
   bool offload = false;
   double collective_timeout = 300;  // seconds a collective may wait for its peers
   double rendezvous_timeout = 120;  // seconds to reach the store and for every rank to arrive

@@ -43,8 +43,8 @@ const GemmBf16Kernel& table();
 }
 
 // The implementations this build has and this CPU runs, the portable one first; and the one the
-// linear ops use (the AVX512-BF16 kernel where the CPU has it, the AVX-512 element-wise kernels are
-// chosen (COSHARD_CPU_ISA) and OpenBLAS runs one thread, since the kernel runs on the caller's).
+// linear ops use: the AVX512-BF16 kernel where the CPU has it and the AVX-512 element-wise kernels
+// are chosen (COSHARD_CPU_ISA), on blas_threads() threads.
 struct GemmBf16 {
   const char* name;  // "avx512_bf16" or "sgemm"
   void (*run)(const GemmBf16Args& args);

@@ -7,16 +7,16 @@
 // ones it can. f32 GEMMs are OpenBLAS's, which chooses its own kernels.
 //
 // GEMMs with bf16 weights (linear.hpp) run coshard's AVX512-BF16 kernel where the CPU has
-// avx512_bf16, the AVX-512 kernels are in use and OpenBLAS runs one thread (the kernel runs on the
-// calling thread only); elsewhere they round, widen and call OpenBLAS's sgemm. Both give the same
-// sums of the same exact products, in a different order.
+// avx512_bf16 and the AVX-512 kernels are in use, on as many threads as OpenBLAS (blas.hpp);
+// elsewhere they round, widen and call OpenBLAS's sgemm. Both give the same sums of the same exact
+// products, in a different order.
 namespace coshard::ops {
 
 /// "baseline", "avx2" or "avx512": the kernels this process runs (chosen on first use).
 /// Throws Errc::invalid_argument when COSHARD_CPU_ISA names one this CPU cannot run.
 const char* cpu_isa();
 
-/// "avx512_bf16" or "sgemm": what a GEMM with bf16 weights runs now (it follows blas_threads()).
+/// "avx512_bf16" or "sgemm": what a GEMM with bf16 weights runs.
 const char* cpu_bf16_gemm();
 
 }  // namespace coshard::ops

@@ -17,7 +17,24 @@
 
 namespace coshard::gpt2 {
 
-using BlockWeights = std::array<std::span<const float>, block_param_count>;
+// A GEMM weight as a piece reads it: f32, or under bf16 compute the all-gathered bf16 bits (the
+// GEMM then rounds its other operand to bf16 and sums in f32, ops/linear.hpp). One is set.
+struct GemmWeight {
+  GemmWeight() = default;
+  GemmWeight(std::span<const float> w) : f32(w) {}           // NOLINT: implicit, as a span is passed
+  GemmWeight(std::span<float> w) : f32(w) {}                 // NOLINT
+  GemmWeight(std::span<const std::uint16_t> w) : bf16(w) {}  // NOLINT
+  std::span<const float> f32;
+  std::span<const std::uint16_t> bf16;
+};
+
+// A block's 12 parameters: all f32, or under bf16 compute the four GEMM weights in bf16 (gemm[k])
+// and the layernorms and biases (1% of the block) widened to f32.
+struct BlockWeights {
+  std::array<std::span<const float>, block_param_count> f32;
+  std::array<std::span<const std::uint16_t>, block_param_count> bf16;  // GEMM weights under bf16 compute
+  GemmWeight gemm(BlockParam k) const { return bf16[k].empty() ? GemmWeight(f32[k]) : GemmWeight(bf16[k]); }
+};
 using BlockGrads = std::array<std::span<float>, block_param_count>;
 
 class Activations {
@@ -30,12 +47,13 @@ class Activations {
                  std::size_t T);
 
   void embedding_forward(std::span<const float> wte, std::span<const float> wpe);
+  void embedding_forward(std::span<const std::uint16_t> wte, std::span<const std::uint16_t> wpe);  // bf16 compute
   void block_forward(std::size_t layer, const BlockWeights& w);
   // ln_f, logits = x head^T (head is wte when tied), loss. Returns the loss (NaN without targets).
-  float head_forward(std::span<const float> ln_f_weight, std::span<const float> ln_f_bias, std::span<const float> head);
+  float head_forward(std::span<const float> ln_f_weight, std::span<const float> ln_f_bias, GemmWeight head);
 
   // dloss: gradient of whatever consumes the mean loss (1, or 1/k for k accumulated micro-batches).
-  void head_backward(std::span<const float> ln_f_weight, std::span<const float> head, std::span<float> d_ln_f_weight,
+  void head_backward(std::span<const float> ln_f_weight, GemmWeight head, std::span<float> d_ln_f_weight,
                      std::span<float> d_ln_f_bias, std::span<float> d_head, float dloss);
   void block_backward(std::size_t layer, const BlockWeights& w, const BlockGrads& g);
   void embedding_backward(std::span<float> d_wte, std::span<float> d_wpe);

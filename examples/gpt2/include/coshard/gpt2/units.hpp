@@ -30,9 +30,18 @@
 
 namespace coshard::gpt2 {
 
+// What the units compute with under bf16 mixed precision (fsdp::Options::mixed_precision.param).
+//  - f32: an f32 copy of each resident unit's parameters, which the engine makes (the values are
+//    bf16-rounded; GEMMs in f32).
+//  - bf16: the all-gathered bf16 parameters themselves (Unit::computes_in_f32() false): no f32
+//    copy, GEMMs with bf16 weights and f32 sums (ops/linear.hpp), as PyTorch FSDP's param_dtype
+//    computes; layernorms and biases are widened to f32 in the phase's work. Without mixed
+//    precision the parameters are f32 and this is the same as f32; with f16 it is an error.
+enum class Compute { f32, bf16 };
+
 class Gpt2Units {
  public:
-  Gpt2Units(Config config, std::uint64_t seed);
+  Gpt2Units(Config config, std::uint64_t seed, Compute compute = Compute::f32);
   ~Gpt2Units();
   Gpt2Units(const Gpt2Units&) = delete;
   Gpt2Units& operator=(const Gpt2Units&) = delete;
@@ -65,6 +74,8 @@ class Gpt2Units {
   friend class HeadUnit;
   Config c_;
   std::uint64_t seed_;
+  Compute compute_;
+  std::vector<float> widened_;  // bf16 compute: the f32 layernorms and biases of the running phase
   Activations acts_;
   std::shared_ptr<const Batch> pending_;
   float dloss_ = 1.0f;
