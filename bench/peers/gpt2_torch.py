@@ -219,15 +219,20 @@ class ExposedComm:
             return getattr(self._work, name)
 
 
-def wrap(m, mode):
+def wrap(m, mode, precision):
     if mode == "ddp":
+        if precision != "none":
+            sys.exit("gpt2_torch.py: DDP has no mixed-precision policy; use --mode fsdp2 or fsdp2-noreshard")
         from torch.nn.parallel import DistributedDataParallel
         return DistributedDataParallel(m)
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    # bf16: FSDP2's MixedPrecisionPolicy(param_dtype=bf16), reductions in bf16 too (reduce_dtype
+    # None), as coshard's --mixed-precision bf16.
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16) if precision == "bf16" else MixedPrecisionPolicy()
     reshard = mode == "fsdp2"
     for block in m.h:
-        fully_shard(block, reshard_after_forward=reshard)
-    return fully_shard(m, reshard_after_forward=reshard)
+        fully_shard(block, reshard_after_forward=reshard, mp_policy=policy)
+    return fully_shard(m, reshard_after_forward=reshard, mp_policy=policy)
 
 
 def parse_args():
@@ -248,6 +253,8 @@ def parse_args():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    ap.add_argument("--mixed-precision", choices=["none", "bf16"], default="none",
+                    help="FSDP2's param_dtype (bf16 compute and reductions; master weights stay f32)")
     ap.add_argument("--log-json", help="one JSON object per step from rank 0, to FILE or -")
     return ap.parse_args()
 
@@ -268,7 +275,7 @@ def main():
     m = GPT2(c)
     load_init(m, a.init)
     exposed = ExposedComm() if a.mode != "ddp" else None
-    model = wrap(m, a.mode)
+    model = wrap(m, a.mode, a.mixed_precision)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0.0}],

@@ -66,7 +66,8 @@ def records(output):
 
 def common(a, model, batch, seq, steps):
     return ["--model", model, "--data", str(a.data), "--init", str(a.init), "--steps", str(steps), "--batch", str(batch),
-            "--seq", str(seq), "--lr", str(a.lr), "--clip", str(a.clip), "--log-json", "-"]
+            "--seq", str(seq), "--lr", str(a.lr), "--clip", str(a.clip), "--mixed-precision", a.mixed_precision,
+            "--log-json", "-"]
 
 
 def coshard(a, strategy, ranks, model, batch, seq, steps):
@@ -91,6 +92,8 @@ def write_init(a, model, work):
 
 
 def parity(a, work):
+    if a.mixed_precision != "none":
+        sys.exit("side_by_side.py: parity compares f32 runs (bf16 rounds differently on each side); drop --mixed-precision")
     write_init(a, a.model, work)
     worst_all = 0.0
     for ranks in a.ranks:
@@ -139,7 +142,9 @@ def bench(a, work):
     for model in a.models:
         batch, seq = SHAPES[model]
         write_init(a, model, work)
-        runs = {name: [] for name in (*COSHARD, *TORCH)}
+        # DDP has no mixed-precision policy: under bf16 only the FSDP pairs run.
+        names = [n for n in (*COSHARD, *TORCH) if a.mixed_precision == "none" or n not in ("coshard no_shard", "DDP")]
+        runs = {name: [] for name in names}
         rss = dict.fromkeys(runs, 0)
         # Runs alternate between the configurations, so that the machine's drift reaches each alike.
         for _ in range(a.repeats):
@@ -153,7 +158,8 @@ def bench(a, work):
         for name in runs:
             rows.append((model, name, *over_runs(runs[name]), a.nranks * batch * seq, rss[name]))
     spread = "[min, max]" if a.repeats == 1 else f"[min, max] of {a.repeats} runs' medians"
-    print(f"{a.nranks} ranks, {a.threads} thread(s) per rank on both sides; median step over steps "
+    print(f"{a.nranks} ranks, {a.threads} thread(s) per rank on both sides, mixed precision {a.mixed_precision}; "
+          f"median step over steps "
           f"{a.warmup + 1}..{a.steps} {spread}")
     print("| model | run | step (s) | spread | exposed comm (s) | tokens/s | peak RSS (MB) |")
     print("|---|---|---|---|---|---|---|")
@@ -166,6 +172,8 @@ def bench(a, work):
         mine = {n: (m, lo, hi) for mo, n, m, lo, hi, *_ in rows if mo == model}
         for ours, theirs in (("coshard full_shard", "FSDP2 reshard=True"), ("coshard shard_grad_op", "FSDP2 reshard=False"),
                              ("coshard no_shard", "DDP")):
+            if ours not in mine:
+                continue
             (m1, lo1, hi1), (m2, lo2, hi2) = mine[ours], mine[theirs]
             verdict = "no difference (spreads overlap)" if lo1 <= hi2 and lo2 <= hi1 else f"{m2 / m1:.2f}x"
             print(f"{model}: {ours} vs {theirs}: {verdict} (median {m1:.3f} s vs {m2:.3f} s)")
@@ -192,6 +200,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--mixed-precision", choices=["none", "bf16"], default="none",
+                    help="both sides' param_dtype (bench; parity compares f32 runs)")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--json", type=Path, help="also write the losses / timings here (bench/peers/plot.py draws them)")
     a = ap.parse_args()

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,7 @@ void run_avx512_bf16(const GemmBf16Args& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) return zero_or_keep(g);
   const GemmBf16Kernel& k = isa_avx512_bf16::table();
+  apply_default_blas_threads();  // one thread per rank unless chosen (blas.hpp)
   constexpr double kSplitMacs = 1 << 22;  // below this a thread's start is a noticeable share
   const std::size_t tiles = (g.N + k.nr - 1) / k.nr;
   std::size_t threads = static_cast<std::size_t>(std::max(1, blas_threads()));
@@ -75,9 +77,11 @@ void run_avx512_bf16(const GemmBf16Args& g) {
     parts.push_back(columns(g, done, n));
     done += n;
   }
-  std::vector<std::vector<std::uint32_t>> scratch;
-  for (const auto& p : parts) scratch.emplace_back(k.a_words() + k.b_words(p.N));
-  auto work = [&](std::size_t t) { k.run(parts[t], scratch[t].data(), scratch[t].data() + k.a_words()); };
+  // Packing scratch, up to 3.2 MB a thread, left uninitialised: the packing writes every word the
+  // kernel reads, and zeroing it would be one more pass over it per GEMM.
+  std::vector<std::unique_ptr<std::uint32_t[]>> scratch;
+  for (const auto& p : parts) scratch.push_back(std::make_unique_for_overwrite<std::uint32_t[]>(k.a_words() + k.b_words(p.N)));
+  auto work = [&](std::size_t t) { k.run(parts[t], scratch[t].get(), scratch[t].get() + k.a_words()); };
   {
     std::vector<std::jthread> helpers;
     for (std::size_t t = 1; t < parts.size(); ++t) helpers.emplace_back(work, t);

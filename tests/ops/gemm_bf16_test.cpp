@@ -2,10 +2,12 @@
 // sums of the products of the bf16-rounded operands, so the only error allowed is that of f32
 // summation, bounded per element by (K + 2) 2^-24 sum_k |a_ik b_kj|. Every implementation this CPU
 // runs (the portable one and the AVX512-BF16 kernel) is checked on shapes around its blocks
-// (mr 12, nr 32, mc 192, kc 512, nc 3072), odd K, transposed operands, f32 and bf16 sources.
+// (mr 12, nr 32, mc 192, kc 512, nc 3072), odd K, transposed and strided operands, f32 and bf16
+// sources.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,22 +34,26 @@ std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
   return out;
 }
 
-// A matrix of rows x cols stored row-major, or transposed (column-major), in f32 or bf16.
+// A matrix of rows x cols stored row-major, or transposed (column-major), in f32 or bf16; with
+// gap 2 every other element (neither stride 1: the kernel's scalar packing).
 struct Stored {
   std::vector<float> f32;
   std::vector<std::uint16_t> bf16;
   std::size_t rows, cols;
   bool transposed, is_bf16;
+  std::size_t gap;
 
-  Stored(std::size_t r, std::size_t c, bool t, bool b, std::uint32_t seed)
-      : f32(random_floats(r * c, seed, -2.0f, 2.0f)), rows(r), cols(c), transposed(t), is_bf16(b) {
+  Stored(std::size_t r, std::size_t c, bool t, bool b, std::uint32_t seed, std::size_t g = 1)
+      : f32(random_floats(r * c * g, seed, -2.0f, 2.0f)), rows(r), cols(c), transposed(t), is_bf16(b), gap(g) {
     if (is_bf16) bf16 = to_bf16(f32);
   }
   GemmOperand operand() const {
     const void* data = is_bf16 ? static_cast<const void*>(bf16.data()) : static_cast<const void*>(f32.data());
-    return transposed ? GemmOperand{data, is_bf16, 1, rows} : GemmOperand{data, is_bf16, cols, 1};
+    return transposed ? GemmOperand{data, is_bf16, gap, rows * gap} : GemmOperand{data, is_bf16, cols * gap, gap};
   }
-  double at(std::size_t r, std::size_t c) const { return rounded(f32[transposed ? c * rows + r : r * cols + c]); }
+  double at(std::size_t r, std::size_t c) const {
+    return rounded(f32[(transposed ? c * rows + r : r * cols + c) * gap]);
+  }
 };
 
 // Checks C against the float64 reference (plus C0 when accumulating); returns the worst error in
@@ -91,9 +97,10 @@ TEST_P(GemmBf16, EveryImplementationSumsTheRoundedProductsInF32) {
                           {193, 40, 17}, {5, 3105, 3},  {197, 70, 1031}, {37, 3100, 515}};
   std::uint32_t seed = 1;
   for (const Shape& s : shapes) {
-    for (int variant = 0; variant < 8; ++variant) {
+    for (int variant = 0; variant < 10; ++variant) {
       const bool ta = variant & 1, tb = variant & 2, accumulate = variant & 4;
-      const Stored a(s.M, s.K, ta, variant % 3 == 0, seed++), b(s.K, s.N, tb, variant % 3 != 2, seed++);
+      const std::size_t gap = variant >= 8 ? 2 : 1;
+      const Stored a(s.M, s.K, ta, variant % 3 == 0, seed++, gap), b(s.K, s.N, tb, variant % 3 != 2, seed++, gap);
       const std::size_t ldc = s.N + (variant & 1);  // a C wider than N is left alone past N
       std::vector<float> c0 = random_floats(s.M * ldc, seed++), c = c0;
       impl.run(GemmBf16Args{s.M, s.N, s.K, a.operand(), b.operand(), c.data(), ldc, accumulate});
@@ -185,6 +192,19 @@ INSTANTIATE_TEST_SUITE_P(Layout, LinearBf16, ::testing::Values(ops::WeightLayout
                          [](const auto& p) {
                            return p.param == ops::WeightLayout::in_out ? std::string("in_out") : std::string("out_in");
                          });
+
+// The bf16 GEMMs apply coshard's default of one thread per rank as the f32 ones do (ctest runs
+// each test in its own process, so this is the first GEMM; OpenBLAS's own default is a thread per
+// core, and the kernel would take as many).
+TEST(GemmBf16Choice, DefaultIsOneThreadPerRank) {
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) GTEST_SKIP() << "OPENBLAS_NUM_THREADS is set";
+  const std::vector<float> x(6, 1.0f);
+  const std::vector<std::uint16_t> w(6, ops::f32_to_bf16(1.0f));
+  std::vector<float> y(4);
+  ops::linear_forward(x, w, {}, y, 2, 3, 2);
+  EXPECT_EQ(ops::blas_threads(), 1);
+  EXPECT_EQ(y, std::vector<float>(4, 3.0f));
+}
 
 // The kernel wherever the CPU has it, unless a narrower COSHARD_CPU_ISA rules it out
 // (OpsGemmBf16.Asked.avx2 runs this suite with avx2).

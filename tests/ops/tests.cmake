@@ -16,7 +16,7 @@ foreach(ask baseline no-such-isa)
 endforeach()
 # Each ISA's object exports only its table: a weak helper built for AVX-512 could be the copy the
 # linker keeps for baseline callers (isa_objects.cmake).
-foreach(isa baseline avx2 avx512)
+foreach(isa baseline avx2 avx512 avx512_bf16)
   if(NOT TARGET coshard_ops_${isa})
     continue()  # not built for this processor (ops/CMakeLists.txt)
   endif()

@@ -27,8 +27,9 @@ class PhaseParams {
  public:
   PhaseParams(const fsdp::Scope& scope, std::size_t count, const std::string& unit) {
     for (std::size_t i = 0; i < count; ++i) {
-      tensors_.push_back(scope.param_tensor(i));
-      const DType d = tensors_.back().dtype();
+      const Tensor t = scope.param_tensor(i);
+      const DType d = t.dtype();
+      views_.push_back({t.data(), d == DType::bf16, static_cast<std::size_t>(t.numel())});
       if (d != DType::f32 && d != DType::bf16) {
         throw Error(Errc::invalid_argument, "GPT-2 unit " + unit + " computes in f32 or bf16, but its parameters are " +
                                                 std::string(to_string(d)) +
@@ -40,31 +41,37 @@ class PhaseParams {
   void resolve(std::vector<float>& scratch, std::initializer_list<std::size_t> kept) {
     auto keep = [&](std::size_t i) { return std::find(kept.begin(), kept.end(), i) != kept.end(); };
     std::size_t total = 0;
-    for (std::size_t i = 0; i < tensors_.size(); ++i) total += bf16(i) && !keep(i) ? numel(i) : 0;
+    for (std::size_t i = 0; i < views_.size(); ++i) total += bf16(i) && !keep(i) ? views_[i].numel : 0;
     if (scratch.size() < total) scratch.resize(total);  // spans into it are taken after, never before
-    f32_.assign(tensors_.size(), {});
+    f32_.assign(views_.size(), {});
     std::size_t at = 0;
-    for (std::size_t i = 0; i < tensors_.size(); ++i) {
-      if (!bf16(i)) {
-        f32_[i] = {tensors_[i].data_as<float>(), numel(i)};
+    for (std::size_t i = 0; i < views_.size(); ++i) {
+      const View& v = views_[i];
+      if (!v.bf16) {
+        f32_[i] = {static_cast<const float*>(v.data), v.numel};
       } else if (!keep(i)) {
-        std::span<float> out(scratch.data() + at, numel(i));
+        std::span<float> out(scratch.data() + at, v.numel);
         ops::cast_bf16_to_f32(bits(i), out);
         f32_[i] = out;
-        at += numel(i);
+        at += v.numel;
       }
     }
   }
-  bool bf16(std::size_t i) const { return tensors_[i].dtype() == DType::bf16; }
+  bool bf16(std::size_t i) const { return views_[i].bf16; }
   std::span<const float> f32(std::size_t i) const { return f32_.at(i); }
   std::span<const std::uint16_t> bits(std::size_t i) const {
-    return {static_cast<const std::uint16_t*>(tensors_[i].data()), numel(i)};
+    return {static_cast<const std::uint16_t*>(views_[i].data), views_[i].numel};
   }
   GemmWeight gemm(std::size_t i) const { return bf16(i) ? GemmWeight(bits(i)) : GemmWeight(f32(i)); }
 
  private:
-  std::size_t numel(std::size_t i) const { return static_cast<std::size_t>(tensors_[i].numel()); }
-  std::vector<Tensor> tensors_;
+  // Where a parameter is, not a Tensor: the work holds no reference to the engine's buffers.
+  struct View {
+    const void* data;
+    bool bf16;
+    std::size_t numel;
+  };
+  std::vector<View> views_;
   std::vector<std::span<const float>> f32_;
 };
 

@@ -56,19 +56,102 @@ void pack(const T* src, std::size_t rs, std::size_t cs, std::size_t r0, std::siz
   }
 }
 
-// rows along r with strides (rs, cs) as above.
+inline __mmask16 first_lanes(std::size_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// n <= 32 consecutive values as 32 bf16, zero past n: f32 rounded to nearest even by the
+// instruction (which, like vdpbf16ps, treats subnormals as zero), bf16 as they are.
+inline __m512i bf16_run(const float* s, std::size_t n) {
+  const __m512 lo = _mm512_maskz_loadu_ps(first_lanes(n), s);
+  const __m512 hi = _mm512_maskz_loadu_ps(n > 16 ? first_lanes(n - 16) : 0, s + 16);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+inline __m512i bf16_run(const std::uint16_t* s, std::size_t n) {
+  const auto mask = n >= 32 ? static_cast<__mmask32>(0xffffffffu) : static_cast<__mmask32>((1u << n) - 1u);
+  return _mm512_maskz_loadu_epi16(mask, s);
+}
+
+// vpermt2w indices that interleave two runs a, b of 32 bf16 into pairs (a[j], b[j]): columns
+// 0..15, then 16..31.
+alignas(64) constexpr std::uint16_t kPairsLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) constexpr std::uint16_t kPairsHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                                    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
+// pack() where a panel's rows are consecutive in memory (rs = 1: B of a row-major weight, A of
+// x^T): per k pair, two runs of W values interleaved and stored as W words at once.
+template <class T, std::size_t W>
+void pack_rows_together(const T* src, std::size_t cs, std::size_t r0, std::size_t rows, std::size_t k0,
+                        std::size_t kc, std::uint32_t* dst) {
+  static_assert(W == 32 || W <= 16);
+  const __m512i lo_idx = _mm512_load_si512(kPairsLo), hi_idx = _mm512_load_si512(kPairsHi);
+  const std::size_t kp = (kc + 1) / 2;
+  for (std::size_t p0 = 0; p0 < rows; p0 += W) {
+    const std::size_t n = lesser(W, rows - p0);
+    const T* s = src + r0 + p0 + k0 * cs;
+    for (std::size_t p = 0; p < kp; ++p) {
+      const __m512i a = bf16_run(s + 2 * p * cs, n);
+      const __m512i b = 2 * p + 1 < kc ? bf16_run(s + (2 * p + 1) * cs, n) : _mm512_setzero_si512();
+      const __m512i pairs = _mm512_permutex2var_epi16(a, lo_idx, b);
+      if constexpr (W == 32) {
+        _mm512_storeu_si512(dst + p * W, pairs);
+        _mm512_storeu_si512(dst + p * W + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+      } else {
+        _mm512_mask_storeu_epi32(dst + p * W, first_lanes(W), pairs);
+      }
+    }
+    dst += kp * W;
+  }
+}
+
+// pack() where a row's k run is consecutive (cs = 1: A of x or dy, B of an out_in weight): 32
+// values make 16 pair words at once, scattered W words apart.
+template <class T, std::size_t W>
+void pack_k_together(const T* src, std::size_t rs, std::size_t r0, std::size_t rows, std::size_t k0, std::size_t kc,
+                     std::uint32_t* dst) {
+  const __m512i apart = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(static_cast<int>(W)));
+  const std::size_t kp = (kc + 1) / 2;
+  for (std::size_t p0 = 0; p0 < rows; p0 += W) {
+    const std::size_t n = lesser(W, rows - p0);
+    for (std::size_t r = 0; r < W; ++r) {
+      std::uint32_t* d = dst + r;
+      if (r >= n) {
+        for (std::size_t p = 0; p < kp; ++p) d[p * W] = 0;
+        continue;
+      }
+      const T* s = src + (r0 + p0 + r) * rs + k0;
+      for (std::size_t p = 0; p < kp; p += 16) {
+        const __m512i words = bf16_run(s + 2 * p, lesser(32, kc - 2 * p));
+        _mm512_mask_i32scatter_epi32(d + p * W, first_lanes(kp - p), apart, words, 4);
+      }
+    }
+    dst += kp * W;
+  }
+}
+
+// Rows along r with strides (rs, cs) as above; the vector packers where a stride is 1.
+template <std::size_t W, class T>
+void pack_any(const T* src, std::size_t rs, std::size_t cs, std::size_t r0, std::size_t rows, std::size_t k0,
+              std::size_t kc, std::uint32_t* dst) {
+  if (rs == 1) {
+    pack_rows_together<T, W>(src, cs, r0, rows, k0, kc, dst);
+  } else if (cs == 1) {
+    pack_k_together<T, W>(src, rs, r0, rows, k0, kc, dst);
+  } else {
+    pack<T, W>(src, rs, cs, r0, rows, k0, kc, dst);
+  }
+}
+
 template <std::size_t W>
 void pack_operand(const GemmOperand& m, std::size_t rs, std::size_t cs, std::size_t r0, std::size_t rows,
                   std::size_t k0, std::size_t kc, std::uint32_t* dst) {
   if (m.bf16) {
-    pack<std::uint16_t, W>(static_cast<const std::uint16_t*>(m.data), rs, cs, r0, rows, k0, kc, dst);
+    pack_any<W>(static_cast<const std::uint16_t*>(m.data), rs, cs, r0, rows, k0, kc, dst);
   } else {
-    pack<float, W>(static_cast<const float*>(m.data), rs, cs, r0, rows, k0, kc, dst);
+    pack_any<W>(static_cast<const float*>(m.data), rs, cs, r0, rows, k0, kc, dst);
   }
-}
-
-inline __mmask16 first_lanes(std::size_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
 // C tile [rows <= mr, cols <= nr] (+)= A panel (kp pairs x mr) B panel (kp pairs x nr).
