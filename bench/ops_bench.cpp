@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "coshard/ops/blas.hpp"
@@ -65,67 +66,35 @@ void compare(benchmark::State& state, double flops, Ours&& ours, Raw&& raw) {
   state.counters["blas_threads"] = ops::blas_threads();
 }
 
-void BM_LinearForward(benchmark::State& state) {
-  const auto rows = static_cast<std::size_t>(state.range(0));
-  const auto in = static_cast<std::size_t>(state.range(1));
-  const auto out = static_cast<std::size_t>(state.range(2));
-  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), b = filled(out, 1.0f);
-  std::vector<float> y(rows * out), y_raw(rows * out);
-  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
-  compare(
-      state, 2.0 * static_cast<double>(rows * in * out),
-      [&] {
-        ops::linear_forward(x, w, b, y, rows, in, out);
-        benchmark::ClobberMemory();
-      },
-      [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data(), k, w.data(), n, 0.0f,
-                    y_raw.data(), n);
-        benchmark::ClobberMemory();
-      });
-}
-
-void BM_LinearBackward(benchmark::State& state) {
-  const auto rows = static_cast<std::size_t>(state.range(0));
-  const auto in = static_cast<std::size_t>(state.range(1));
-  const auto out = static_cast<std::size_t>(state.range(2));
-  auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), dy = filled(rows * out, 0.01f);
-  std::vector<float> dx(rows * in), dw(in * out, 0.0f), db(out, 0.0f);
-  std::vector<float> dx_raw(rows * in), dw_raw(in * out, 0.0f);
-  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
-  compare(
-      state, 4.0 * static_cast<double>(rows * in * out),
-      [&] {
-        ops::linear_backward(dy, x, w, dx, dw, db, rows, in, out);
-        benchmark::ClobberMemory();
-      },
-      [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, dy.data(), n, w.data(), n, 0.0f,
-                    dx_raw.data(), k);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x.data(), k, dy.data(), n, 1.0f,
-                    dw_raw.data(), n);
-        benchmark::ClobberMemory();
-      });
-}
-
 std::vector<std::uint16_t> bf16_of(const std::vector<float>& v) {
   std::vector<std::uint16_t> out(v.size());
   ops::cast_f32_to_bf16(v, out);
   return out;
 }
 
-void BM_LinearBf16Forward(benchmark::State& state) {
+// The weights as the op takes them: f32, or bf16 bits (the raw sgemm keeps the f32 ones).
+template <class W>
+std::vector<W> weights_as(const std::vector<float>& w) {
+  if constexpr (std::is_same_v<W, float>) {
+    return w;
+  } else {
+    return bf16_of(w);
+  }
+}
+
+template <class W>
+void linear_forward_bench(benchmark::State& state) {
   const auto rows = static_cast<std::size_t>(state.range(0));
   const auto in = static_cast<std::size_t>(state.range(1));
   const auto out = static_cast<std::size_t>(state.range(2));
   auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), b = filled(out, 1.0f);
-  const auto wh = bf16_of(w);
+  const auto wo = weights_as<W>(w);
   std::vector<float> y(rows * out), y_raw(rows * out);
   const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
   compare(
       state, 2.0 * static_cast<double>(rows * in * out),
       [&] {
-        ops::linear_forward(x, wh, b, y, rows, in, out);
+        ops::linear_forward(x, std::span<const W>(wo), b, y, rows, in, out);
         benchmark::ClobberMemory();
       },
       [&] {
@@ -133,22 +102,22 @@ void BM_LinearBf16Forward(benchmark::State& state) {
                     y_raw.data(), n);
         benchmark::ClobberMemory();
       });
-  state.counters["bf16_kernel"] = std::string(ops::cpu_bf16_gemm()) == "avx512_bf16" ? 1 : 0;
 }
 
-void BM_LinearBf16Backward(benchmark::State& state) {
+template <class W>
+void linear_backward_bench(benchmark::State& state) {
   const auto rows = static_cast<std::size_t>(state.range(0));
   const auto in = static_cast<std::size_t>(state.range(1));
   const auto out = static_cast<std::size_t>(state.range(2));
   auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), dy = filled(rows * out, 0.01f);
-  const auto wh = bf16_of(w);
+  const auto wo = weights_as<W>(w);
   std::vector<float> dx(rows * in), dw(in * out, 0.0f), db(out, 0.0f);
   std::vector<float> dx_raw(rows * in), dw_raw(in * out, 0.0f);
   const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
   compare(
       state, 4.0 * static_cast<double>(rows * in * out),
       [&] {
-        ops::linear_backward(dy, x, wh, dx, dw, db, rows, in, out);
+        ops::linear_backward(dy, x, std::span<const W>(wo), dx, dw, db, rows, in, out);
         benchmark::ClobberMemory();
       },
       [&] {
@@ -158,6 +127,18 @@ void BM_LinearBf16Backward(benchmark::State& state) {
                     dw_raw.data(), n);
         benchmark::ClobberMemory();
       });
+}
+
+void BM_LinearForward(benchmark::State& state) { linear_forward_bench<float>(state); }
+void BM_LinearBackward(benchmark::State& state) { linear_backward_bench<float>(state); }
+
+void BM_LinearBf16Forward(benchmark::State& state) {
+  linear_forward_bench<std::uint16_t>(state);
+  state.counters["bf16_kernel"] = std::string(ops::cpu_bf16_gemm()) == "avx512_bf16" ? 1 : 0;
+}
+
+void BM_LinearBf16Backward(benchmark::State& state) {
+  linear_backward_bench<std::uint16_t>(state);
   state.counters["bf16_kernel"] = std::string(ops::cpu_bf16_gemm()) == "avx512_bf16" ? 1 : 0;
 }
 

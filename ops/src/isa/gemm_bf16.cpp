@@ -31,29 +31,37 @@ inline std::uint16_t to_bf16(float x) {
 inline std::uint16_t bits(float v) { return to_bf16(v); }
 inline std::uint16_t bits(std::uint16_t v) { return v; }
 
+// The walk both row-wise packers share: panels of W rows, rows past the end zero, and
+// fill(d, row) writing one row's (kc + 1) / 2 words W apart from d.
+template <std::size_t W, class Fill>
+void each_row(std::size_t rows, std::size_t kc, std::uint32_t* dst, Fill&& fill) {
+  const std::size_t kp = (kc + 1) / 2;
+  for (std::size_t p0 = 0; p0 < rows; p0 += W) {
+    const std::size_t n = lesser(W, rows - p0);
+    for (std::size_t r = 0; r < W; ++r) {
+      if (r < n) {
+        fill(dst + r, p0 + r);
+      } else {
+        for (std::size_t p = 0; p < kp; ++p) dst[r + p * W] = 0;
+      }
+    }
+    dst += kp * W;
+  }
+}
+
 // Packs rows [r0, r0 + rows) x k [k0, k0 + kc) of a matrix whose element (r, k) is
 // src[r * rs + k * cs] into panels of W rows: dst[panel][k / 2][row] holds the pair (k, k + 1) as
 // one word, low half first (vdpbf16ps's order). Rows past the end and an odd k's partner are 0.
 template <class T, std::size_t W>
 void pack(const T* src, std::size_t rs, std::size_t cs, std::size_t r0, std::size_t rows, std::size_t k0,
           std::size_t kc, std::uint32_t* dst) {
-  const std::size_t kp = (kc + 1) / 2;
-  for (std::size_t p0 = 0; p0 < rows; p0 += W) {
-    const std::size_t n = lesser(W, rows - p0);
-    for (std::size_t r = 0; r < W; ++r) {
-      std::uint32_t* d = dst + r;
-      if (r >= n) {
-        for (std::size_t p = 0; p < kp; ++p) d[p * W] = 0;
-        continue;
-      }
-      const T* s = src + (r0 + p0 + r) * rs + k0 * cs;
-      for (std::size_t p = 0; p < kc / 2; ++p) {
-        d[p * W] = bits(s[2 * p * cs]) | (static_cast<std::uint32_t>(bits(s[(2 * p + 1) * cs])) << 16);
-      }
-      if (kc & 1) d[(kp - 1) * W] = bits(s[(kc - 1) * cs]);
+  each_row<W>(rows, kc, dst, [&](std::uint32_t* d, std::size_t r) {
+    const T* s = src + (r0 + r) * rs + k0 * cs;
+    for (std::size_t p = 0; p < kc / 2; ++p) {
+      d[p * W] = bits(s[2 * p * cs]) | (static_cast<std::uint32_t>(bits(s[(2 * p + 1) * cs])) << 16);
     }
-    dst += kp * W;
-  }
+    if (kc & 1) d[(kc / 2) * W] = bits(s[(kc - 1) * cs]);
+  });
 }
 
 inline __mmask16 first_lanes(std::size_t n) {
@@ -113,22 +121,13 @@ void pack_k_together(const T* src, std::size_t rs, std::size_t r0, std::size_t r
   const __m512i apart = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32(static_cast<int>(W)));
   const std::size_t kp = (kc + 1) / 2;
-  for (std::size_t p0 = 0; p0 < rows; p0 += W) {
-    const std::size_t n = lesser(W, rows - p0);
-    for (std::size_t r = 0; r < W; ++r) {
-      std::uint32_t* d = dst + r;
-      if (r >= n) {
-        for (std::size_t p = 0; p < kp; ++p) d[p * W] = 0;
-        continue;
-      }
-      const T* s = src + (r0 + p0 + r) * rs + k0;
-      for (std::size_t p = 0; p < kp; p += 16) {
-        const __m512i words = bf16_run(s + 2 * p, lesser(32, kc - 2 * p));
-        _mm512_mask_i32scatter_epi32(d + p * W, first_lanes(kp - p), apart, words, 4);
-      }
+  each_row<W>(rows, kc, dst, [&](std::uint32_t* d, std::size_t r) {
+    const T* s = src + (r0 + r) * rs + k0;
+    for (std::size_t p = 0; p < kp; p += 16) {
+      const __m512i words = bf16_run(s + 2 * p, lesser(32, kc - 2 * p));
+      _mm512_mask_i32scatter_epi32(d + p * W, first_lanes(kp - p), apart, words, 4);
     }
-    dst += kp * W;
-  }
+  });
 }
 
 // Rows along r with strides (rs, cs) as above; the vector packers where a stride is 1.

@@ -7,7 +7,7 @@
 // Two implementations: the AVX512-BF16 kernel (isa/gemm_bf16.cpp, one vdpbf16ps per 16 x 2
 // products, twice the multiply-adds of an f32 FMA per instruction) and the portable one
 // (gemm_bf16.cpp: round, widen to f32, OpenBLAS sgemm). They differ only in the order of the f32
-// sums, and in bf16 subnormals, which the instruction counts as zero.
+// sums, and in subnormals, which the instructions count as zero.
 #include <cstddef>
 #include <cstdint>
 
