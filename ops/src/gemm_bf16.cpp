@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -84,7 +85,13 @@ void run_avx512_bf16(const GemmBf16Args& g) {
   auto work = [&](std::size_t t) { k.run(parts[t], scratch[t].get(), scratch[t].get() + k.a_words()); };
   {
     std::vector<std::jthread> helpers;
-    for (std::size_t t = 1; t < parts.size(); ++t) helpers.emplace_back(work, t);
+    for (std::size_t t = 1; t < parts.size(); ++t) {
+      try {
+        helpers.emplace_back(work, t);
+      } catch (const std::system_error&) {
+        work(t);  // no thread to be had (a process or cgroup limit): this slice on the caller's
+      }
+    }
     work(0);
   }  // joined here
 }

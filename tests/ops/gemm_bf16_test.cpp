@@ -193,9 +193,10 @@ INSTANTIATE_TEST_SUITE_P(Layout, LinearBf16, ::testing::Values(ops::WeightLayout
                            return p.param == ops::WeightLayout::in_out ? std::string("in_out") : std::string("out_in");
                          });
 
-// The bf16 GEMMs apply coshard's default of one thread per rank as the f32 ones do (ctest runs
-// each test in its own process, so this is the first GEMM; OpenBLAS's own default is a thread per
-// core, and the kernel would take as many).
+// The bf16 GEMMs apply coshard's default of one thread per rank as the f32 ones do. OpenBLAS's own
+// default is a thread per core, and the kernel would take as many. This must be the process's
+// first GEMM: ctest runs each test in its own process, and OpsGemmBf16.Asked.avx2, which runs
+// several, runs this suite (a TEST) before the parameterised ones.
 TEST(GemmBf16Choice, DefaultIsOneThreadPerRank) {
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) GTEST_SKIP() << "OPENBLAS_NUM_THREADS is set";
   const std::vector<float> x(6, 1.0f);
@@ -214,23 +215,30 @@ TEST(GemmBf16Choice, TheKernelWhereTheCpuHasIt) {
   EXPECT_EQ(std::string(ops::cpu_bf16_gemm()), has ? "avx512_bf16" : "sgemm") << "CPU ISA " << ops::cpu_isa();
 }
 
-// On several threads (blas_threads()), each takes a slice of C's columns: the same sums as one.
+// On several threads (blas_threads()), each takes a slice of C's columns: the same sums as one,
+// for bf16 and f32 B (a slice of B starts n0 columns in, in its own element size).
 TEST(GemmBf16Choice, ThreadsSplitTheColumnsAndGiveTheSameBits) {
   const std::size_t M = 67, N = 1000, K = 300;
-  const Stored a(M, K, false, false, 91), b(K, N, true, true, 92);
-  std::vector<float> one(M * N), three(M * N, 1.0f);
   const auto& impl = ops::detail::gemm_bf16_for_now();
-  ops::set_blas_threads(1);
-  impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), one.data(), N, false});
-  ops::set_blas_threads(3);
-  impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), three.data(), N, false});
-  ops::set_blas_threads(1);
-  if (std::string(impl.name) == "avx512_bf16") {
-    EXPECT_EQ(one, three);  // each column's sums in the same order
-  } else {
-    EXPECT_LE(worst(three, three, a, b, false, N), 1.0);
+  for (const bool b_bf16 : {true, false}) {
+    for (const bool b_transposed : {true, false}) {
+      const Stored a(M, K, false, false, 91), b(K, N, b_transposed, b_bf16, 92);
+      std::vector<float> one(M * N), three(M * N, 1.0f);
+      ops::set_blas_threads(1);
+      impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), one.data(), N, false});
+      ops::set_blas_threads(3);
+      if (ops::blas_threads() != 3) GTEST_SKIP() << "this OpenBLAS runs one thread only";
+      impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), three.data(), N, false});
+      ops::set_blas_threads(1);
+      const std::string what = std::string("B ") + (b_bf16 ? "bf16" : "f32") + (b_transposed ? " transposed" : "");
+      if (std::string(impl.name) == "avx512_bf16") {
+        EXPECT_EQ(one, three) << what;  // each column's sums in the same order
+      } else {
+        EXPECT_LE(worst(three, three, a, b, false, N), 1.0) << what;
+      }
+      EXPECT_LE(worst(one, one, a, b, false, N), 1.0) << what;
+    }
   }
-  EXPECT_LE(worst(one, one, a, b, false, N), 1.0);
 }
 
 }  // namespace

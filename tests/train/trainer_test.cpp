@@ -431,6 +431,9 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
   r = run_command(kTrain + " --model layers=2,heads=3,width=64,vocab=256,context=32");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("--model"), std::string::npos) << r.output;
+  r = run_command(kTrain + " --f32-compute");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--f32-compute goes with --mixed-precision bf16"), std::string::npos) << r.output;
   r = run_command(kTrain + " --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.output.find("--backward-prefetch"), std::string::npos);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "coshard/fsdp/engine.hpp"
@@ -130,6 +131,14 @@ train::Inputs prepare(const train::TrainOptions& o) {
   return in;
 }
 
+// Under bf16 mixed precision the units compute on the bf16 parameters where this CPU runs the bf16
+// GEMM kernel. Elsewhere that path would round and widen both operands of every GEMM into f32
+// copies, so they read the engine's f32 copy, made once per unshard, instead.
+gpt2::Compute compute_of(const train::TrainOptions& o) {
+  if (o.param_dtype != DType::bf16 || o.f32_compute) return gpt2::Compute::f32;
+  return std::string_view(ops::cpu_bf16_gemm()) == "avx512_bf16" ? gpt2::Compute::bf16 : gpt2::Compute::f32;
+}
+
 fsdp::Options engine_options(const train::TrainOptions& o, int world) {
   fsdp::Options fo;
   fo.strategy = o.strategy;
@@ -151,8 +160,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
   po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
   po.rendezvous.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.rendezvous_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
-  const bool bf16_compute = job.o.param_dtype == DType::bf16 && !job.o.f32_compute;
-  gpt2::Gpt2Units model(job.o.config, job.o.seed, bf16_compute ? gpt2::Compute::bf16 : gpt2::Compute::f32);
+  gpt2::Gpt2Units model(job.o.config, job.o.seed, compute_of(job.o));
   auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
   if (job.in.init) {
     // The whole model in float32 on every rank (500 MB for 124M): moved in, not needed again.
@@ -188,6 +196,13 @@ void choose_threads(const train::Job& job) {
   if (job.env.local_rank == 0) {
     std::printf("rank %d: %d BLAS thread(s) per rank (%s), %s element-wise kernels\n", job.env.rank,
                 ops::blas_threads(), why.c_str(), ops::cpu_isa());
+    if (job.o.param_dtype == DType::bf16) {
+      const bool bf16 = compute_of(job.o) == gpt2::Compute::bf16;
+      std::printf("rank %d: bf16 mixed precision computes %s\n", job.env.rank,
+                  bf16 ? "on the bf16 parameters (avx512_bf16 GEMM kernel)"
+                  : job.o.f32_compute ? "on an f32 copy of the parameters (--f32-compute)"
+                                      : "on an f32 copy of the parameters (this CPU has no bf16 GEMM kernel)");
+    }
   }
 }
 

@@ -62,7 +62,8 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
       ->capture_default_str()->check(CLI::IsMember({"none", "bf16", "fp16"}));
   app.add_flag("--f32-compute", o.f32_compute,
                "with --mixed-precision bf16: compute on an f32 copy of each unit's bf16 parameters instead of "
-               "the bf16 parameters themselves (f32 GEMMs; more memory, slower where the CPU has avx512_bf16)");
+               "the bf16 parameters themselves (f32 GEMMs; more memory and slower; the default where the CPU "
+               "has no avx512_bf16)");
   app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
   app.add_option("--threads", o.threads,
                  "BLAS threads per rank (default: the CPUs this process may use / ranks on this host, at least 1; "
