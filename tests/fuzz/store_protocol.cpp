@@ -2,6 +2,7 @@
 // it must answer or drop the client, never crash or hang, and keep serving.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -42,6 +43,25 @@ struct Server {
   }
 };
 
+// connect(), which libFuzzer's once-a-second SIGALRM may interrupt: the connection then goes on in
+// the background, so wait until it is writable (EINTR again a retry, within 5 s) and read how it
+// ended.
+bool connect_to(int fd, const sockaddr_in& a) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return true;
+  if (errno != EINTR) return false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  pollfd p{fd, POLLOUT, 0};
+  int r;
+  while ((r = ::poll(&p, 1, 5000)) < 0 && errno == EINTR && std::chrono::steady_clock::now() < deadline) {
+  }
+  if (r <= 0) return false;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return false;
+  errno = err;
+  return err == 0;
+}
+
 // Sends `bytes`, closes the sending side and reads until the server closes. The server answers a
 // wait within 20 ms and drops a silent client within 100 ms, so a connection still open after 5 s
 // (or a refused one) is a hung or dead server: abort, which libFuzzer reports with the input.
@@ -53,7 +73,7 @@ void exchange(std::uint16_t port, const std::string& bytes) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+  if (connect_to(fd, a)) {
     for (std::size_t sent = 0; sent < bytes.size();) {
       const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;
