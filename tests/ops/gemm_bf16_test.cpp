@@ -220,6 +220,8 @@ TEST(GemmBf16Choice, TheKernelWhereTheCpuHasIt) {
 TEST(GemmBf16Choice, ThreadsSplitTheColumnsAndGiveTheSameBits) {
   const std::size_t M = 67, N = 1000, K = 300;
   const auto& impl = ops::detail::gemm_bf16_for_now();
+  // The portable path's threads are OpenBLAS's own (and invisible to ThreadSanitizer).
+  if (std::string(impl.name) != "avx512_bf16") GTEST_SKIP() << "no bf16 kernel here: OpenBLAS splits the work";
   for (const bool b_bf16 : {true, false}) {
     for (const bool b_transposed : {true, false}) {
       const Stored a(M, K, false, false, 91), b(K, N, b_transposed, b_bf16, 92);
@@ -231,11 +233,7 @@ TEST(GemmBf16Choice, ThreadsSplitTheColumnsAndGiveTheSameBits) {
       impl.run(GemmBf16Args{M, N, K, a.operand(), b.operand(), three.data(), N, false});
       ops::set_blas_threads(1);
       const std::string what = std::string("B ") + (b_bf16 ? "bf16" : "f32") + (b_transposed ? " transposed" : "");
-      if (std::string(impl.name) == "avx512_bf16") {
-        EXPECT_EQ(one, three) << what;  // each column's sums in the same order
-      } else {
-        EXPECT_LE(worst(three, three, a, b, false, N), 1.0) << what;
-      }
+      EXPECT_EQ(one, three) << what;  // each column's sums in the same order
       EXPECT_LE(worst(one, one, a, b, false, N), 1.0) << what;
     }
   }
