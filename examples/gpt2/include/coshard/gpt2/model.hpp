@@ -28,8 +28,8 @@ struct GemmWeight {
   std::span<const std::uint16_t> bf16;
 };
 
-// A block's 12 parameters: all f32, or under bf16 compute the four GEMM weights in bf16 (gemm[k])
-// and the layernorms and biases (1% of the block) widened to f32.
+// A block's 12 parameters: all f32, or under bf16 compute the four GEMM weights in bf16 (bf16[k])
+// and the layernorms and biases (1% of the block) widened to f32. gemm(k) gives weight k either way.
 struct BlockWeights {
   std::array<std::span<const float>, block_param_count> f32;
   std::array<std::span<const std::uint16_t>, block_param_count> bf16;  // GEMM weights under bf16 compute
