@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "blas_internal.hpp"
 #include "check.hpp"
 #include "isa/cpu_kernels.hpp"
+#include "parallel.hpp"
 #include "vec_math.hpp"
 
 namespace coshard::ops {
@@ -18,7 +18,7 @@ namespace coshard::ops {
 namespace {
 
 // Rows of queries and of keys per tile. 64 x 64 scores (16 KiB) and the tile's accumulators stay
-// in L1/L2 for heads up to 128 wide, and the tile GEMMs are large enough for OpenBLAS's kernels.
+// in L1/L2 for heads up to 128 wide.
 constexpr std::size_t kTile = 64;
 
 // One head of one sequence inside qkv [B, T, 3C]: row t of q, k and v at q + t * ld, etc.
@@ -31,14 +31,32 @@ struct Head {
   float scale;
 };
 
-// Row-major C[m, n] = alpha op(A) op(B) + beta C with leading dimensions; the callers checked
-// every dimension against INT_MAX once per call.
-void gemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a, std::size_t lda,
-          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
-              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
-              beta, c, static_cast<int>(ldc));
+// A tile product (cpu_kernels.hpp): coshard's kernel where the instruction set has one, else
+// OpenBLAS, which reads A in either layout too. The callers checked every dimension against
+// INT_MAX once per call.
+void product(const detail::CpuKernels& k, const detail::TileGemmArgs& g) {
+  if (k.tile_gemm != nullptr) return k.tile_gemm(g);
+  const bool ta = g.a_row == 1 && g.a_col != 1;  // A given as its transpose, a_col apart
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(g.m),
+              static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, g.a, static_cast<int>(ta ? g.a_col : g.a_row),
+              g.b, static_cast<int>(g.ldb), g.accumulate ? 1.0f : 0.0f, g.c, static_cast<int>(g.ldc));
 }
+
+// x^T of one head's keys or values, tile by tile: the [hs, 64] block of key tile c0 at
+// out + c0 * hs, row d of it holding element d of keys c0 .. c0 + 63. Products with K^T and V^T
+// then read B by rows, as both kernels are fastest at, from a block that fits L1.
+void transpose_tiles(const float* x, std::size_t ld, std::size_t T, std::size_t hs, float* out) {
+  for (std::size_t c0 = 0; c0 < T; c0 += kTile) {
+    const std::size_t bc = std::min(kTile, T - c0);
+    float* block = out + c0 * hs;
+    for (std::size_t j = 0; j < bc; ++j) {
+      const float* row = x + (c0 + j) * ld;
+      for (std::size_t d = 0; d < hs; ++d) block[d * kTile + j] = row[d];
+    }
+  }
+}
+
+std::size_t tiles_floats(std::size_t T, std::size_t hs) { return (T + kTile - 1) / kTile * kTile * hs; }
 
 // Columns of score row `r` of the tile (query r0 + r, keys from c0, bc of them) that the causal
 // mask leaves visible. Callers only pair query tiles with key tiles at or before them (c0 <= r0),
@@ -51,7 +69,8 @@ struct ForwardScratch {
   std::vector<float> s = std::vector<float>(kTile * kTile);
   std::vector<float> acc;  // [kTile, hs]: the unnormalised output rows
   std::vector<float> m = std::vector<float>(kTile), l = std::vector<float>(kTile);
-  explicit ForwardScratch(std::size_t hs) : acc(kTile * hs) {}
+  std::vector<float> kt;  // the head's K^T (transpose_tiles)
+  ForwardScratch(std::size_t T, std::size_t hs) : acc(kTile * hs), kt(tiles_floats(T, hs)) {}
 };
 
 // Queries [r0, r0 + br) of one head against every key tile up to the diagonal.
@@ -63,12 +82,13 @@ void forward_tile(const Head& h, std::size_t r0, std::size_t br, float* out, std
   std::fill(w.l.begin(), w.l.end(), 0.0f);
   for (std::size_t c0 = 0; c0 < r0 + br; c0 += kTile) {
     const std::size_t bc = std::min(kTile, r0 + br - c0);
-    gemm(false, true, br, bc, h.hs, h.scale, h.q + r0 * h.ld, h.ld, h.k + c0 * h.ld, h.ld, 0.0f, w.s.data(), kTile);
+    product(k, {br, bc, h.hs, h.scale, h.q + r0 * h.ld, h.ld, 1, w.kt.data() + c0 * h.hs, kTile, false, w.s.data(),
+                kTile});
     for (std::size_t r = 0; r < br; ++r) {
       k.attention_online_softmax(w.s.data() + r * kTile, visible(r0, r, c0, bc), bc, &w.m[r], &w.l[r],
                                  w.acc.data() + r * h.hs, h.hs);
     }
-    gemm(false, false, br, h.hs, bc, 1.0f, w.s.data(), kTile, h.v + c0 * h.ld, h.ld, 1.0f, w.acc.data(), h.hs);
+    product(k, {br, h.hs, bc, 1.0f, w.s.data(), kTile, 1, h.v + c0 * h.ld, h.ld, true, w.acc.data(), h.hs});
   }
   for (std::size_t r = 0; r < br; ++r) {
     const float inv = 1.0f / w.l[r];
@@ -102,6 +122,19 @@ Head head_of(const float* qkv, const Shapes& s, std::size_t b, std::size_t h) {
 
 }  // namespace
 
+namespace {
+
+// Heads [B * NH) split into `parts` contiguous runs; every head has the same work.
+std::size_t first_head(std::size_t heads, std::size_t parts, std::size_t t) { return heads * t / parts; }
+
+// Multiply-adds of a call's tile products, at half the [T, T] scores (the causal half).
+double attention_macs(const Shapes& s, std::size_t products) {
+  const auto T = static_cast<double>(s.T);
+  return static_cast<double>(s.B) * static_cast<double>(s.C) * T * T / 2.0 * static_cast<double>(products);
+}
+
+}  // namespace
+
 void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> lse, std::size_t B,
                        std::size_t T, std::size_t C, std::size_t NH) {
   constexpr const char* op = "attention_forward";
@@ -110,17 +143,24 @@ void attention_forward(std::span<const float> qkv, std::span<float> out, std::sp
   detail::check_disjoint(op, "out", out, "qkv", qkv);
   detail::check_disjoint(op, "lse", lse, "qkv", qkv);
   detail::check_disjoint(op, "lse", lse, "out", out);
-  detail::apply_default_blas_threads();
 
-  ForwardScratch w(C / NH);
-  for (std::size_t b = 0; b < B; ++b) {
-    for (std::size_t h = 0; h < NH; ++h) {
+  // Heads are independent, so each thread takes a run of them with scratch of its own.
+  const std::size_t heads = B * NH, hs = C / NH;
+  const std::size_t parts = detail::threads_for(attention_macs(s, 2), heads);
+  std::vector<ForwardScratch> scratch;
+  for (std::size_t t = 0; t < parts; ++t) scratch.emplace_back(T, hs);
+  (void)detail::cpu_kernels();  // a bad COSHARD_CPU_ISA throws here, on the caller's thread
+  detail::run_parts(parts, [&](std::size_t t) {
+    ForwardScratch& w = scratch[t];
+    for (std::size_t bh = first_head(heads, parts, t); bh < first_head(heads, parts, t + 1); ++bh) {
+      const std::size_t b = bh / NH, h = bh % NH;
       const Head hd = head_of(qkv.data(), s, b, h);
-      float* o = out.data() + b * T * C + h * hd.hs;
-      float* l = lse.data() + (b * NH + h) * T;
+      transpose_tiles(hd.k, hd.ld, T, hs, w.kt.data());
+      float* o = out.data() + b * T * C + h * hs;
+      float* l = lse.data() + bh * T;
       for (std::size_t r0 = 0; r0 < T; r0 += kTile) forward_tile(hd, r0, std::min(kTile, T - r0), o, C, l, w);
     }
-  }
+  });
 }
 
 namespace {
@@ -138,6 +178,9 @@ struct HeadGrads {
 
 struct BackwardScratch {
   std::vector<float> p = std::vector<float>(kTile * kTile), dp = std::vector<float>(kTile * kTile);
+  std::vector<float> kt, vt;  // the head's K^T and V^T (transpose_tiles)
+  std::vector<float> delta;
+  BackwardScratch(std::size_t T, std::size_t hs) : kt(tiles_floats(T, hs)), vt(tiles_floats(T, hs)), delta(T) {}
 };
 
 // Query tile [r0, r0 + br) against key tile [c0, c0 + bc): recompute P from the saved
@@ -146,14 +189,34 @@ void backward_tile(const Head& h, const HeadGrads& g, std::size_t r0, std::size_
                    BackwardScratch& w) {
   const detail::CpuKernels& k = detail::cpu_kernels();
   float* p = w.p.data();
-  gemm(false, true, br, bc, h.hs, h.scale, h.q + r0 * h.ld, h.ld, h.k + c0 * h.ld, h.ld, 0.0f, p, kTile);
+  product(k, {br, bc, h.hs, h.scale, h.q + r0 * h.ld, h.ld, 1, w.kt.data() + c0 * h.hs, kTile, false, p, kTile});
   for (std::size_t r = 0; r < br; ++r) k.attention_probabilities(p + r * kTile, visible(r0, r, c0, bc), bc, g.lse[r0 + r]);
-  gemm(true, false, bc, h.hs, br, 1.0f, p, kTile, g.dout + r0 * g.ldo, g.ldo, 1.0f, g.dv + c0 * h.ld, h.ld);
+  product(k, {bc, h.hs, br, 1.0f, p, 1, kTile, g.dout + r0 * g.ldo, g.ldo, true, g.dv + c0 * h.ld, h.ld});
   float* ds = w.dp.data();
-  gemm(false, true, br, bc, h.hs, 1.0f, g.dout + r0 * g.ldo, g.ldo, h.v + c0 * h.ld, h.ld, 0.0f, ds, kTile);
+  product(k, {br, bc, h.hs, 1.0f, g.dout + r0 * g.ldo, g.ldo, 1, w.vt.data() + c0 * h.hs, kTile, false, ds, kTile});
   for (std::size_t r = 0; r < br; ++r) k.attention_score_grad(p + r * kTile, ds + r * kTile, bc, g.delta[r0 + r], h.scale);
-  gemm(false, false, br, h.hs, bc, 1.0f, ds, kTile, h.k + c0 * h.ld, h.ld, 1.0f, g.dq + r0 * h.ld, h.ld);
-  gemm(true, false, bc, h.hs, br, 1.0f, ds, kTile, h.q + r0 * h.ld, h.ld, 1.0f, g.dk + c0 * h.ld, h.ld);
+  product(k, {br, h.hs, bc, 1.0f, ds, kTile, 1, h.k + c0 * h.ld, h.ld, true, g.dq + r0 * h.ld, h.ld});
+  product(k, {bc, h.hs, br, 1.0f, ds, 1, kTile, h.q + r0 * h.ld, h.ld, true, g.dk + c0 * h.ld, h.ld});
+}
+
+// Every gradient of head (b, h), into dqkv zeroed by the caller.
+void backward_head(std::span<const float> dout, std::span<const float> qkv, std::span<const float> out,
+                   std::span<const float> lse, std::span<float> dqkv, const Shapes& s, std::size_t b, std::size_t h,
+                   BackwardScratch& w) {
+  const std::size_t T = s.T, C = s.C;
+  const Head hd = head_of(qkv.data(), s, b, h);
+  const std::size_t first = b * T * C + h * hd.hs;
+  for (std::size_t t = 0; t < T; ++t) {
+    w.delta[t] = detail::dot(dout.data() + first + t * C, out.data() + first + t * C, hd.hs);
+  }
+  transpose_tiles(hd.k, hd.ld, T, hd.hs, w.kt.data());
+  transpose_tiles(hd.v, hd.ld, T, hd.hs, w.vt.data());
+  float* dq = dqkv.data() + b * T * 3 * C + h * hd.hs;
+  const HeadGrads g{dq, dq + C, dq + 2 * C, dout.data() + first, C, lse.data() + (b * s.NH + h) * T, w.delta.data()};
+  for (std::size_t c0 = 0; c0 < T; c0 += kTile) {
+    for (std::size_t r0 = c0; r0 < T; r0 += kTile)
+      backward_tile(hd, g, r0, std::min(kTile, T - r0), c0, std::min(kTile, T - c0), w);
+  }
 }
 
 }  // namespace
@@ -170,26 +233,17 @@ void attention_backward(std::span<const float> dout, std::span<const float> qkv,
   detail::check_disjoint(op, "dqkv", dqkv, "qkv", qkv);
   detail::check_disjoint(op, "dqkv", dqkv, "out", out);
   detail::check_disjoint(op, "dqkv", dqkv, "lse", lse);
-  detail::apply_default_blas_threads();
 
   std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-  BackwardScratch w;
-  std::vector<float> delta(T);
-  for (std::size_t b = 0; b < B; ++b) {
-    for (std::size_t h = 0; h < NH; ++h) {
-      const Head hd = head_of(qkv.data(), s, b, h);
-      const std::size_t first = b * T * C + h * hd.hs;
-      for (std::size_t t = 0; t < T; ++t) {
-        delta[t] = detail::dot(dout.data() + first + t * C, out.data() + first + t * C, hd.hs);
-      }
-      float* dq = dqkv.data() + b * T * 3 * C + h * hd.hs;
-      const HeadGrads g{dq, dq + C, dq + 2 * C, dout.data() + first, C, lse.data() + (b * NH + h) * T, delta.data()};
-      for (std::size_t c0 = 0; c0 < T; c0 += kTile) {
-        for (std::size_t r0 = c0; r0 < T; r0 += kTile)
-          backward_tile(hd, g, r0, std::min(kTile, T - r0), c0, std::min(kTile, T - c0), w);
-      }
-    }
-  }
+  const std::size_t heads = B * NH;
+  const std::size_t parts = detail::threads_for(attention_macs(s, 5), heads);
+  std::vector<BackwardScratch> scratch;
+  for (std::size_t t = 0; t < parts; ++t) scratch.emplace_back(T, C / NH);
+  (void)detail::cpu_kernels();
+  detail::run_parts(parts, [&](std::size_t t) {
+    for (std::size_t bh = first_head(heads, parts, t); bh < first_head(heads, parts, t + 1); ++bh)
+      backward_head(dout, qkv, out, lse, dqkv, s, bh / NH, bh % NH, scratch[t]);
+  });
 }
 
 }  // namespace coshard::ops

@@ -5,8 +5,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "blas_internal.hpp"
@@ -14,6 +12,7 @@
 #include "coshard/ops/blas.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "isa/gemm_bf16.hpp"
+#include "parallel.hpp"
 
 namespace coshard::ops::detail {
 
@@ -59,19 +58,15 @@ GemmBf16Args columns(const GemmBf16Args& g, std::size_t n0, std::size_t n) {
   return part;
 }
 
-// The kernel on as many threads as OpenBLAS would use (blas_threads(): one per rank by default),
-// each on its own slice of C's columns, a multiple of the micro-tile wide. Threads are started per
-// call: a GEMM worth splitting takes milliseconds, a thread's start tens of microseconds.
+// The kernel on threads_for() threads (parallel.hpp), each on its own slice of C's columns, a
+// multiple of the micro-tile wide.
 void run_avx512_bf16(const GemmBf16Args& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) return zero_or_keep(g);
   const GemmBf16Kernel& k = isa_avx512_bf16::table();
-  apply_default_blas_threads();  // one thread per rank unless chosen (blas.hpp)
-  constexpr double kSplitMacs = 1 << 22;  // below this a thread's start is a noticeable share
   const std::size_t tiles = (g.N + k.nr - 1) / k.nr;
-  std::size_t threads = static_cast<std::size_t>(std::max(1, blas_threads()));
-  if (static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K) < kSplitMacs) threads = 1;
-  threads = std::min(threads, tiles);
+  const std::size_t threads =
+      threads_for(static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K), tiles);
   std::vector<GemmBf16Args> parts;
   for (std::size_t t = 0, done = 0; t < threads; ++t) {
     const std::size_t n = std::min(g.N - done, (tiles * (t + 1) / threads - tiles * t / threads) * k.nr);
@@ -82,18 +77,7 @@ void run_avx512_bf16(const GemmBf16Args& g) {
   // kernel reads, and zeroing it would be one more pass over it per GEMM.
   std::vector<std::unique_ptr<std::uint32_t[]>> scratch;
   for (const auto& p : parts) scratch.push_back(std::make_unique_for_overwrite<std::uint32_t[]>(k.a_words() + k.b_words(p.N)));
-  auto work = [&](std::size_t t) { k.run(parts[t], scratch[t].get(), scratch[t].get() + k.a_words()); };
-  {
-    std::vector<std::jthread> helpers;
-    for (std::size_t t = 1; t < parts.size(); ++t) {
-      try {
-        helpers.emplace_back(work, t);
-      } catch (const std::system_error&) {
-        work(t);  // no thread to be had (a process or cgroup limit): this slice on the caller's
-      }
-    }
-    work(0);
-  }  // joined here
+  run_parts(parts.size(), [&](std::size_t t) { k.run(parts[t], scratch[t].get(), scratch[t].get() + k.a_words()); });
 }
 
 bool cpu_runs_avx512_bf16() {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "coshard/ops/blas.hpp"
+#include "isa/cpu_kernels.hpp"
 #include "ops/gradcheck.hpp"
 
 using namespace coshard::ops;
@@ -118,6 +120,27 @@ TEST(OpsAttention, MatchesFloat64ReferenceOnOddShapes) {
     EXPECT_LT(rel_error(got.out, ref.out), kForwardTol);
     EXPECT_LT(rel_error(got.lse, ref.lse), kForwardTol);
     EXPECT_LT(rel_error(got.dqkv, ref.dqkv), kBackwardTol);
+  }
+}
+
+// On several threads (blas_threads()) each takes a run of the B x NH heads, which are independent:
+// the same bits as one thread, also where the heads do not divide evenly.
+TEST(OpsAttention, ThreadsSplitTheHeadsAndGiveTheSameBits) {
+  // OpenBLAS's own threads, where it computes the tiles, are invisible to ThreadSanitizer.
+  if (coshard::ops::detail::cpu_kernels().tile_gemm == nullptr) GTEST_SKIP() << "OpenBLAS computes the tiles here";
+  for (const Shape& s : {Shape{2, 300, 48, 3}, Shape{1, 600, 64, 2}, Shape{4, 260, 40, 5}}) {
+    SCOPED_TRACE(name(s));
+    const auto qkv = random_floats(s.n_qkv(), 21, -2.0f, 2.0f);
+    const auto dout = random_floats(s.n_out(), 22);
+    set_blas_threads(1);
+    const auto one = run(qkv, s, dout);
+    set_blas_threads(3);
+    if (blas_threads() != 3) GTEST_SKIP() << "this OpenBLAS runs one thread only";
+    const auto three = run(qkv, s, dout);
+    set_blas_threads(1);
+    EXPECT_EQ(one.out, three.out);
+    EXPECT_EQ(one.lse, three.lse);
+    EXPECT_EQ(one.dqkv, three.dqkv);
   }
 }
 

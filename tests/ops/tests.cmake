@@ -33,6 +33,16 @@ target_include_directories(ops_gemm_bf16_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/
 add_test(NAME OpsGemmBf16.Asked.avx2 COMMAND ops_gemm_bf16_test --gtest_filter=GemmBf16Choice.*:*LinearBf16*)
 set_tests_properties(OpsGemmBf16.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)
 
+# Attention's tile products on coshard's own kernel, where an instruction set has one; and the
+# attention suite again with that kernel ruled out (OpenBLAS computes the tiles).
+coshard_test(ops_tile_gemm_test unit ops/tile_gemm_test.cpp LIBS coshard::ops)
+target_include_directories(ops_tile_gemm_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
+target_include_directories(ops_attention_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
+if(TARGET coshard_ops_avx2)
+  add_test(NAME OpsAttention.Asked.avx2 COMMAND ops_attention_test)
+  set_tests_properties(OpsAttention.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)
+endif()
+
 # CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
 if(COSHARD_HAVE_CUDA)
   coshard_test(ops_cuda_test gpu ops/cuda_ops_test.cpp LIBS coshard::ops)

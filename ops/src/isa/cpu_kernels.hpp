@@ -16,6 +16,21 @@ namespace coshard::ops::detail {
 
 using AdamWScalars = kernels::AdamWScalars;
 
+// C[i, j] = alpha sum_p A(i, p) B[p, j], plus C[i, j] when accumulating, for i < m, j < n, p < k.
+// A(i, p) = a[i * a_row + p * a_col], so A may be given transposed; B's rows are contiguous, ldb
+// apart; C's rows are ldc apart.
+struct TileGemmArgs {
+  std::size_t m, n, k;
+  float alpha;
+  const float* a;
+  std::size_t a_row, a_col;
+  const float* b;
+  std::size_t ldb;
+  bool accumulate;
+  float* c;
+  std::size_t ldc;
+};
+
 struct CpuKernels {
   const char* isa;  // "baseline", "avx2", "avx512"
   void (*gelu_forward)(const float* x, float* y, std::size_t n);
@@ -36,6 +51,10 @@ struct CpuKernels {
                                    std::size_t hs);
   void (*attention_probabilities)(float* row, std::size_t vis, std::size_t bc, float lse);
   void (*attention_score_grad)(const float* p, float* dp, std::size_t bc, float delta, float scale);
+  // The tile products, where this instruction set has a kernel of coshard's own (AVX-512: the
+  // tiles are too small for OpenBLAS to be at its best); null elsewhere, and OpenBLAS computes them.
+  // Unlike the loops above, its bits are not those of the other tables (it sums with FMA).
+  void (*tile_gemm)(const TileGemmArgs& g);
   void (*adamw)(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWScalars& s);
 };
 

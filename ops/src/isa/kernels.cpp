@@ -9,6 +9,10 @@
 #error "COSHARD_ISA_NS must name the namespace of this build (see ops/CMakeLists.txt)"
 #endif
 
+#if defined(__AVX512F__)
+#include "tile_gemm_avx512.hpp"
+#endif
+
 namespace coshard::ops::detail::COSHARD_ISA_NS {
 namespace {
 
@@ -120,7 +124,13 @@ const CpuKernels& table() {
   static constexpr CpuKernels k{COSHARD_ISA_NAME,       gelu_forward,          gelu_backward,
                                 layernorm_forward,      layernorm_backward,    cross_entropy_forward,
                                 cross_entropy_backward, attention_online_softmax, attention_probabilities,
-                                attention_score_grad,   adamw};
+                                attention_score_grad,
+#if defined(__AVX512F__)
+                                tile_gemm,
+#else
+                                nullptr,
+#endif
+                                adamw};
   return k;
 }
 
