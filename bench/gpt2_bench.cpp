@@ -1,14 +1,13 @@
 // GPT-2 step time on one rank (forward + backward + AdamW of the unsharded model, fp32 CPU
 // kernels) beside the sum of its GEMM times measured in the same run: the same GEMM shapes
-// issued as raw cblas_sgemm calls (linear forward, and backward's dx and dW, of every layer and the
-// tied head). The ratio says how much of a step is not GEMM (attention, layernorm, GELU,
-// cross-entropy, AdamW, copies). A second bound adds attention's own matrix products, issued the
-// same way per sequence and head (forward S = Q K^T and O = P V; backward dV = P^T dO,
-// dP = dO V^T, dQ = dS K and dK = dS^T Q) and counted at half their time: a causal mask leaves half
-// of each T x T product to compute.
+// (linear forward, and backward's dx and dW, of every layer and the tied head) issued as plain
+// OpenBLAS calls split over the model's threads as ops splits them (ops/src/blas_internal.hpp).
+// The ratio says how much of a step is not GEMM (attention, layernorm, GELU, cross-entropy,
+// AdamW, copies). A second bound adds attention's own matrix products, issued the same way per
+// sequence and head (forward S = Q K^T and O = P V; backward dV = P^T dO, dP = dO V^T,
+// dQ = dS K and dK = dS^T Q) and counted at half their time: a causal mask leaves half of each
+// T x T product to compute.
 //   bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include "coshard/ops/blas.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "coshard/ops/optim.hpp"
+#include "blas_internal.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -82,8 +82,7 @@ double time_gemms(const std::vector<Gemm>& gemms) {
   const auto t = Clock::now();
   for (const auto& g : gemms) {
     const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
-    cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
-                a.data(), lda, b.data(), ldb, 1.0f, out.data(), g.n);
+    ops::detail::sgemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, out.data(), g.n);
   }
   return seconds_since(t);
 }
@@ -142,7 +141,7 @@ int main(int argc, char** argv) {
     const double tg = time_gemms(gemms);  // interleaved with the steps: same machine state
     const double tt = 0.5 * time_gemms(attention);
     if (s == 0) {
-      std::printf("  (warm-up step done; %d OpenBLAS thread(s), %s element-wise kernels)\n", ops::blas_threads(),
+      std::printf("  (warm-up step done; %d thread(s), %s element-wise kernels)\n", ops::blas_threads(),
                   ops::cpu_isa());
       continue;
     }

@@ -1,13 +1,12 @@
 #include "coshard/ops/attention.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "blas_internal.hpp"
 #include "check.hpp"
 #include "isa/cpu_kernels.hpp"
 #include "parallel.hpp"
@@ -37,9 +36,8 @@ struct Head {
 void product(const detail::CpuKernels& k, const detail::TileGemmArgs& g) {
   if (k.tile_gemm != nullptr) return k.tile_gemm(g);
   const bool ta = g.a_row == 1 && g.a_col != 1;  // A given as its transpose, a_col apart
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, CblasNoTrans, static_cast<int>(g.m),
-              static_cast<int>(g.n), static_cast<int>(g.k), g.alpha, g.a, static_cast<int>(ta ? g.a_col : g.a_row),
-              g.b, static_cast<int>(g.ldb), g.accumulate ? 1.0f : 0.0f, g.c, static_cast<int>(g.ldc));
+  detail::sgemm(ta, false, g.m, g.n, g.k, g.alpha, g.a, ta ? g.a_col : g.a_row, g.b, g.ldb, g.accumulate ? 1.0f : 0.0f,
+                g.c, g.ldc);
 }
 
 // x^T of one head's keys or values, tile by tile: the [hs, 64] block of key tile c0 at

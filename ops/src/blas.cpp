@@ -6,27 +6,45 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
 #include "blas_internal.hpp"
 #include "check.hpp"
+#include "parallel.hpp"
 
 namespace coshard::ops {
 
 namespace {
-std::atomic<bool> g_threads_chosen{false};
-std::once_flag g_default_once;
+std::atomic<int> g_threads{0};  // 0: none chosen
+std::once_flag g_openblas_once;
+
+int threads_from_environment() {
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return 1;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(env, &end, 10);
+  if (errno != 0 || *end != '\0' || n < 1 || n > 4096) {
+    detail::fail("OPENBLAS_NUM_THREADS", "'" + std::string(env) +
+                                             "' is not a thread count (a whole number from 1 to 4096); set one or "
+                                             "unset it for one thread per rank");
+  }
+  return static_cast<int>(n);
+}
 }  // namespace
 
 void set_blas_threads(int n) {
   if (n < 1) detail::fail("set_blas_threads", "thread count must be >= 1, got " + std::to_string(n));
-  g_threads_chosen.store(true);
-  openblas_set_num_threads(n);
+  g_threads.store(n);
 }
 
-int blas_threads() { return openblas_get_num_threads(); }
+int blas_threads() {
+  const int n = g_threads.load();
+  return n > 0 ? n : threads_from_environment();
+}
 
 int threads_per_rank(int local_ranks) {
   if (local_ranks < 1) detail::fail("threads_per_rank", "local_ranks must be >= 1, got " + std::to_string(local_ranks));
@@ -37,12 +55,37 @@ int threads_per_rank(int local_ranks) {
 }
 
 namespace detail {
-void apply_default_blas_threads() {
-  std::call_once(g_default_once, [] {
-    if (g_threads_chosen.load() || std::getenv("OPENBLAS_NUM_THREADS") != nullptr) return;
-    openblas_set_num_threads(1);
+
+void openblas_one_thread() {
+  std::call_once(g_openblas_once, [] { openblas_set_num_threads(1); });
+}
+
+void sgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+           std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  openblas_one_thread();
+  if (m == 0 || n == 0) return;
+  // Slices of 16 columns (64 bytes) or of rows, so that no two threads write one cache line.
+  constexpr std::size_t kColumns = 16;
+  const bool by_rows = m > n;
+  const std::size_t units = by_rows ? m : (n + kColumns - 1) / kColumns;
+  const std::size_t parts =
+      threads_for(static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k), units);
+  run_parts(parts, [&](std::size_t t) {
+    const std::size_t u0 = units * t / parts, u1 = units * (t + 1) / parts;
+    std::size_t m0 = 0, m1 = m, n0 = 0, n1 = n;
+    if (by_rows) {
+      m0 = u0, m1 = u1;
+    } else {
+      n0 = u0 * kColumns, n1 = std::min(n, u1 * kColumns);
+    }
+    const float* as = a + (ta ? m0 : m0 * lda);  // A^T is stored [k, m]
+    const float* bs = b + (tb ? n0 * ldb : n0);  // B^T is stored [n, k]
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<int>(m1 - m0), static_cast<int>(n1 - n0), static_cast<int>(k), alpha, as,
+                static_cast<int>(lda), bs, static_cast<int>(ldb), beta, c + m0 * ldc + n0, static_cast<int>(ldc));
   });
 }
+
 }  // namespace detail
 
 }  // namespace coshard::ops

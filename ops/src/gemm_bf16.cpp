@@ -1,5 +1,4 @@
 // The portable bf16 GEMM and the choice between it and the AVX512-BF16 kernel (isa/gemm_bf16.hpp).
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -41,10 +40,7 @@ void run_sgemm(const GemmBf16Args& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) return zero_or_keep(g);
   const std::vector<float> a = rounded(g.a, g.M, g.K), b = rounded(g.b, g.K, g.N);
-  apply_default_blas_threads();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(g.M), static_cast<int>(g.N),
-              static_cast<int>(g.K), 1.0f, a.data(), static_cast<int>(g.K), b.data(), static_cast<int>(g.N),
-              g.accumulate ? 1.0f : 0.0f, g.c, static_cast<int>(g.ldc));
+  sgemm(false, false, g.M, g.N, g.K, 1.0f, a.data(), g.K, b.data(), g.N, g.accumulate ? 1.0f : 0.0f, g.c, g.ldc);
 }
 
 #if defined(COSHARD_ISA_X86)

@@ -1,6 +1,5 @@
 #include "coshard/ops/linear.hpp"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -13,14 +12,13 @@ namespace coshard::ops {
 
 namespace {
 
-struct Dims {
-  int rows, in, out;
-};
-
-Dims check_dims(const char* op, std::size_t rows, std::size_t in, std::size_t out) {
+// Positive widths, and every dimension within what BLAS takes (an int).
+void check_dims(const char* op, std::size_t rows, std::size_t in, std::size_t out) {
   detail::check_positive(op, "in", in);
   detail::check_positive(op, "out", out);
-  return {detail::blas_dim(op, "rows", rows), detail::blas_dim(op, "in", in), detail::blas_dim(op, "out", out)};
+  detail::blas_dim(op, "rows", rows);
+  detail::blas_dim(op, "in", in);
+  detail::blas_dim(op, "out", out);
 }
 
 std::string w_shape(WeightLayout layout, std::size_t in, std::size_t out) {
@@ -28,19 +26,18 @@ std::string w_shape(WeightLayout layout, std::size_t in, std::size_t out) {
                                         : "[out, in] = " + detail::dims({out, in});
 }
 
-// The checks of both weight dtypes; returns the dimensions as BLAS takes them.
+// The checks of both weight dtypes.
 template <class W>
-Dims check_forward(std::span<const float> x, std::span<const W> w, std::span<const float> b, std::span<float> y,
+void check_forward(std::span<const float> x, std::span<const W> w, std::span<const float> b, std::span<float> y,
                    std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
   constexpr const char* op = "linear_forward";
-  const Dims d = check_dims(op, rows, in, out);
+  check_dims(op, rows, in, out);
   detail::check_size(op, "x", x, rows * in, "[rows, in] = " + detail::dims({rows, in}));
   detail::check_size(op, "w", w, in * out, w_shape(layout, in, out));
   detail::check_optional_size(op, "b", b, out, "[out] = " + detail::dims({out}));
   detail::check_size(op, "y", y, rows * out, "[rows, out] = " + detail::dims({rows, out}));
   detail::check_disjoint(op, "y", y, "x", x);
   detail::check_disjoint(op, "y", y, "w", w);
-  return d;
 }
 
 // The bias goes in as GEMM's C with beta = 1: one write pass over y instead of a second
@@ -52,11 +49,11 @@ float bias_into(std::span<const float> b, std::span<float> y, std::size_t rows, 
 }
 
 template <class W>
-Dims check_backward(std::span<const float> dy, std::span<const float> x, std::span<const W> w, std::span<float> dx,
+void check_backward(std::span<const float> dy, std::span<const float> x, std::span<const W> w, std::span<float> dx,
                     std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in, std::size_t out,
                     WeightLayout layout) {
   constexpr const char* op = "linear_backward";
-  const Dims d = check_dims(op, rows, in, out);
+  check_dims(op, rows, in, out);
   detail::check_size(op, "dy", dy, rows * out, "[rows, out] = " + detail::dims({rows, out}));
   detail::check_size(op, "x", x, rows * in, "[rows, in] = " + detail::dims({rows, in}));
   detail::check_size(op, "w", w, in * out, w_shape(layout, in, out));
@@ -68,7 +65,6 @@ Dims check_backward(std::span<const float> dy, std::span<const float> x, std::sp
   detail::check_disjoint(op, "dw", dw, "dy", dy);
   detail::check_disjoint(op, "dw", dw, "x", x);
   detail::check_disjoint(op, "db", db, "dy", dy);
-  return d;
 }
 
 // db += the column sums of dy, in f32 whatever the weights' dtype.
@@ -84,45 +80,29 @@ void bias_grad(std::span<const float> dy, std::span<float> db, std::size_t rows,
 
 void linear_forward(std::span<const float> x, std::span<const float> w, std::span<const float> b, std::span<float> y,
                     std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
-  const Dims d = check_forward(x, w, b, y, rows, in, out, layout);
+  check_forward(x, w, b, y, rows, in, out, layout);
   if (rows == 0) return;
-  detail::apply_default_blas_threads();
   const float beta = bias_into(b, y, rows, out);
-  if (layout == WeightLayout::in_out) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.out,
-                beta, y.data(), d.out);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.rows, d.out, d.in, 1.0f, x.data(), d.in, w.data(), d.in,
-                beta, y.data(), d.out);
-  }
+  const bool in_out = layout == WeightLayout::in_out;
+  detail::sgemm(false, !in_out, rows, out, in, 1.0f, x.data(), in, w.data(), in_out ? out : in, beta, y.data(), out);
 }
 
 void linear_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout) {
-  const Dims d = check_backward(dy, x, w, dx, dw, db, rows, in, out, layout);
+  check_backward(dy, x, w, dx, dw, db, rows, in, out, layout);
   if (rows == 0) return;
-  detail::apply_default_blas_threads();
-
   const bool in_out = layout == WeightLayout::in_out;
   if (!dx.empty()) {
     // dx[rows, in] = dy[rows, out] W^T (in_out) or dy W (out_in).
-    if (in_out) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.rows, d.in, d.out, 1.0f, dy.data(), d.out, w.data(),
-                  d.out, 0.0f, dx.data(), d.in);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.rows, d.in, d.out, 1.0f, dy.data(), d.out, w.data(),
-                  d.in, 0.0f, dx.data(), d.in);
-    }
+    detail::sgemm(false, in_out, rows, in, out, 1.0f, dy.data(), out, w.data(), in_out ? out : in, 0.0f, dx.data(), in);
   }
   if (!dw.empty()) {
     // beta = 1 accumulates: dW[in, out] += x^T dy, or dW[out, in] += dy^T x.
     if (in_out) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.in, d.out, d.rows, 1.0f, x.data(), d.in, dy.data(),
-                  d.out, 1.0f, dw.data(), d.out);
+      detail::sgemm(true, false, in, out, rows, 1.0f, x.data(), in, dy.data(), out, 1.0f, dw.data(), out);
     } else {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.out, d.in, d.rows, 1.0f, dy.data(), d.out, x.data(),
-                  d.in, 1.0f, dw.data(), d.in);
+      detail::sgemm(true, false, out, in, rows, 1.0f, dy.data(), out, x.data(), in, 1.0f, dw.data(), in);
     }
   }
   if (!db.empty()) bias_grad(dy, db, rows, out);

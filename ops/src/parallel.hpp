@@ -1,8 +1,7 @@
 #pragma once
-// coshard's own CPU kernels (the bf16 GEMM, attention) use as many threads as OpenBLAS would
-// (blas_threads(): one per rank by default, blas.hpp), so that a rank's compute fills the cores it
-// was given whichever kernel runs. Threads are started per call: the calls worth splitting take
-// milliseconds, a thread's start tens of microseconds.
+// A rank's CPU ops run on blas_threads() threads (one per rank by default, blas.hpp): coshard's own
+// kernels and the OpenBLAS GEMMs, split into single-threaded calls, alike. Threads are started per
+// call: the calls worth splitting take milliseconds, a thread's start tens of microseconds.
 #include <algorithm>
 #include <cstddef>
 #include <system_error>
@@ -14,11 +13,12 @@
 
 namespace coshard::ops::detail {
 
-/// Threads for a call of `macs` multiply-adds that splits into at most `parts` pieces: blas_threads()
-/// (after the one-per-rank default is applied), fewer where there are fewer pieces, and one where
-/// the call is too small for a thread's start to pay.
+/// Threads for a call of `macs` multiply-adds that splits into at most `parts` pieces:
+/// blas_threads(), fewer where there are fewer pieces, and one where the call is too small for a
+/// thread's start to pay. Sets OpenBLAS to one thread (blas_internal.hpp), as every caller may
+/// call it in the threads.
 inline std::size_t threads_for(double macs, std::size_t parts) {
-  apply_default_blas_threads();
+  openblas_one_thread();
   constexpr double kSplitMacs = 1 << 22;
   if (macs < kSplitMacs || parts < 2) return 1;
   return std::min(parts, static_cast<std::size_t>(std::max(1, blas_threads())));

@@ -13,6 +13,8 @@
 #include "coshard/ops/blas.hpp"
 #include "ops/gradcheck.hpp"
 
+extern "C" int openblas_get_num_threads();  // OpenBLAS's own count (cblas.h is not on this path)
+
 namespace {
 
 // The layout's name: the cases' names, and what a failing case prints for its parameter.
@@ -165,13 +167,56 @@ TEST(OpsLinearBadInput, OverlappingOutputIsRefused) {
   expect_invalid([&] { linear_forward(x, w, b, y, kRows, kIn, kOut); }, {"linear_forward", "y and x must not overlap"});
 }
 
+// Each of the three products split over 3 threads (blas_threads()), by rows and by columns of its
+// result, on shapes that do not divide evenly: the result of one thread, up to OpenBLAS's blocking
+// of the slices. OpenBLAS itself stays on one thread (its workers would spin beside ours).
+TEST_P(OpsLinear, ThreadsSplitEveryProduct) {
+  const auto layout = GetParam();
+  struct Shape {
+    std::size_t rows, in, out;
+  };
+  for (const Shape s : {Shape{1000, 50, 300}, Shape{200, 100, 1000}, Shape{100, 1000, 200}}) {
+    SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.in) + " x " + std::to_string(s.out));
+    const auto x = random_floats(s.rows * s.in, 41), w = random_floats(s.in * s.out, 42);
+    const auto b = random_floats(s.out, 43), dy = random_floats(s.rows * s.out, 44);
+    struct Out {
+      std::vector<float> y, dx, dw;
+    };
+    auto run = [&](int threads) {
+      set_blas_threads(threads);
+      Out o{std::vector<float>(s.rows * s.out), std::vector<float>(s.rows * s.in), std::vector<float>(s.in * s.out, 0.5f)};
+      linear_forward(x, w, b, o.y, s.rows, s.in, s.out, layout);
+      linear_backward(dy, x, w, o.dx, o.dw, {}, s.rows, s.in, s.out, layout);
+      return o;
+    };
+    const Out one = run(1), three = run(3);
+    set_blas_threads(1);
+    EXPECT_LT(rel_error(three.y, to_double(one.y)), 1e-6);
+    EXPECT_LT(rel_error(three.dx, to_double(one.dx)), 1e-6);
+    EXPECT_LT(rel_error(three.dw, to_double(one.dw)), 1e-6);
+    EXPECT_EQ(openblas_get_num_threads(), 1);
+  }
+}
+
 TEST(OpsBlas, DefaultIsOneThreadPerRank) {
-  // ctest runs each test in its own process, so this sees OpenBLAS's own default (a thread per
-  // core) until the first GEMM applies coshard's.
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr) GTEST_SKIP() << "OPENBLAS_NUM_THREADS is set";
   std::vector<float> x(kRows * kIn, 1.0f), w(kIn * kOut, 1.0f), y(kRows * kOut);
   linear_forward(x, w, {}, y, kRows, kIn, kOut);
   EXPECT_EQ(blas_threads(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+}
+
+// Without a chosen count, OPENBLAS_NUM_THREADS is the count; one that is not a count is an error
+// naming it. ctest runs this again with the variable set to 2 and to "two" (tests/ops/tests.cmake).
+TEST(OpsBlas, TheEnvironmentGivesTheCountOrAnError) {
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (env == nullptr) {
+    EXPECT_EQ(blas_threads(), 1);
+  } else if (std::string(env) == "two") {
+    expect_invalid([] { blas_threads(); }, {"OPENBLAS_NUM_THREADS", "'two'", "whole number"});
+  } else {
+    EXPECT_EQ(blas_threads(), std::atoi(env));
+  }
 }
 
 TEST(OpsBlas, ThreadCountIsConfigurable) {

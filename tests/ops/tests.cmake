@@ -4,6 +4,11 @@
 foreach(suite linear layernorm gelu cross_entropy embedding attention optim grad_norm)
   coshard_test(ops_${suite}_test unit ops/${suite}_test.cpp LIBS coshard::ops)
 endforeach()
+foreach(count 2 two)
+  add_test(NAME OpsBlas.Environment.${count}
+    COMMAND ops_linear_test --gtest_filter=OpsBlas.TheEnvironmentGivesTheCountOrAnError)
+  set_tests_properties(OpsBlas.Environment.${count} PROPERTIES LABELS unit ENVIRONMENT OPENBLAS_NUM_THREADS=${count})
+endforeach()
 
 # The kernels of every instruction set this CPU runs give the same bits; the process picks the widest
 # or what COSHARD_CPU_ISA asks for (run once as is, once asking for baseline, once for a bad name).
@@ -37,7 +42,6 @@ set_tests_properties(OpsGemmBf16.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT C
 # attention suite again with that kernel ruled out (OpenBLAS computes the tiles).
 coshard_test(ops_tile_gemm_test unit ops/tile_gemm_test.cpp LIBS coshard::ops)
 target_include_directories(ops_tile_gemm_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
-target_include_directories(ops_attention_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
 if(TARGET coshard_ops_avx2)
   add_test(NAME OpsAttention.Asked.avx2 COMMAND ops_attention_test)
   set_tests_properties(OpsAttention.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)

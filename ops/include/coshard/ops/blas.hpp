@@ -1,14 +1,20 @@
 #pragma once
-// OpenBLAS thread count. OpenBLAS's own default is one thread per core, which oversubscribes a
-// host running one rank per core (or eight ranks on two cores in the tests). coshard therefore
-// defaults to 1 thread per rank: the first GEMM that coshard issues sets 1 unless
-// set_blas_threads() was called before or OPENBLAS_NUM_THREADS is set in the environment.
-// The setting is process-wide (OpenBLAS has no per-call thread count); change it only while no
-// GEMM is running, e.g. before starting the streams.
+// CPU compute threads per rank. coshard runs every CPU op of a rank on these threads: its own
+// kernels (attention, the bf16 GEMM) and the OpenBLAS GEMMs alike, which it splits into one
+// single-threaded OpenBLAS call per thread. OpenBLAS itself is set to one thread on first use,
+// because its own workers spin for up to 2^28 cycles after every threaded call, stealing a core
+// from whatever the rank runs next (docs/ops.md).
+//
+// The default is 1 thread per rank (OpenBLAS's own default, a thread per core, oversubscribes a
+// host running a rank per core, or eight ranks on two cores in the tests): set_blas_threads(n)
+// chooses n; without it, OPENBLAS_NUM_THREADS is the count when set. The setting is
+// process-wide; change it only while no op is running, e.g. before starting the streams.
 namespace coshard::ops {
 
 void set_blas_threads(int n);  ///< n >= 1, else Errc::invalid_argument
-int blas_threads();            ///< the count OpenBLAS will use now
+/// The count the CPU ops use now. An OPENBLAS_NUM_THREADS that is not a whole number >= 1 is
+/// Errc::invalid_argument, naming it, when no count was chosen.
+int blas_threads();
 
 /// The BLAS threads per rank that fill this host without oversubscribing it: the CPUs this process
 /// may run on (its affinity mask, which taskset, cgroup cpusets and Slurm's binding narrow)
