@@ -4,6 +4,7 @@
 
 #include "check.hpp"
 #include "isa/cpu_kernels.hpp"
+#include "parallel.hpp"
 
 namespace coshard::ops {
 
@@ -21,8 +22,12 @@ void layernorm_forward(std::span<const float> x, std::span<const float> weight, 
   detail::check_size(op, "rstd", rstd, rows, "[rows] = " + detail::dims({rows}));
   detail::check_disjoint(op, "y", y, "x", x);
 
-  detail::cpu_kernels().layernorm_forward(x.data(), weight.data(), bias.data(), y.data(), mean.data(), rstd.data(),
-                                          rows, C, eps);
+  // Rows are independent: a run of them per thread.
+  const detail::CpuKernels& k = detail::cpu_kernels();
+  detail::split_range(rows, 1, static_cast<double>(C) * detail::kElementMacs, [&](std::size_t b, std::size_t e) {
+    k.layernorm_forward(x.data() + b * C, weight.data(), bias.data(), y.data() + b * C, mean.data() + b,
+                        rstd.data() + b, e - b, C, eps);
+  });
 }
 
 void layernorm_backward(std::span<const float> dy, std::span<const float> x, std::span<const float> weight,
@@ -44,6 +49,7 @@ void layernorm_backward(std::span<const float> dy, std::span<const float> x, std
   detail::check_disjoint(op, "dweight", dweight, "dy", dy);
   detail::check_disjoint(op, "dbias", dbias, "dy", dy);
 
+  // One thread: dweight and dbias are sums over the rows, whose order a split would change.
   detail::cpu_kernels().layernorm_backward(dy.data(), x.data(), weight.data(), mean.data(), rstd.data(), dx.data(),
                                            dweight.empty() ? nullptr : dweight.data(),
                                            dbias.empty() ? nullptr : dbias.data(), rows, C);

@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "isa/cpu_kernels.hpp"
+#include "parallel.hpp"
 
 namespace coshard::ops {
 
@@ -43,7 +44,10 @@ void adamw_update(std::span<float> param, std::span<const float> grad, std::span
                                 .step_size = static_cast<float>(lr / bc1),
                                 .bc2_sqrt = static_cast<float>(std::sqrt(bc2)),
                                 .eps = static_cast<float>(eps)};
-  detail::cpu_kernels().adamw(param.data(), grad.data(), exp_avg.data(), exp_avg_sq.data(), n, k);
+  const detail::CpuKernels& table = detail::cpu_kernels();
+  detail::split_range(n, 64, detail::kElementMacs, [&](std::size_t b, std::size_t e) {
+    table.adamw(param.data() + b, grad.data() + b, exp_avg.data() + b, exp_avg_sq.data() + b, e - b, k);
+  });
 }
 
 void adamw_step(std::span<float> param, std::span<const float> grad, AdamWState& state, const AdamWOptions& opt,
