@@ -2,8 +2,9 @@
 // configs (B*T = 1024 rows), one line per op and shape, in the format that
 // bench/torch/kernels_baseline.py prints for PyTorch eager, so scripts/bench can put the two side
 // by side:  op=<name> shape=<dims> ms=<median> spread=<(max - min) / median>
-// Threads: one OpenBLAS thread unless OPENBLAS_NUM_THREADS says otherwise (coshard's default); the
-// element-wise ops are single-threaded.
+// Threads: one unless OPENBLAS_NUM_THREADS says otherwise (coshard's default, blas.hpp); attention
+// splits its heads and the element-wise ops their rows or elements over them, except layernorm's
+// backward.
 //   bench_kernels [--only OP] [--min-seconds S]
 #include <algorithm>
 #include <chrono>

@@ -1,17 +1,17 @@
 // ops micro-benchmarks: linear forward and backward at GPT-2 small shapes (rows = B*T = 1024),
-// each beside raw cblas_sgemm calls of the same shapes measured in the same iterations.
+// each beside bare GEMM calls of the same shapes measured in the same iterations: OpenBLAS calls
+// split over the same threads as the op's (ops/src/blas_internal.hpp).
 //   LinearForward   vs one sgemm   y = x W           (ours also adds the bias)
 //   LinearBackward  vs two sgemms  dx = dy W^T, dW += x^T dy   (ours also sums db)
 // The two are timed alternately inside each iteration (the order flips every iteration), so a
 // noisy neighbour or a frequency change hits both alike. Counters:
 //   GFLOPs      ours (2*rows*in*out per GEMM)      raw_GFLOPs   the bare sgemm calls
-//   overhead    ours time / raw time (goal < 1.05) blas_threads OpenBLAS threads used
+//   overhead    ours time / raw time (goal < 1.05) blas_threads the threads both use
 //   LinearBf16Forward, LinearBf16Backward: the same ops on bf16 weights (mixed precision) against
 //   the same f32 sgemms, so overhead < 1 is what bf16 gains; bf16_kernel is 1 when the
 //   AVX512-BF16 kernel ran, 0 for the round-widen-sgemm path (cpu.hpp).
 // Threads: 1 unless OPENBLAS_NUM_THREADS says otherwise (coshard's default, see blas.hpp).
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
 #include <chrono>
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "coshard/ops/cast.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "coshard/ops/linear.hpp"
+#include "blas_internal.hpp"
 
 using namespace coshard;
 
@@ -90,7 +91,6 @@ void linear_forward_bench(benchmark::State& state) {
   auto x = filled(rows * in, 1.0f), w = filled(in * out, 0.1f), b = filled(out, 1.0f);
   const auto wo = weights_as<W>(w);
   std::vector<float> y(rows * out), y_raw(rows * out);
-  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
   compare(
       state, 2.0 * static_cast<double>(rows * in * out),
       [&] {
@@ -98,8 +98,7 @@ void linear_forward_bench(benchmark::State& state) {
         benchmark::ClobberMemory();
       },
       [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, x.data(), k, w.data(), n, 0.0f,
-                    y_raw.data(), n);
+        ops::detail::sgemm(false, false, rows, out, in, 1.0f, x.data(), in, w.data(), out, 0.0f, y_raw.data(), out);
         benchmark::ClobberMemory();
       });
 }
@@ -113,7 +112,6 @@ void linear_backward_bench(benchmark::State& state) {
   const auto wo = weights_as<W>(w);
   std::vector<float> dx(rows * in), dw(in * out, 0.0f), db(out, 0.0f);
   std::vector<float> dx_raw(rows * in), dw_raw(in * out, 0.0f);
-  const int m = static_cast<int>(rows), k = static_cast<int>(in), n = static_cast<int>(out);
   compare(
       state, 4.0 * static_cast<double>(rows * in * out),
       [&] {
@@ -121,10 +119,8 @@ void linear_backward_bench(benchmark::State& state) {
         benchmark::ClobberMemory();
       },
       [&] {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f, dy.data(), n, w.data(), n, 0.0f,
-                    dx_raw.data(), k);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f, x.data(), k, dy.data(), n, 1.0f,
-                    dw_raw.data(), n);
+        ops::detail::sgemm(false, true, rows, in, out, 1.0f, dy.data(), out, w.data(), out, 0.0f, dx_raw.data(), in);
+        ops::detail::sgemm(true, false, in, out, rows, 1.0f, x.data(), in, dy.data(), out, 1.0f, dw_raw.data(), out);
         benchmark::ClobberMemory();
       });
 }

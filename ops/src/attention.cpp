@@ -30,14 +30,15 @@ struct Head {
   float scale;
 };
 
-// A tile product (cpu_kernels.hpp): coshard's kernel where the instruction set has one, else
-// OpenBLAS, which reads A in either layout too. The callers checked every dimension against
-// INT_MAX once per call.
+// A tile product (cpu_kernels.hpp): coshard's kernel where the instruction set has one, else one
+// OpenBLAS call on this thread (the heads are already split over the threads), which reads A in
+// either layout too; the callers give A with one of its strides 1. The callers checked every
+// dimension against INT_MAX once per call.
 void product(const detail::CpuKernels& k, const detail::TileGemmArgs& g) {
   if (k.tile_gemm != nullptr) return k.tile_gemm(g);
   const bool ta = g.a_row == 1 && g.a_col != 1;  // A given as its transpose, a_col apart
-  detail::sgemm(ta, false, g.m, g.n, g.k, g.alpha, g.a, ta ? g.a_col : g.a_row, g.b, g.ldb, g.accumulate ? 1.0f : 0.0f,
-                g.c, g.ldc);
+  detail::sgemm_here(ta, false, g.m, g.n, g.k, g.alpha, g.a, ta ? g.a_col : g.a_row, g.b, g.ldb,
+                     g.accumulate ? 1.0f : 0.0f, g.c, g.ldc);
 }
 
 // x^T of one head's keys or values, tile by tile: the [hs, 64] block of key tile c0 at
@@ -117,10 +118,6 @@ Head head_of(const float* qkv, const Shapes& s, std::size_t b, std::size_t h) {
   const float* base = qkv + b * s.T * ld + h * hs;
   return {base, base + s.C, base + 2 * s.C, ld, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
 }
-
-}  // namespace
-
-namespace {
 
 // Heads [B * NH) split into `parts` contiguous runs; every head has the same work.
 std::size_t first_head(std::size_t heads, std::size_t parts, std::size_t t) { return heads * t / parts; }

@@ -18,8 +18,10 @@
 namespace coshard::ops {
 
 namespace {
+constexpr int kMaxThreads = 4096;
 std::atomic<int> g_threads{0};  // 0: none chosen
 std::once_flag g_openblas_once;
+bool g_openblas_openmp = false;  // written once, under g_openblas_once
 
 int threads_from_environment() {
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");
@@ -27,7 +29,7 @@ int threads_from_environment() {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(env, &end, 10);
-  if (errno != 0 || *end != '\0' || n < 1 || n > 4096) {
+  if (*env < '0' || *env > '9' || errno != 0 || *end != '\0' || n < 1 || n > kMaxThreads) {
     detail::fail("OPENBLAS_NUM_THREADS", "'" + std::string(env) +
                                              "' is not a thread count (a whole number from 1 to 4096); set one or "
                                              "unset it for one thread per rank");
@@ -37,7 +39,10 @@ int threads_from_environment() {
 }  // namespace
 
 void set_blas_threads(int n) {
-  if (n < 1) detail::fail("set_blas_threads", "thread count must be >= 1, got " + std::to_string(n));
+  if (n < 1 || n > kMaxThreads) {
+    detail::fail("set_blas_threads", "thread count must be from 1 to " + std::to_string(kMaxThreads) + ", got " +
+                                         std::to_string(n));
+  }
   g_threads.store(n);
 }
 
@@ -57,14 +62,32 @@ int threads_per_rank(int local_ranks) {
 namespace detail {
 
 void openblas_one_thread() {
-  std::call_once(g_openblas_once, [] { openblas_set_num_threads(1); });
+  std::call_once(g_openblas_once, [] {
+    g_openblas_openmp = openblas_get_parallel() == 2;
+    openblas_set_num_threads(1);
+  });
+  if (g_openblas_openmp) {
+    thread_local bool set_here = false;
+    if (!set_here) openblas_set_num_threads(1), set_here = true;
+  }
+}
+
+int openblas_threads() { return openblas_get_num_threads(); }
+
+void sgemm_here(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+                std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  openblas_one_thread();
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
 }
 
 void sgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
   openblas_one_thread();
   if (m == 0 || n == 0) return;
-  // Slices of 16 columns (64 bytes) or of rows, so that no two threads write one cache line.
+  // Slices of rows, or of 16 columns (64 bytes), so that threads share at most a cache line at
+  // each slice's edge.
   constexpr std::size_t kColumns = 16;
   const bool by_rows = m > n;
   const std::size_t units = by_rows ? m : (n + kColumns - 1) / kColumns;
@@ -80,9 +103,7 @@ void sgemm(bool ta, bool tb, std::size_t m, std::size_t n, std::size_t k, float 
     }
     const float* as = a + (ta ? m0 : m0 * lda);  // A^T is stored [k, m]
     const float* bs = b + (tb ? n0 * ldb : n0);  // B^T is stored [n, k]
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                static_cast<int>(m1 - m0), static_cast<int>(n1 - n0), static_cast<int>(k), alpha, as,
-                static_cast<int>(lda), bs, static_cast<int>(ldb), beta, c + m0 * ldc + n0, static_cast<int>(ldc));
+    sgemm_here(ta, tb, m1 - m0, n1 - n0, k, alpha, as, lda, bs, ldb, beta, c + m0 * ldc + n0, ldc);
   });
 }
 

@@ -8,7 +8,6 @@
 
 #include "blas_internal.hpp"
 #include "coshard/kernels/cast.hpp"
-#include "coshard/ops/blas.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "isa/gemm_bf16.hpp"
 #include "parallel.hpp"

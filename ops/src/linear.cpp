@@ -1,6 +1,5 @@
 #include "coshard/ops/linear.hpp"
 
-
 #include <algorithm>
 #include <cstdint>
 

@@ -30,6 +30,7 @@ inline std::size_t threads_for(double macs, std::size_t parts) {
 template <class Work>
 void run_parts(std::size_t parts, const Work& work) {
   std::vector<std::jthread> helpers;
+  helpers.reserve(parts);
   for (std::size_t t = 1; t < parts; ++t) {
     try {
       helpers.emplace_back([&work, t] { work(t); });

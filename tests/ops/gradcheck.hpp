@@ -18,9 +18,19 @@
 #include <string>
 #include <vector>
 
+#include "coshard/ops/blas.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::testing {
+
+/// blas_threads() set to `n` for a scope, then back to one (the default the other tests expect).
+class BlasThreads {
+ public:
+  explicit BlasThreads(int n) { ops::set_blas_threads(n); }
+  ~BlasThreads() { ops::set_blas_threads(1); }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+};
 
 inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);

@@ -4,6 +4,7 @@
 foreach(suite linear layernorm gelu cross_entropy embedding attention optim grad_norm threads)
   coshard_test(ops_${suite}_test unit ops/${suite}_test.cpp LIBS coshard::ops)
 endforeach()
+target_include_directories(ops_threads_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
 foreach(count 2 two)
   add_test(NAME OpsBlas.Environment.${count}
     COMMAND ops_linear_test --gtest_filter=OpsBlas.TheEnvironmentGivesTheCountOrAnError)

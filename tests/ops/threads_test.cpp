@@ -1,6 +1,8 @@
-// The element-wise ops split their work over blas_threads() threads (ops/src/parallel.hpp) where
-// it is large enough: every split gives the bits of one thread, the loss's sum included, at sizes
-// that do not divide evenly. The single-thread results are the ops suites' concern.
+// A rank's CPU work split over blas_threads() threads (ops/src/parallel.hpp, blas_internal.hpp):
+// when a call splits, that the GEMM split computes every layout right with padded strides, that
+// OpenBLAS stays on one thread, and that every split element-wise op gives the bits of one thread,
+// the loss's sum included, at sizes that do not divide evenly. The single-thread results are the
+// ops suites' concern.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -13,7 +15,9 @@
 #include "coshard/ops/gelu.hpp"
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/optim.hpp"
+#include "blas_internal.hpp"
 #include "ops/gradcheck.hpp"
+#include "parallel.hpp"
 
 using namespace coshard;
 using namespace coshard::testing;
@@ -22,15 +26,54 @@ namespace {
 
 // Runs `op` on one thread, then on 2 and 3, and compares every output bit for bit.
 void expect_same_bits_on_any_count(const std::string& what, const std::function<std::vector<std::vector<float>>()>& op) {
-  ops::set_blas_threads(1);
   const auto one = op();
   for (const int threads : {2, 3}) {
-    ops::set_blas_threads(threads);
+    const BlasThreads scoped(threads);
     const auto many = op();
     ASSERT_EQ(many.size(), one.size());
     for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(many[i], one[i]) << what << ", output " << i << ", " << threads << " threads";
   }
-  ops::set_blas_threads(1);
+}
+
+TEST(OpsThreads, LargeCallsSplitOverTheThreadsSmallOnesDoNot) {
+  const BlasThreads scoped(3);
+  EXPECT_EQ(ops::detail::threads_for(1e8, 100), 3u);
+  EXPECT_EQ(ops::detail::threads_for(1e8, 2), 2u);  // no more threads than pieces
+  EXPECT_EQ(ops::detail::threads_for(1e5, 100), 1u);
+  EXPECT_EQ(ops::detail::openblas_threads(), 1);  // OpenBLAS's own workers stay asleep
+}
+
+// Every (op(A), op(B)) split by rows and by columns on 3 threads, with leading dimensions wider
+// than the operands, against float64 sums; C's padding is never written.
+TEST(OpsThreads, TheGemmSplitComputesEveryLayoutWithPaddedStrides) {
+  const BlasThreads scoped(3);
+  struct Shape {
+    std::size_t m, n, k;
+  };
+  for (const Shape s : {Shape{700, 90, 80}, Shape{90, 700, 80}}) {  // rows, then 16-column slices
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        SCOPED_TRACE(std::to_string(s.m) + " x " + std::to_string(s.n) + (ta ? " A^T" : "") + (tb ? " B^T" : ""));
+        const std::size_t lda = (ta ? s.m : s.k) + 3, ldb = (tb ? s.k : s.n) + 5, ldc = s.n + 7;
+        const auto a = random_floats((ta ? s.k : s.m) * lda, 61), b = random_floats((tb ? s.n : s.k) * ldb, 62);
+        const auto before = random_floats(s.m * ldc, 63);
+        auto c = before;
+        ops::detail::sgemm(ta, tb, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), ldc);
+        std::vector<double> ref(s.m * s.n);
+        std::vector<float> got(s.m * s.n);
+        for (std::size_t i = 0; i < s.m; ++i) {
+          for (std::size_t j = 0; j < s.n; ++j) {
+            double sum = before[i * ldc + j];
+            for (std::size_t p = 0; p < s.k; ++p)
+              sum += 0.5 * a[ta ? p * lda + i : i * lda + p] * b[tb ? j * ldb + p : p * ldb + j];
+            ref[i * s.n + j] = sum, got[i * s.n + j] = c[i * ldc + j];
+          }
+          for (std::size_t j = s.n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], before[i * ldc + j]) << "wrote C padding";
+        }
+        EXPECT_LT(rel_error(got, ref), 1e-6);
+      }
+    }
+  }
 }
 
 TEST(OpsThreads, GeluGivesTheSameBitsOnAnyThreadCount) {

@@ -1,6 +1,7 @@
 // Attention's tile products on coshard's own kernel (ops/src/isa/tile_gemm_avx512.hpp), in every
 // table that has one, against float64 sums: shapes around its 6-row and 16- and 64-column blocks,
-// A in both layouts, with and without accumulating, and C wider than the product (untouched there).
+// A in both layouts, with and without accumulating, and C wider and longer than the product
+// (untouched there).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,16 +33,17 @@ double worst_error(const ops::detail::CpuKernels& table, const Case& c) {
   const std::size_t lda = c.a_transposed ? c.m + 3 : c.k + 5, ldb = c.n + 7, ldc = c.n + 9;
   const auto a = random_floats((c.a_transposed ? c.k : c.m) * lda, 11, -2.0f, 2.0f);
   const auto b = random_floats(c.k * ldb, 12, -2.0f, 2.0f);
-  const auto before = random_floats(c.m * ldc, 13, -4.0f, 4.0f);
+  const std::size_t rows = c.m + 2;  // two rows below the product
+  const auto before = random_floats(rows * ldc, 13, -4.0f, 4.0f);
   auto out = before;
   const float alpha = 0.375f;
   const std::size_t a_row = c.a_transposed ? 1 : lda, a_col = c.a_transposed ? lda : 1;
   table.tile_gemm(TileGemmArgs{c.m, c.n, c.k, alpha, a.data(), a_row, a_col, b.data(), ldb, c.accumulate, out.data(), ldc});
   double worst = 0.0;
-  for (std::size_t i = 0; i < c.m; ++i) {
+  for (std::size_t i = 0; i < rows; ++i) {
     for (std::size_t j = 0; j < ldc; ++j) {
       const float got = out[i * ldc + j];
-      if (j >= c.n) {  // beyond the product: never written
+      if (i >= c.m || j >= c.n) {  // beyond the product: never written
         EXPECT_EQ(got, before[i * ldc + j]) << name(c) << " wrote C[" << i << ", " << j << "]";
         continue;
       }
