@@ -13,13 +13,15 @@
 
 namespace coshard::ops::detail {
 
+/// Below this many multiply-adds (about 40 us of one core's GEMM) a call runs on one thread:
+/// starting and joining a thread costs about 40 us here.
+constexpr double kSplitMacs = 1 << 22;
+
 /// Threads for a call of `macs` multiply-adds that splits into at most `parts` pieces:
-/// blas_threads(), fewer where there are fewer pieces, and one where the call is too small for a
-/// thread's start to pay. Sets OpenBLAS to one thread (blas_internal.hpp), as every caller may
-/// call it in the threads.
+/// blas_threads(), fewer where there are fewer pieces, and one below kSplitMacs. Sets OpenBLAS to
+/// one thread (blas_internal.hpp), as every caller may call it in the threads.
 inline std::size_t threads_for(double macs, std::size_t parts) {
   openblas_one_thread();
-  constexpr double kSplitMacs = 1 << 22;
   if (macs < kSplitMacs || parts < 2) return 1;
   return std::min(parts, static_cast<std::size_t>(std::max(1, blas_threads())));
 }
@@ -41,10 +43,11 @@ void run_parts(std::size_t parts, const Work& work) {
   work(0);
 }  // the helpers join here
 
-/// What one element of an element-wise loop (a GELU's exp, a layernorm pass, an AdamW update) costs,
-/// counted in GEMM multiply-adds for threads_for: a loop splits from about 256 K elements, where a
-/// thread's start is a tenth of the time saved.
-constexpr double kElementMacs = 16;
+/// An element of an element-wise loop counted in GEMM multiply-adds for threads_for: a loop splits
+/// from about 1 M elements (a millisecond of GELU, a few of cross-entropy), where a thread's start
+/// is a small part of what it saves. Layernorm at GPT-2's sizes (0.4-0.8 M elements, a tenth of a
+/// millisecond a pass) stays on one thread: measured split, it gained nothing.
+constexpr double kElementMacs = 4;
 
 /// [0, n) in contiguous runs, each a multiple of `grain` long but the last, one per thread of
 /// threads_for(n * macs_each): work(begin, end) for each. Each element is computed by the same code

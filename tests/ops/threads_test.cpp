@@ -5,6 +5,7 @@
 // ops suites' concern.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -23,6 +24,11 @@ using namespace coshard;
 using namespace coshard::testing;
 
 namespace {
+
+// Elements enough for an element-wise op to split over 3 threads, and not a multiple of them.
+std::size_t split_size(double macs_each) {
+  return static_cast<std::size_t>(3.0 * ops::detail::kSplitMacs / macs_each) + 7;
+}
 
 // Runs `op` on one thread, then on 2 and 3, and compares every output bit for bit.
 void expect_same_bits_on_any_count(const std::string& what, const std::function<std::vector<std::vector<float>>()>& op) {
@@ -77,7 +83,7 @@ TEST(OpsThreads, TheGemmSplitComputesEveryLayoutWithPaddedStrides) {
 }
 
 TEST(OpsThreads, GeluGivesTheSameBitsOnAnyThreadCount) {
-  const std::size_t n = 1'000'003;
+  const std::size_t n = split_size(ops::detail::kElementMacs);
   const auto x = random_floats(n, 51, -6.0f, 6.0f), dy = random_floats(n, 52);
   expect_same_bits_on_any_count("gelu", [&] {
     std::vector<float> y(n), dx(n);
@@ -88,7 +94,7 @@ TEST(OpsThreads, GeluGivesTheSameBitsOnAnyThreadCount) {
 }
 
 TEST(OpsThreads, LayernormGivesTheSameBitsOnAnyThreadCount) {
-  const std::size_t rows = 1001, C = 771;
+  const std::size_t C = 771, rows = split_size(C * ops::detail::kElementMacs);
   const auto x = random_floats(rows * C, 53, -3.0f, 3.0f), w = random_floats(C, 54), b = random_floats(C, 55);
   const auto dy = random_floats(rows * C, 56);
   expect_same_bits_on_any_count("layernorm", [&] {
@@ -100,7 +106,7 @@ TEST(OpsThreads, LayernormGivesTheSameBitsOnAnyThreadCount) {
 }
 
 TEST(OpsThreads, CrossEntropyGivesTheSameLossAndBitsOnAnyThreadCount) {
-  const std::size_t N = 333, V = 5003;
+  const std::size_t V = 5003, N = std::max<std::size_t>(333, split_size(V * ops::detail::kElementMacs));
   const auto z = random_floats(N * V, 57, -8.0f, 8.0f);
   std::vector<std::int32_t> targets(N);
   for (std::size_t i = 0; i < N; ++i) targets[i] = static_cast<std::int32_t>((i * 7919) % V);
@@ -113,7 +119,7 @@ TEST(OpsThreads, CrossEntropyGivesTheSameLossAndBitsOnAnyThreadCount) {
 }
 
 TEST(OpsThreads, AdamWGivesTheSameBitsOnAnyThreadCount) {
-  const std::size_t n = 1'000'037;
+  const std::size_t n = split_size(ops::detail::kElementMacs);
   const auto p0 = random_floats(n, 58), g = random_floats(n, 59, -0.1f, 0.1f);
   expect_same_bits_on_any_count("adamw", [&] {
     std::vector<float> p = p0;
