@@ -13,7 +13,7 @@
 
 namespace coshard::ops::detail {
 
-/// Below this many multiply-adds (about 40 us of one core's GEMM) a call runs on one thread:
+/// Below this many multiply-adds (about 80 us of one core's GEMM) a call runs on one thread:
 /// starting and joining a thread costs about 40 us here.
 constexpr double kSplitMacs = 1 << 22;
 
