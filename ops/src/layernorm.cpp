@@ -49,10 +49,19 @@ void layernorm_backward(std::span<const float> dy, std::span<const float> x, std
   detail::check_disjoint(op, "dweight", dweight, "dy", dy);
   detail::check_disjoint(op, "dbias", dbias, "dy", dy);
 
-  // One thread: dweight and dbias are sums over the rows, whose order a split would change.
-  detail::cpu_kernels().layernorm_backward(dy.data(), x.data(), weight.data(), mean.data(), rstd.data(), dx.data(),
-                                           dweight.empty() ? nullptr : dweight.data(),
-                                           dbias.empty() ? nullptr : dbias.data(), rows, C);
+  // dx by runs of rows; dweight and dbias, sums over the rows, by blocks of 16 columns (a cache
+  // line), so that each column's sum keeps its order on any thread count.
+  const detail::CpuKernels& k = detail::cpu_kernels();
+  detail::split_range(rows, 1, static_cast<double>(C) * detail::kElementMacs, [&](std::size_t b, std::size_t e) {
+    k.layernorm_backward(dy.data() + b * C, x.data() + b * C, weight.data(), mean.data() + b, rstd.data() + b,
+                         dx.data() + b * C, e - b, C);
+  });
+  if (dweight.empty() && dbias.empty()) return;
+  detail::split_range(C, 16, static_cast<double>(rows) * detail::kElementMacs, [&](std::size_t b, std::size_t e) {
+    k.layernorm_param_grads(dy.data() + b, x.data() + b, mean.data(), rstd.data(),
+                            dweight.empty() ? nullptr : dweight.data() + b, dbias.empty() ? nullptr : dbias.data() + b,
+                            rows, e - b, C);
+  });
 }
 
 }  // namespace coshard::ops

@@ -1,21 +1,19 @@
 #pragma once
 // A rank's CPU ops run on blas_threads() threads (one per rank by default, blas.hpp): coshard's own
-// kernels and the OpenBLAS GEMMs, split into single-threaded calls, alike. Threads are started per
-// call: the calls worth splitting take milliseconds, a thread's start tens of microseconds.
+// kernels and the OpenBLAS GEMMs, split into single-threaded calls, alike, on the calling thread's
+// team of helpers (thread_team.hpp).
 #include <algorithm>
 #include <cstddef>
-#include <system_error>
-#include <thread>
-#include <vector>
 
 #include "blas_internal.hpp"
 #include "coshard/ops/blas.hpp"
+#include "thread_team.hpp"
 
 namespace coshard::ops::detail {
 
-/// Below this many multiply-adds (about 80 us of one core's GEMM) a call runs on one thread:
-/// starting and joining a thread costs about 40 us here.
-constexpr double kSplitMacs = 1 << 22;
+/// Below this many multiply-adds (about 5 us of one core's GEMM) a call runs on one thread: waking
+/// a spinning helper costs a microsecond or two.
+constexpr double kSplitMacs = 1 << 18;
 
 /// Threads for a call of `macs` multiply-adds that splits into at most `parts` pieces:
 /// blas_threads(), fewer where there are fewer pieces, and one below kSplitMacs. Sets OpenBLAS to
@@ -26,27 +24,18 @@ inline std::size_t threads_for(double macs, std::size_t parts) {
   return std::min(parts, static_cast<std::size_t>(std::max(1, blas_threads())));
 }
 
-/// work(0) .. work(parts - 1), each on its own thread, work(0) on the caller's; returns when all
-/// are done. work must not throw (allocate before). A thread that cannot be started (a process or
-/// cgroup limit) has its part run on the caller's thread instead.
+/// work(0) .. work(parts - 1), work(0) on the caller's thread and the others on its team's helpers
+/// (thread_team.hpp); returns when all are done. work must not throw (allocate before).
 template <class Work>
 void run_parts(std::size_t parts, const Work& work) {
-  std::vector<std::jthread> helpers;
-  helpers.reserve(parts);
-  for (std::size_t t = 1; t < parts; ++t) {
-    try {
-      helpers.emplace_back([&work, t] { work(t); });
-    } catch (const std::system_error&) {
-      work(t);
-    }
-  }
-  work(0);
-}  // the helpers join here
+  if (parts == 1) return work(0);
+  ThreadTeam::of_this_thread().run(
+      parts, [](const void* w, std::size_t t) { (*static_cast<const Work*>(w))(t); }, &work);
+}
 
 /// An element of an element-wise loop counted in GEMM multiply-adds for threads_for: a loop splits
-/// from about 1 M elements (a millisecond of GELU, a few of cross-entropy), where a thread's start
-/// is a small part of what it saves. Layernorm at GPT-2's sizes (0.4-0.8 M elements, a tenth of a
-/// millisecond a pass) stays on one thread: measured split, it gained nothing.
+/// from about 64 K elements (tens of microseconds of GELU or layernorm), so that layernorm and
+/// cross-entropy at GPT-2's sizes split too.
 constexpr double kElementMacs = 4;
 
 /// [0, n) in contiguous runs, each a multiple of `grain` long but the last, one per thread of

@@ -57,8 +57,8 @@ std::vector<float> outputs(const CpuKernels& k, std::size_t n) {
   const auto w = random_floats(n, 5), b = random_floats(n, 6);
   std::vector<float> ly(rows * n), mean(rows), rstd(rows), ldx(rows * n), dw(n, 0.0f), db(n, 0.0f);
   k.layernorm_forward(lx.data(), w.data(), b.data(), ly.data(), mean.data(), rstd.data(), rows, n, 1e-5f);
-  k.layernorm_backward(lg.data(), lx.data(), w.data(), mean.data(), rstd.data(), ldx.data(), dw.data(), db.data(), rows,
-                       n);
+  k.layernorm_backward(lg.data(), lx.data(), w.data(), mean.data(), rstd.data(), ldx.data(), rows, n);
+  k.layernorm_param_grads(lg.data(), lx.data(), mean.data(), rstd.data(), dw.data(), db.data(), rows, n, n);
   keep(ly), keep(mean), keep(rstd), keep(ldx), keep(dw), keep(db);
 
   const std::vector<std::int32_t> targets = {0, static_cast<std::int32_t>(n - 1)};

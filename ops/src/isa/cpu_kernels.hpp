@@ -37,9 +37,13 @@ struct CpuKernels {
   void (*gelu_backward)(const float* dy, const float* x, float* dx, std::size_t n);
   void (*layernorm_forward)(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                             std::size_t rows, std::size_t C, float eps);
-  // dw and db may be null (not wanted).
   void (*layernorm_backward)(const float* dy, const float* x, const float* w, const float* mean, const float* rstd,
-                             float* dx, float* dw, float* db, std::size_t rows, std::size_t C);
+                             float* dx, std::size_t rows, std::size_t C);
+  // dw[i] += sum_r dy[r, i] n[r, i], db[i] += sum_r dy[r, i], the rows summed in order, over `cols`
+  // columns of rows `ld` apart: a block of columns is the same sum whatever the blocks. dw and db
+  // may be null (not wanted).
+  void (*layernorm_param_grads)(const float* dy, const float* x, const float* mean, const float* rstd, float* dw,
+                                float* db, std::size_t rows, std::size_t cols, std::size_t ld);
   // Per row of logits [N, V]: lse[n] = log sum exp z; returns sum_n (lse[n] - z[n, target[n]]) in double.
   double (*cross_entropy_forward)(const float* z, const std::int32_t* targets, float* lse, std::size_t N,
                                   std::size_t V);

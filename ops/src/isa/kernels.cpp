@@ -46,7 +46,7 @@ void layernorm_forward(const float* __restrict x, const float* __restrict w, con
 
 void layernorm_backward(const float* __restrict dy, const float* __restrict x, const float* __restrict w,
                         const float* __restrict mean, const float* __restrict rstd, float* __restrict dx,
-                        float* __restrict dw, float* __restrict db, std::size_t rows, std::size_t C) {
+                        std::size_t rows, std::size_t C) {
   const float inv_c = 1.0f / static_cast<float>(C);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* __restrict xr = x + r * C;
@@ -58,11 +58,22 @@ void layernorm_backward(const float* __restrict dy, const float* __restrict x, c
     const float mean_dn = lane_sum(C, [&](std::size_t i) { return g[i] * w[i]; }) * inv_c;
     const float mean_dn_n = lane_sum(C, [&](std::size_t i) { return g[i] * w[i] * ((xr[i] - m) * s); }) * inv_c;
     for (std::size_t i = 0; i < C; ++i) dxr[i] = s * (g[i] * w[i] - mean_dn - (xr[i] - m) * s * mean_dn_n);
+  }
+}
+
+void layernorm_param_grads(const float* __restrict dy, const float* __restrict x, const float* __restrict mean,
+                           const float* __restrict rstd, float* __restrict dw, float* __restrict db,
+                           std::size_t rows, std::size_t cols, std::size_t ld) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * ld;
+    const float* __restrict g = dy + r * ld;
+    const float m = mean[r];
+    const float s = rstd[r];
     if (dw != nullptr) {
-      for (std::size_t i = 0; i < C; ++i) dw[i] += g[i] * (xr[i] - m) * s;
+      for (std::size_t i = 0; i < cols; ++i) dw[i] += g[i] * (xr[i] - m) * s;
     }
     if (db != nullptr) {
-      for (std::size_t i = 0; i < C; ++i) db[i] += g[i];
+      for (std::size_t i = 0; i < cols; ++i) db[i] += g[i];
     }
   }
 }
@@ -122,7 +133,8 @@ void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, 
 
 const CpuKernels& table() {
   static constexpr CpuKernels k{COSHARD_ISA_NAME,       gelu_forward,          gelu_backward,
-                                layernorm_forward,      layernorm_backward,    cross_entropy_forward,
+                                layernorm_forward,      layernorm_backward,    layernorm_param_grads,
+                                cross_entropy_forward,
                                 cross_entropy_backward, attention_online_softmax, attention_probabilities,
                                 attention_score_grad,
 #if defined(__AVX512F__)
