@@ -49,8 +49,8 @@ void layernorm_backward(std::span<const float> dy, std::span<const float> x, std
   detail::check_disjoint(op, "dweight", dweight, "dy", dy);
   detail::check_disjoint(op, "dbias", dbias, "dy", dy);
 
-  // dx by runs of rows; dweight and dbias, sums over the rows, by blocks of 16 columns (a cache
-  // line), so that each column's sum keeps its order on any thread count.
+  // dx by runs of rows; dweight and dbias, sums over the rows, by blocks of 16 columns (64
+  // bytes), so that each column's sum keeps its order on any thread count.
   const detail::CpuKernels& k = detail::cpu_kernels();
   detail::split_range(rows, 1, static_cast<double>(C) * detail::kElementMacs, [&](std::size_t b, std::size_t e) {
     k.layernorm_backward(dy.data() + b * C, x.data() + b * C, weight.data(), mean.data() + b, rstd.data() + b,

@@ -12,7 +12,8 @@
 namespace coshard::ops::detail {
 
 /// Below this many multiply-adds (about 5 us of one core's GEMM) a call runs on one thread: waking
-/// a spinning helper costs a microsecond or two.
+/// a spinning helper costs well under a microsecond, a sleeping one about 10 us, and the caller
+/// takes the parts no helper has (thread_team.hpp).
 constexpr double kSplitMacs = 1 << 18;
 
 /// Threads for a call of `macs` multiply-adds that splits into at most `parts` pieces:
@@ -24,13 +25,12 @@ inline std::size_t threads_for(double macs, std::size_t parts) {
   return std::min(parts, static_cast<std::size_t>(std::max(1, blas_threads())));
 }
 
-/// work(0) .. work(parts - 1), work(0) on the caller's thread and the others on its team's helpers
-/// (thread_team.hpp); returns when all are done. work must not throw (allocate before).
+/// work(0) .. work(parts - 1) on the calling thread and its team's helpers (thread_team.hpp),
+/// whichever takes each first; returns when all are done. work must not throw (allocate before).
 template <class Work>
 void run_parts(std::size_t parts, const Work& work) {
   if (parts == 1) return work(0);
-  ThreadTeam::of_this_thread().run(
-      parts, [](const void* w, std::size_t t) { (*static_cast<const Work*>(w))(t); }, &work);
+  ThreadTeam::split(parts, [](const void* w, std::size_t t) { (*static_cast<const Work*>(w))(t); }, &work);
 }
 
 /// An element of an element-wise loop counted in GEMM multiply-adds for threads_for: a loop splits

@@ -32,29 +32,46 @@ void cpu_relax() noexcept {
 #endif
 }
 
-// Waits for a value of `a` that `done` accepts and returns it: spinning up to `spin`, yielding the
-// core now and then to whatever else wants it, then sleeping in the kernel.
+thread_local bool t_helper = false;  // this thread is some team's helper
+
+}  // namespace
+
+void ThreadTeam::Signal::wake() {
+  if (sleeping.load(std::memory_order_seq_cst)) value.notify_one();
+}
+
+// Waits for a value that `done` accepts and returns it: spinning up to `spin`, yielding the core now
+// and then to whatever else wants it, then sleeping in the kernel. sleeping is set before the value
+// is read again, and wake() reads it after the change, both seq_cst: either this sees the change or
+// wake() sees it asleep.
 template <class Done>
-std::uint32_t await(const std::atomic<std::uint32_t>& a, Done done, std::chrono::microseconds spin) {
-  std::uint32_t v = a.load(std::memory_order_acquire);
+std::uint32_t ThreadTeam::Signal::await(Done done, std::chrono::microseconds spin) {
+  std::uint32_t v = value.load(std::memory_order_acquire);
   const auto start = std::chrono::steady_clock::now();
   for (unsigned i = 1; !done(v); ++i) {
     cpu_relax();
     if (i % 64 == 0) {
       if (std::chrono::steady_clock::now() - start > spin) {
-        a.wait(v, std::memory_order_acquire);
+        sleeping.store(true, std::memory_order_seq_cst);
+        v = value.load(std::memory_order_seq_cst);
+        if (!done(v)) value.wait(v, std::memory_order_acquire);
+        sleeping.store(false, std::memory_order_relaxed);
       } else {
         std::this_thread::yield();
       }
     }
-    v = a.load(std::memory_order_acquire);
+    v = value.load(std::memory_order_acquire);
   }
   return v;
 }
 
-thread_local bool t_helper = false;  // this thread is some team's helper
-
-}  // namespace
+void ThreadTeam::split(std::size_t parts, Part part, const void* context) {
+  if (t_helper) {
+    for (std::size_t t = 0; t < parts; ++t) part(context, t);
+    return;
+  }
+  of_this_thread().run(parts, part, context);
+}
 
 ThreadTeam& ThreadTeam::of_this_thread() {
   thread_local std::unique_ptr<ThreadTeam> team;
@@ -75,15 +92,22 @@ ThreadTeam::ThreadTeam() {
 }
 
 ThreadTeam::~ThreadTeam() {
+  if (fork_count_ != g_forks.load(std::memory_order_relaxed)) {
+    // A forked child's copy, ending before the child split again: the helpers it names were not
+    // forked, so there is nothing to wake or join.
+    for (auto& h : helpers_) (void)h.release();
+    return;
+  }
   stopping_.store(true, std::memory_order_relaxed);
   for (auto& h : helpers_) {
-    h->calls.fetch_add(1, std::memory_order_release);
-    h->calls.notify_one();
+    h->calls.value.fetch_add(1, std::memory_order_seq_cst);
+    h->calls.wake();
   }
   for (auto& h : helpers_) h->thread.join();
 }
 
 void ThreadTeam::grow(std::size_t helpers) {
+  helpers_.reserve(helpers);  // so that push_back cannot throw with a helper started
   while (helpers_.size() < helpers) {
     auto h = std::make_unique<Helper>();
     try {
@@ -99,7 +123,7 @@ void ThreadTeam::serve(Helper& self) {
   t_helper = true;
   std::uint32_t job = 0;
   for (;;) {
-    job = await(self.calls, [job](std::uint32_t v) { return v != job; }, kHelperSpin);
+    job = self.calls.await([job](std::uint32_t v) { return v != job; }, kHelperSpin);
     if (stopping_.load(std::memory_order_relaxed)) return;
     work_on(job);
   }
@@ -112,13 +136,13 @@ void ThreadTeam::work_on(std::uint32_t job) {
     if (c >> 32 != job || next >= parts) return;
     if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acquire)) continue;
     part_(context_, next);
-    if (done_.fetch_add(1, std::memory_order_release) + 1 == parts) done_.notify_one();
+    if (done_.value.fetch_add(1, std::memory_order_seq_cst) + 1 == parts) done_.wake();
     c = claim_.load(std::memory_order_acquire);
   }
 }
 
 void ThreadTeam::run(std::size_t parts, Part part, const void* context) {
-  if (parts <= 1 || parts > 0xffff || running_ || t_helper) {
+  if (parts <= 1 || parts > 0xffff || running_) {
     for (std::size_t t = 0; t < parts; ++t) part(context, t);
     return;
   }
@@ -126,14 +150,14 @@ void ThreadTeam::run(std::size_t parts, Part part, const void* context) {
   running_ = true;
   part_ = part, context_ = context;
   const std::uint32_t job = ++job_;
-  done_.store(0, std::memory_order_relaxed);
+  done_.value.store(0, std::memory_order_relaxed);
   claim_.store(std::uint64_t{job} << 32 | std::uint64_t{parts} << 16, std::memory_order_release);
   for (std::size_t i = 0; i < std::min(parts - 1, helpers_.size()); ++i) {
-    helpers_[i]->calls.store(job, std::memory_order_release);
-    helpers_[i]->calls.notify_one();
+    helpers_[i]->calls.value.store(job, std::memory_order_seq_cst);
+    helpers_[i]->calls.wake();
   }
   work_on(job);
-  await(done_, [parts](std::uint32_t v) { return v == parts; }, kOwnerSpin);
+  done_.await([parts](std::uint32_t v) { return v == parts; }, kOwnerSpin);
   running_ = false;
 }
 

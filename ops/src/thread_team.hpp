@@ -1,14 +1,15 @@
 #pragma once
 // The threads that a rank's CPU ops split over (parallel.hpp). Each thread that calls a split op
 // (a rank's compute stream, a test's main thread) owns a team of helper threads, started on its
-// first split and joined when it exits, so a split costs a wake-up (a microsecond while the
-// helpers still spin, tens while they sleep) and not a thread's start and join (about 40 us here,
-// as much as a layernorm of GPT-2's takes on one core).
+// first split and joined when it exits, so a split costs a wake-up (under a microsecond while the
+// helpers still spin, about 10 us once they sleep) and not a thread's start and join (about 40 us
+// here, as much as a layernorm of GPT-2's takes on one core).
 //
 // A team serves only its owner, so ranks that are threads of one process never share or wait on
 // each other's helpers, and nothing else reaches them: the helpers run plain functions, never a
 // coroutine. A helper that calls a split op runs it on its own thread, unsplit.
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,10 @@ class ThreadTeam {
  public:
   using Part = void (*)(const void* context, std::size_t part);
 
+  /// run() on the calling thread's team, or all parts on the calling thread where it is a helper
+  /// (whose split ops run unsplit, and start no team).
+  static void split(std::size_t parts, Part part, const void* context);
+
   /// The calling thread's team: none is started until the first run() that splits. After fork()
   /// the child, whose copy has lost its helpers, gets a new team.
   static ThreadTeam& of_this_thread();
@@ -32,18 +37,28 @@ class ThreadTeam {
 
   /// part(context, 0) .. part(context, parts - 1), returning when all are done, each on the
   /// caller's thread or a helper's, whichever takes it first. All run on the caller's where helpers
-  /// cannot be started (a process or cgroup limit), where the caller is a helper or already inside
-  /// run(), or where parts > 65535. part must not throw.
+  /// cannot be started (a process or cgroup limit), where the caller is already inside run(), or
+  /// where parts > 65535. part must not throw.
   void run(std::size_t parts, Part part, const void* context);
 
   /// Helpers started so far (for the tests).
   std::size_t helpers() const noexcept { return helpers_.size(); }
 
  private:
+  // A word that one thread waits on and others change. The waiter spins, then sleeps; a change
+  // makes a system call only while it sleeps (libstdc++'s notify makes one whenever any thread of
+  // the process sleeps on a word that hashes to the same waiter slot).
+  struct alignas(64) Signal {
+    std::atomic<std::uint32_t> value{0};
+    std::atomic<bool> sleeping{false};
+    void wake();  // after a change of value made seq_cst
+    template <class Done>
+    std::uint32_t await(Done done, std::chrono::microseconds spin);
+  };
   // Each helper has its own call word, the job it is called for, so that a job wakes only the
   // helpers it has parts for.
-  struct alignas(64) Helper {
-    std::atomic<std::uint32_t> calls{0};
+  struct Helper {
+    Signal calls;
     std::thread thread;
   };
   void grow(std::size_t helpers);
@@ -57,7 +72,7 @@ class ThreadTeam {
   // what one thread would. The word is job << 32 | parts << 16 | next part, so that a helper woken
   // for a job that has ended claims nothing of the next.
   alignas(64) std::atomic<std::uint64_t> claim_{0};
-  alignas(64) std::atomic<std::uint32_t> done_{0};  // parts of the job finished
+  Signal done_;  // parts of the job finished
   // The job, written by the owner before it publishes claim_, read by those who claim a part.
   Part part_ = nullptr;
   const void* context_ = nullptr;

@@ -3,16 +3,31 @@
 // on its own thread, each thread has its own team, and a forked child gets a working team.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
+#include <latch>
 #include <thread>
 #include <vector>
 
 #include "thread_team.hpp"
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define COSHARD_LSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define COSHARD_LSAN 1
+#endif
+#ifdef COSHARD_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 using coshard::ops::detail::ThreadTeam;
 
@@ -70,20 +85,20 @@ TEST(OpsThreadTeam, HelpersTakeParts) {
 }
 
 // A part that splits again, on the owner's thread (which is inside run()) or on a helper's, runs
-// the inner parts on its own thread and starts no team of its own.
+// the inner parts on its own thread.
 TEST(OpsThreadTeam, ASplitInsideAPartRunsOnThatPartsThread) {
-  ThreadTeam& team = ThreadTeam::of_this_thread();
   Tally inner(4 * 3);
   std::atomic<int> elsewhere{0};
-  run(team, 4, [&](std::size_t t) {
+  const auto inner_parts = [&](std::size_t t) {
     const auto here = std::this_thread::get_id();
-    ThreadTeam& mine = ThreadTeam::of_this_thread();
-    run(mine, 3, [&](std::size_t u) {
+    const auto count = [&](std::size_t u) {
       inner.runs[t * 3 + u]++;
       if (std::this_thread::get_id() != here) elsewhere++;
-    });
-    if (&mine != &team && mine.helpers() != 0) elsewhere++;
-  });
+    };
+    ThreadTeam::split(3, [](const void* c, std::size_t u) { (*static_cast<decltype(count)*>(c))(u); }, &count);
+  };
+  ThreadTeam::split(
+      4, [](const void* c, std::size_t t) { (*static_cast<decltype(inner_parts)*>(c))(t); }, &inner_parts);
   EXPECT_TRUE(inner.each_once());
   EXPECT_EQ(elsewhere.load(), 0);
 }
@@ -91,21 +106,38 @@ TEST(OpsThreadTeam, ASplitInsideAPartRunsOnThatPartsThread) {
 TEST(OpsThreadTeam, EachThreadHasItsOwnTeam) {
   std::atomic<bool> all_once{true};
   std::vector<const ThreadTeam*> teams(2);
+  std::latch recorded(2);  // both teams alive when compared, so that neither address is reused
   std::vector<std::jthread> ranks;
   for (std::size_t r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       ThreadTeam& team = ThreadTeam::of_this_thread();
-      teams[r] = &team;
       for (int round = 0; round < 200; ++round) {
         Tally tally(3);
         run(team, 3, [&](std::size_t t) { tally.runs[t]++; });
         if (!tally.each_once()) all_once = false;
       }
+      teams[r] = &team;
+      recorded.arrive_and_wait();
     });
   }
   ranks.clear();  // joins; each thread's team joins its helpers as the thread exits
   EXPECT_TRUE(all_once.load());
   EXPECT_NE(teams[0], teams[1]);
+}
+
+// Waits for child `pid` for up to 20 s, killing it past that; its exit status, or -1.
+int exit_status(pid_t pid) {
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 #if defined(__SANITIZE_THREAD__)
@@ -127,18 +159,40 @@ TEST(OpsThreadTeam, AForkedChildGetsAWorkingTeam) {
     // The parent's copy, whose helpers were not forked, is not the team used here.
     ::_exit(&mine != &team && tally.each_once() ? 0 : 1);
   }
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      FAIL() << "the forked child hung in its split";
+  EXPECT_EQ(exit_status(pid), 0);
+}
+#endif
+
+// A child that exits without splitting again destroys the copy of its parent's team as the thread
+// exits: it must not wait on, or join, helpers that were never forked. The child's own threads take
+// the stacks glibc kept from those helpers, and with them their thread handles, so a join of the
+// parent's helpers would join these (detached, never ending) threads: an error or a hang.
+#if defined(__SANITIZE_THREAD__)
+TEST(OpsThreadTeam, AForkedChildExitsWithoutJoiningItsParentsHelpers) {
+  GTEST_SKIP() << "ThreadSanitizer ends a child that starts threads after a multi-threaded fork";
+}
+#else
+TEST(OpsThreadTeam, AForkedChildExitsWithoutJoiningItsParentsHelpers) {
+  Tally before(3);
+  run(ThreadTeam::of_this_thread(), 3, [&](std::size_t t) { before.runs[t]++; });
+  const std::size_t helpers = ThreadTeam::of_this_thread().helpers();
+  ASSERT_GT(helpers, 0u);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+#ifdef COSHARD_LSAN
+    // What the parent's threads own is unreachable in the child, as after any fork: not this test's
+    // concern.
+    __lsan_disable();
+#endif
+    for (std::size_t i = 0; i < helpers; ++i) {
+      std::thread([] {
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }).detach();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::exit(0);  // runs this thread's thread_local destructors, the team's among them
   }
-  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(exit_status(pid), 0);
 }
 #endif
 

@@ -2,9 +2,9 @@
 // CPU compute threads per rank. coshard splits a rank's large CPU ops over these threads, which it
 // starts itself, a team per calling thread kept from one op to the next: the GEMMs (one
 // single-threaded OpenBLAS call per slice of the result), attention (by heads), the bf16 GEMM,
-// GELU, layernorm, cross-entropy and AdamW; the small ops stay on the calling thread (docs/ops.md). OpenBLAS itself is set to one thread on first use, because
-// its own workers spin for up to 2^28 cycles after every threaded call, stealing a core from
-// whatever the rank runs next.
+// GELU, layernorm, cross-entropy and AdamW; the small ops stay on the calling thread
+// (docs/ops.md). OpenBLAS itself is set to one thread on first use, because its own workers spin
+// for up to 2^28 cycles after every threaded call, stealing a core from whatever the rank runs next.
 //
 // The default is 1 thread per rank (OpenBLAS's own default, a thread per core, oversubscribes a
 // host running a rank per core, or eight ranks on two cores in the tests): set_blas_threads(n)
