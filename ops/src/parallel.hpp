@@ -30,7 +30,7 @@ inline std::size_t threads_for(double macs, std::size_t parts) {
 template <class Work>
 void run_parts(std::size_t parts, const Work& work) {
   if (parts == 1) return work(0);
-  ThreadTeam::split(parts, [](const void* w, std::size_t t) { (*static_cast<const Work*>(w))(t); }, &work);
+  ThreadTeam::split(parts, work);
 }
 
 /// An element of an element-wise loop counted in GEMM multiply-adds for threads_for: a loop splits

@@ -65,11 +65,12 @@ std::uint32_t ThreadTeam::Signal::await(Done done, std::chrono::microseconds spi
   return v;
 }
 
+void ThreadTeam::run_here(std::size_t parts, Part part, const void* context) {
+  for (std::size_t t = 0; t < parts; ++t) part(context, t);
+}
+
 void ThreadTeam::split(std::size_t parts, Part part, const void* context) {
-  if (t_helper) {
-    for (std::size_t t = 0; t < parts; ++t) part(context, t);
-    return;
-  }
+  if (t_helper) return run_here(parts, part, context);
   of_this_thread().run(parts, part, context);
 }
 
@@ -142,10 +143,7 @@ void ThreadTeam::work_on(std::uint32_t job) {
 }
 
 void ThreadTeam::run(std::size_t parts, Part part, const void* context) {
-  if (parts <= 1 || parts > 0xffff || running_) {
-    for (std::size_t t = 0; t < parts; ++t) part(context, t);
-    return;
-  }
+  if (parts <= 1 || parts > 0xffff || running_) return run_here(parts, part, context);
   grow(std::min<std::size_t>(parts - 1, kMaxHelpers));
   running_ = true;
   part_ = part, context_ = context;

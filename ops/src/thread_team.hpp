@@ -25,6 +25,11 @@ class ThreadTeam {
   /// run() on the calling thread's team, or all parts on the calling thread where it is a helper
   /// (whose split ops run unsplit, and start no team).
   static void split(std::size_t parts, Part part, const void* context);
+  /// The same for work(0) .. work(parts - 1).
+  template <class Work>
+  static void split(std::size_t parts, const Work& work) {
+    split(parts, &call<Work>, &work);
+  }
 
   /// The calling thread's team: none is started until the first run() that splits. After fork()
   /// the child, whose copy has lost its helpers, gets a new team.
@@ -40,11 +45,22 @@ class ThreadTeam {
   /// cannot be started (a process or cgroup limit), where the caller is already inside run(), or
   /// where parts > 65535. part must not throw.
   void run(std::size_t parts, Part part, const void* context);
+  template <class Work>
+  void run(std::size_t parts, const Work& work) {
+    run(parts, &call<Work>, &work);
+  }
 
   /// Helpers started so far (for the tests).
   std::size_t helpers() const noexcept { return helpers_.size(); }
 
  private:
+  template <class Work>
+  static void call(const void* work, std::size_t part) {
+    (*static_cast<const Work*>(work))(part);
+  }
+  // All parts in order on the calling thread.
+  static void run_here(std::size_t parts, Part part, const void* context);
+
   // A word that one thread waits on and others change. The waiter spins, then sleeps; a change
   // makes a system call only while it sleeps (libstdc++'s notify makes one whenever any thread of
   // the process sleeps on a word that hashes to the same waiter slot).

@@ -30,12 +30,6 @@ using coshard::ops::detail::ThreadTeam;
 
 namespace {
 
-// Runs `work(t)` for each part of a split on `team`.
-template <class Work>
-void run(ThreadTeam& team, std::size_t parts, const Work& work) {
-  team.run(parts, [](const void* w, std::size_t t) { (*static_cast<const Work*>(w))(t); }, &work);
-}
-
 // Counts the runs of each of `parts` parts.
 struct Tally {
   explicit Tally(std::size_t parts) : runs(parts) {}
@@ -58,13 +52,13 @@ TEST(OpsThreadTeam, EveryPartRunsExactlyOnceOnAnyCount) {
   for (int round = 0; round < 20; ++round) {
     for (std::size_t parts : {0, 1, 2, 3, 5, 8, 17}) {
       Tally tally(parts);
-      run(team, parts, [&](std::size_t t) { tally.runs[t]++; });
+      team.run(parts, [&](std::size_t t) { tally.runs[t]++; });
       ASSERT_TRUE(tally.each_once()) << parts << " parts, round " << round;
     }
   }
   EXPECT_EQ(team.helpers(), 16u);  // started once, for the largest split, and kept
   Tally many(70000);  // more parts than a claim word counts: all on the caller
-  run(team, many.runs.size(), [&](std::size_t t) { many.runs[t]++; });
+  team.run(many.runs.size(), [&](std::size_t t) { many.runs[t]++; });
   EXPECT_TRUE(many.each_once());
 }
 
@@ -73,7 +67,7 @@ TEST(OpsThreadTeam, HelpersTakeParts) {
   const auto owner = std::this_thread::get_id();
   std::atomic<int> on_helpers{0};
   for (int round = 0; round < 100 && on_helpers.load() == 0; ++round) {
-    run(team, 4, [&](std::size_t) {
+    team.run(4, [&](std::size_t) {
       busy_for(std::chrono::microseconds(300));
       if (std::this_thread::get_id() != owner) on_helpers++;
     });
@@ -92,10 +86,9 @@ TEST(OpsThreadTeam, ASplitInsideAPartRunsOnThatPartsThread) {
       inner.runs[t * 3 + u]++;
       if (std::this_thread::get_id() != here) elsewhere++;
     };
-    ThreadTeam::split(3, [](const void* c, std::size_t u) { (*static_cast<decltype(count)*>(c))(u); }, &count);
+    ThreadTeam::split(3, count);
   };
-  ThreadTeam::split(
-      4, [](const void* c, std::size_t t) { (*static_cast<decltype(inner_parts)*>(c))(t); }, &inner_parts);
+  ThreadTeam::split(4, inner_parts);
   EXPECT_TRUE(inner.each_once());
   EXPECT_EQ(elsewhere.load(), 0);
 }
@@ -110,7 +103,7 @@ TEST(OpsThreadTeam, EachThreadHasItsOwnTeam) {
       ThreadTeam& team = ThreadTeam::of_this_thread();
       for (int round = 0; round < 200; ++round) {
         Tally tally(3);
-        run(team, 3, [&](std::size_t t) { tally.runs[t]++; });
+        team.run(3, [&](std::size_t t) { tally.runs[t]++; });
         if (!tally.each_once()) all_once = false;
       }
       teams[r] = &team;
@@ -145,14 +138,14 @@ TEST(OpsThreadTeam, AForkedChildGetsAWorkingTeam) {
 TEST(OpsThreadTeam, AForkedChildGetsAWorkingTeam) {
   ThreadTeam& team = ThreadTeam::of_this_thread();
   Tally before(3);
-  run(team, 3, [&](std::size_t t) { before.runs[t]++; });
+  team.run(3, [&](std::size_t t) { before.runs[t]++; });
   ASSERT_GT(team.helpers(), 0u);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     ThreadTeam& mine = ThreadTeam::of_this_thread();
     Tally tally(3);
-    run(mine, 3, [&](std::size_t t) { tally.runs[t]++; });
+    mine.run(3, [&](std::size_t t) { tally.runs[t]++; });
     // The parent's copy, whose helpers were not forked, is not the team used here.
     ::_exit(&mine != &team && tally.each_once() ? 0 : 1);
   }
@@ -171,7 +164,7 @@ TEST(OpsThreadTeam, AForkedChildExitsWithoutJoiningItsParentsHelpers) {
 #else
 TEST(OpsThreadTeam, AForkedChildExitsWithoutJoiningItsParentsHelpers) {
   Tally before(3);
-  run(ThreadTeam::of_this_thread(), 3, [&](std::size_t t) { before.runs[t]++; });
+  ThreadTeam::of_this_thread().run(3, [&](std::size_t t) { before.runs[t]++; });
   const std::size_t helpers = ThreadTeam::of_this_thread().helpers();
   ASSERT_GT(helpers, 0u);
   const pid_t pid = ::fork();
