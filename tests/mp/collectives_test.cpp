@@ -169,6 +169,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FakeHosts{"two_hosts_in_blocks", 4, "--hosts 2", "", true},
                       FakeHosts{"two_hosts_round_robin", 4, "--hosts 2 --host-layout round", "", true},
                       FakeHosts{"three_hosts", 6, "--hosts 3 --host-layout round", "", true},
+                      // Chunks of 16 KiB: buffers of 32 KiB and more (up to 160 KB here) overlap
+                      // their phases in 2 to 8 chunks.
+                      FakeHosts{"two_hosts_overlapped", 4, "--hosts 2 --host-layout round",
+                                "COSHARD_UCX_HIERARCHY_CHUNK_BYTES=16384 ", true},
+                      FakeHosts{"three_hosts_overlapped", 6, "--hosts 3", "COSHARD_UCX_HIERARCHY_CHUNK_BYTES=16384 ",
+                                true},
                       FakeHosts{"hierarchy_off", 4, "--hosts 2", "COSHARD_UCX_HIERARCHY=0 ", false},
                       FakeHosts{"uneven_hosts", 3, "--hosts 2", "", false}),
     [](const ::testing::TestParamInfo<FakeHosts>& p) { return p.param.name; });
@@ -176,10 +182,11 @@ INSTANTIATE_TEST_SUITE_P(
 // A rank dies in the middle of a two-level all-reduce (fake hosts as above): every survivor fails
 // within the deadline naming it, by its job rank (the sub-wires name it "job rank 2", the flat
 // ring, whose header exchange may notice first under load, "rank 2"), never by a sub-wire index.
-TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheTwoLevelSchedule) {
+// `env` chooses the phases one after another or overlapped in chunks.
+void expect_the_dead_rank_named(const std::string& env) {
   if (::geteuid() != 0) GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
   auto r = run_command(
-      launch(4, "--mode die --die-rank 2 --die-elems 1048576 --timeout-ms 600000 --hosts 2", "--grace 60"));
+      env + launch(4, "--mode die --die-rank 2 --die-elems 1048576 --timeout-ms 600000 --hosts 2", "--grace 60"));
   EXPECT_NE(r.rc, 0) << r.output;
   for (int i : {0, 1, 3}) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
@@ -192,6 +199,15 @@ TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheTwoLevelSchedule) {
   EXPECT_EQ(r.output.find("rank 1 (pid " + pid + " "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("is gone"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheTwoLevelSchedule) {
+  expect_the_dead_rank_named("COSHARD_UCX_HIERARCHY_CHUNK_BYTES=0 ");
+}
+
+// 4 MiB all-reduces in 8 chunks: the survivors' two threads both stop.
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheOverlappedTwoLevelSchedule) {
+  expect_the_dead_rank_named("COSHARD_UCX_HIERARCHY_CHUNK_BYTES=262144 ");
 }
 
 // Two "hosts" in two network namespaces joined by a veth pair; TCP only (namespaces do not

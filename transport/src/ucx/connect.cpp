@@ -27,14 +27,16 @@ bool peer_mode_for(const std::vector<PeerIdentity>& peers, const std::string& my
   return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
 }
 
-// "host\npid\njob rank\nhierarchy min bytes\naddress": the address is binary and last.
+// "host\npid\njob rank\nhierarchy min bytes\nhierarchy chunk bytes\naddress": the address is
+// binary and last.
 std::string pack(const PeerIdentity& id) {
   return id.host + "\n" + std::to_string(id.pid) + "\n" + std::to_string(id.job_rank) + "\n" +
-         std::to_string(id.hierarchy_min_bytes) + "\n" + id.address;
+         std::to_string(id.hierarchy_min_bytes) + "\n" + std::to_string(id.hierarchy_chunk_bytes) + "\n" +
+         id.address;
 }
 
 PeerIdentity unpack(const std::string& s, const std::string& key) {
-  std::size_t at[4];
+  std::size_t at[5];
   std::size_t from = 0;
   for (auto& p : at) {
     p = s.find('\n', from);
@@ -48,7 +50,8 @@ PeerIdentity unpack(const std::string& s, const std::string& key) {
   id.pid = std::atoi(s.substr(at[0] + 1, at[1] - at[0] - 1).c_str());
   id.job_rank = std::atoi(s.substr(at[1] + 1, at[2] - at[1] - 1).c_str());
   id.hierarchy_min_bytes = std::atoll(s.substr(at[2] + 1, at[3] - at[2] - 1).c_str());
-  id.address = s.substr(at[3] + 1);
+  id.hierarchy_chunk_bytes = std::atoll(s.substr(at[3] + 1, at[4] - at[3] - 1).c_str());
+  id.address = s.substr(at[4] + 1);
   return id;
 }
 
@@ -72,39 +75,40 @@ Task<std::vector<PeerIdentity>> exchange(StoreClient& store, std::string prefix,
   co_return peers;
 }
 
-// What this rank proposes for the two-level schedules: UcxOptions, or COSHARD_UCX_HIERARCHY=0|1
-// and COSHARD_UCX_HIERARCHY_MIN_BYTES.
-std::int64_t hierarchy_proposal(const UcxOptions& ucx) {
+// What this rank proposes for the two-level schedules: UcxOptions, or COSHARD_UCX_HIERARCHY=0|1,
+// COSHARD_UCX_HIERARCHY_MIN_BYTES and COSHARD_UCX_HIERARCHY_CHUNK_BYTES.
+void propose_hierarchy(const UcxOptions& ucx, PeerIdentity& me) {
   bool on = ucx.hierarchy;
-  auto min_bytes = static_cast<std::int64_t>(ucx.hierarchy_min_bytes);
   if (auto v = env_switch("COSHARD_UCX_HIERARCHY")) on = *v;
-  if (const char* env = std::getenv("COSHARD_UCX_HIERARCHY_MIN_BYTES"); env && *env) {
-    char* end = nullptr;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end != '\0' || v < 0) {
-      throw Error(Errc::bad_config, std::string("COSHARD_UCX_HIERARCHY_MIN_BYTES='") + env +
-                                        "' is not a byte count (an integer >= 0)");
-    }
-    min_bytes = v;
-  }
-  return on ? min_bytes : -1;
+  const auto min_bytes = env_bytes("COSHARD_UCX_HIERARCHY_MIN_BYTES").value_or(ucx.hierarchy_min_bytes);
+  me.hierarchy_min_bytes = on ? static_cast<std::int64_t>(min_bytes) : -1;
+  me.hierarchy_chunk_bytes =
+      static_cast<std::int64_t>(env_bytes("COSHARD_UCX_HIERARCHY_CHUNK_BYTES").value_or(ucx.hierarchy_chunk_bytes));
 }
 
 // Agreed by every rank from the same identities: the flat ring if any rank wants it, else the
-// largest threshold proposed.
-std::int64_t agreed_hierarchy(const std::vector<PeerIdentity>& peers) {
-  std::int64_t agreed = 0;
+// largest threshold proposed; no overlap if any rank wants none, else the largest chunk.
+struct AgreedHierarchy {
+  std::int64_t min_bytes = 0;  // -1: the flat ring
+  std::size_t chunk_bytes = 0;
+};
+AgreedHierarchy agreed_hierarchy(const std::vector<PeerIdentity>& peers) {
+  AgreedHierarchy agreed;
+  bool overlap = true;
   for (const auto& p : peers) {
-    if (p.hierarchy_min_bytes < 0) return -1;
-    agreed = std::max(agreed, p.hierarchy_min_bytes);
+    if (p.hierarchy_min_bytes < 0) return {-1, 0};
+    agreed.min_bytes = std::max(agreed.min_bytes, p.hierarchy_min_bytes);
+    overlap = overlap && p.hierarchy_chunk_bytes > 0;
+    agreed.chunk_bytes = std::max(agreed.chunk_bytes, static_cast<std::size_t>(std::max<std::int64_t>(0, p.hierarchy_chunk_bytes)));
   }
+  if (!overlap) agreed.chunk_bytes = 0;
   return agreed;
 }
 
 // The per-host and cross-host wires of a communicator that spans hosts (hierarchy.hpp), connected.
 Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& store, std::shared_ptr<UcxContext> ctx,
                                                    Topology topo, int rank, std::string prefix, UcxOptions ucx,
-                                                   std::string name) {
+                                                   std::string name, std::size_t chunk_bytes) {
   const auto me = static_cast<std::size_t>(rank);
   const int host = topo.host_of[me], index = topo.local_of[me];
   const Wire::Options wo{.liveness_interval = ucx.liveness_interval, .name_by_job_rank = true};
@@ -122,7 +126,7 @@ Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& sto
                                        ucx.connect_timeout, std::move(cross_what));
   local->connect(local_peers, peer_mode_for(local_peers, local_id.host, ucx.error_mode));
   cross->connect(cross_peers, peer_mode_for(cross_peers, cross_id.host, ucx.error_mode));
-  co_return std::make_unique<Hierarchy>(std::move(topo), rank, std::move(local), std::move(cross));
+  co_return std::make_unique<Hierarchy>(std::move(topo), rank, std::move(local), std::move(cross), chunk_bytes);
 }
 
 }  // namespace
@@ -141,7 +145,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
   auto me = wire->self();
   me.job_rank = rt.rank();
-  me.hierarchy_min_bytes = hierarchy_proposal(ucx);
+  propose_hierarchy(ucx, me);
   std::vector<PeerIdentity> peers{me};
   if (size > 1) {
     std::vector<int> all(static_cast<std::size_t>(size));
@@ -150,10 +154,11 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
     peers = co_await exchange(*store, prefix, rank, me, std::move(all), ucx.connect_timeout, std::move(what));
   }
   std::unique_ptr<Hierarchy> hierarchy;
-  const std::int64_t hierarchy_min_bytes = agreed_hierarchy(peers);
-  if (auto topo = Topology::of(peers); topo && hierarchy_min_bytes >= 0) {
+  const auto agreed = agreed_hierarchy(peers);
+  if (auto topo = Topology::of(peers); topo && agreed.min_bytes >= 0) {
     std::string sub = prefix + "h/";
-    hierarchy = co_await connect_hierarchy(rt, *store, ctx, std::move(*topo), rank, std::move(sub), ucx, options.name);
+    hierarchy = co_await connect_hierarchy(rt, *store, ctx, std::move(*topo), rank, std::move(sub), ucx, options.name,
+                                           agreed.chunk_bytes);
   }
   wire->connect(peers, peer_mode_for(peers, me.host, ucx.error_mode));
   if (size > 1) {
@@ -169,7 +174,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   if (size > 1 && one_host) direct = co_await probe_direct(store, prefix, rank, size, ucx);
   Levels levels;
   levels.hierarchy = std::move(hierarchy);
-  levels.min_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, hierarchy_min_bytes));
+  levels.min_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, agreed.min_bytes));
   co_return make_ucx_communicator(rt, store, std::move(ctx), std::move(wire), std::move(prefix), std::move(options),
                                   ucx, direct, std::move(levels));
 }

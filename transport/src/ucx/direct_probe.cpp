@@ -46,9 +46,7 @@ Task<DirectSetup> probe_direct(StoreClient* store, std::string prefix, int rank,
   bool want = ucx.direct;
   if (auto v = env_switch("COSHARD_UCX_DIRECT")) want = *v;
   std::size_t min_bytes = ucx.direct_min_bytes;
-  if (const char* env = std::getenv("COSHARD_UCX_DIRECT_MIN_BYTES"); env && *env) {
-    min_bytes = static_cast<std::size_t>(std::strtoull(env, nullptr, 10));
-  }
+  if (auto v = env_bytes("COSHARD_UCX_DIRECT_MIN_BYTES")) min_bytes = *v;
   ProbeSegment probe;
   SegmentRef mine{};
   const std::uint64_t nonce =

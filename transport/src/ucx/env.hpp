@@ -1,6 +1,8 @@
 #pragma once
 // The UCX backend's COSHARD_UCX_* switches: a value that is set but unreadable is a bad_config
 // error naming the variable, never silently ignored.
+#include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -17,6 +19,19 @@ inline std::optional<bool> env_switch(const char* name) {
   if (v == "1" || v == "on" || v == "true") return true;
   if (v == "0" || v == "off" || v == "false") return false;
   throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
+}
+
+// A byte count (an integer >= 0); nothing when unset or empty.
+inline std::optional<std::size_t> env_bytes(const char* name) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(env, &end, 10);
+  if (*end != '\0' || v < 0 || errno == ERANGE) {
+    throw Error(Errc::bad_config, std::string(name) + "='" + env + "' is not a byte count (an integer >= 0)");
+  }
+  return static_cast<std::size_t>(v);
 }
 
 }  // namespace coshard::transport::detail

@@ -9,6 +9,9 @@
 //   all-reduce:     local reduce-scatter, cross all-reduce of the own block, local all-gather;
 // so each byte leaves its host once, as NCCL's trees and rings across nodes do.
 // Low-precision reductions are rounded once per level (twice), not once.
+// A large operation is cut into chunks whose phases overlap (stage_pipeline.hpp): the cross-host
+// phase of one chunk runs beside the per-host phases of the others, so only one chunk's per-host
+// work is exposed instead of all of it.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,6 +21,7 @@
 
 #include "coshard/runtime/error.hpp"
 #include "ring.hpp"
+#include "stage_pipeline.hpp"
 #include "wire.hpp"
 
 namespace coshard::transport::detail {
@@ -41,9 +45,19 @@ struct Topology {
 class Hierarchy {
  public:
   // `local` holds the ranks of this rank's host, `cross` those with its local index; both connected.
-  Hierarchy(Topology topology, int rank, std::unique_ptr<Wire> local, std::unique_ptr<Wire> cross);
+  // Operations over buffers of at least two `chunk_bytes` are cut into chunks of about that size
+  // whose phases overlap; 0: never (the phases run one after another).
+  Hierarchy(Topology topology, int rank, std::unique_ptr<Wire> local, std::unique_ptr<Wire> cross,
+            std::size_t chunk_bytes);
 
   const Topology& topology() const noexcept { return topo_; }
+  // How many chunks an operation over `buffer` bytes (all-gather's output, reduce-scatter's input,
+  // all-reduce's buffer) is cut into, the same on every rank: at most kMaxChunks, and few enough
+  // that the steps of its rings fit their tags.
+  int chunks(std::size_t buffer) const noexcept;
+  static constexpr int kMaxChunks = 8;
+  // "hierarchical (2 hosts x 2 ranks, 8 chunks overlapped)", for the span of an operation.
+  std::string describe(std::size_t buffer) const;
   Wire& local() noexcept { return *local_; }
   Wire& cross() noexcept { return *cross_; }
 
@@ -67,6 +81,10 @@ class Hierarchy {
   std::vector<std::vector<int>> host_ranks_;  // per host: Topology::ranks_on
   std::vector<int> counterparts_;             // Topology::ranks_at(this rank's local index)
   std::vector<std::byte> partial_;  // reduce-scatter: this rank's blocks summed over its host
+  std::size_t chunk_bytes_ = 0;
+  int max_chunks_ = 1;
+  Scratch cross_scratch_;  // the cross-host stages' own: they may run beside the per-host ones
+  StagePipeline pipeline_;
 };
 
 // A communicator's two-level schedules, when it has them, and the smallest message that takes them

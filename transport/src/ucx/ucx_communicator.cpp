@@ -298,7 +298,7 @@ class UcxCommunicator final : public Communicator {
     stream_->wait(ready);
     // The span names the operation and what it moves: "all_gather#12 (f32 x 4096 per rank) h.3".
     std::string span = describe(info) + (info.label.empty() ? "" : " " + info.label);
-    if (hierarchical(info)) span += " via hierarchical (" + levels_.hierarchy->topology().describe() + ")";
+    if (hierarchical(info)) span += " via " + levels_.hierarchy->describe(buffer_bytes(info));
     stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, std::move(span));
     Event done;
     done.record(*stream_);
@@ -309,13 +309,17 @@ class UcxCommunicator final : public Communicator {
   // as for the direct path.
   bool hierarchical(const OpInfo& info) const noexcept {
     if (!levels_.hierarchy) return false;
-    std::size_t buffer = info.bytes();
-    if (info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter) {
-      buffer *= static_cast<std::size_t>(size());
-    } else if (info.op != CollectiveOp::all_reduce) {
+    if (info.op != CollectiveOp::all_gather && info.op != CollectiveOp::reduce_scatter &&
+        info.op != CollectiveOp::all_reduce) {
       return false;
     }
-    return buffer >= levels_.min_bytes;
+    return buffer_bytes(info) >= levels_.min_bytes;
+  }
+
+  // All-gather's output, reduce-scatter's input, all-reduce's buffer.
+  std::size_t buffer_bytes(const OpInfo& info) const noexcept {
+    const bool per_rank = info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter;
+    return info.bytes() * (per_rank ? static_cast<std::size_t>(size()) : 1);
   }
 
   void abort_wires(const Error& reason) {

@@ -52,6 +52,9 @@ struct PeerIdentity {
   // The smallest message this rank proposes for the two-level schedules across hosts (hierarchy.hpp);
   // -1: it wants the flat ring. The ranks agree on the largest (connect.cpp).
   std::int64_t hierarchy_min_bytes = -1;
+  // The chunk it proposes for overlapping their phases; 0: no overlap. The ranks agree on the
+  // largest, or 0 if any proposes it.
+  std::int64_t hierarchy_chunk_bytes = 0;
 };
 
 // What the current operation is, for the errors a wait raises.
@@ -99,6 +102,7 @@ class Wire {
   // acknowledgement) complete only when the worker they arrive on is progressed, and a rank that
   // waits on one wire while a peer waits for such a message on another stalls both.
   void progress_with(std::vector<Wire*> siblings) { siblings_ = std::move(siblings); }
+  const std::vector<Wire*>& siblings() const noexcept { return siblings_; }
 
   // Drives progress until `ready()` returns true. Throws Errc::timeout at the deadline naming the
   // peers still owing data, Errc::peer_lost when a peer died, the abort reason when aborted.

@@ -50,6 +50,11 @@ struct UcxOptions {
   /// the two-level schedule; the ranks use the largest any of them sets. Below 16 KiB the flat ring's
   /// fewer steps win (docs/benchmarks.md, "Across hosts").
   std::size_t hierarchy_min_bytes = std::size_t{16} << 10;
+  /// Two-level operations over buffers of at least twice this are cut into chunks of about this
+  /// size (at most 8) whose phases overlap: one chunk crosses between hosts while the next is
+  /// reduced inside its host. 0: the phases run one after another. The ranks use the largest any of
+  /// them sets, or 0 if any sets it. COSHARD_UCX_HIERARCHY_CHUNK_BYTES overrides it.
+  std::size_t hierarchy_chunk_bytes = std::size_t{4} << 20;
 };
 
 /// Collective over the `size` ranks that share `store`: every rank calls it with the same

@@ -1,0 +1,178 @@
+#include "stage_pipeline.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace coshard::transport::detail {
+
+SideThread::~SideThread() {
+  {
+    std::lock_guard lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool SideThread::ready() noexcept {
+  if (thread_.joinable()) return true;
+  try {
+    thread_ = std::thread([this] { loop(); });
+    return true;
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "coshard: no thread for the overlapped two-level schedule (%s); its phases run one after another\n",
+                 e.what());
+    return false;
+  }
+}
+
+void SideThread::run(std::function<void()> job) {
+  {
+    std::lock_guard lock(m_);
+    job_ = std::move(job);
+    idle_.store(false, std::memory_order_relaxed);
+  }
+  cv_.notify_one();
+}
+
+void SideThread::wait_idle() const noexcept {
+  while (!idle_.load(std::memory_order_acquire)) idle_.wait(false, std::memory_order_acquire);
+}
+
+void SideThread::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(m_);
+      cv_.wait(lock, [this] { return stop_ || job_; });
+      if (!job_) return;
+      job = std::exchange(job_, nullptr);
+    }
+    job();
+    idle_.store(true, std::memory_order_release);
+    idle_.notify_all();
+  }
+}
+
+namespace {
+
+Error as_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    return x;
+  } catch (const std::exception& x) {
+    return Error(Errc::internal, x.what());
+  } catch (...) {
+    return Error(Errc::internal, "unknown exception in a two-level schedule");
+  }
+}
+
+bool is_timeout(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& x) {
+    return x.code() == Errc::timeout;
+  } catch (...) {
+    return false;
+  }
+}
+
+// For the life of the overlap: `near`'s waits stop progressing `far`'s worker, and `far`'s waits
+// progress nothing but their own. Nothing waits on the communicator's own wire meanwhile.
+class Apart {
+ public:
+  Apart(Wire& near, Wire& far) : near_(near), far_(far), near_with_(near.siblings()), far_with_(far.siblings()) {
+    auto without_far = near_with_;
+    std::erase(without_far, &far);
+    near.progress_with(std::move(without_far));
+    far.progress_with({});
+  }
+  ~Apart() {
+    near_.progress_with(near_with_);
+    far_.progress_with(far_with_);
+  }
+  Apart(const Apart&) = delete;
+  Apart& operator=(const Apart&) = delete;
+
+ private:
+  Wire &near_, &far_;
+  std::vector<Wire*> near_with_, far_with_;
+};
+
+// The first failure of either thread.
+class FirstFailure {
+ public:
+  void note(std::exception_ptr e) {
+    std::lock_guard lock(m_);
+    if (!first_) first_ = std::move(e);
+  }
+  void rethrow() const {
+    std::lock_guard lock(m_);
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::exception_ptr first_;
+};
+
+}  // namespace
+
+void StagePipeline::run(Wire& near, Wire& far, int chunks, const Stages& stages) {
+  if (chunks > 1 && side_.ready()) {
+    overlapped(near, far, chunks, stages);
+    return;
+  }
+  for (int k = 0; k < chunks; ++k) {
+    if (stages.before) stages.before(k);
+    stages.across(k);
+    if (stages.after) stages.after(k);
+  }
+}
+
+void StagePipeline::overlapped(Wire& near, Wire& far, int chunks, const Stages& stages) {
+  std::atomic<int> near_done{stages.before ? 0 : chunks}, far_done{0};
+  FirstFailure failure;
+  Apart apart(near, far);
+  side_.run([&]() noexcept {
+    try {
+      for (int k = 0; k < chunks; ++k) {
+        far.wait_until([&] { return near_done.load(std::memory_order_acquire) > k; });
+        stages.across(k);
+        far_done.store(k + 1, std::memory_order_release);
+      }
+    } catch (...) {
+      const auto e = std::current_exception();
+      failure.note(e);
+      if (!is_timeout(e)) near.abort(as_error(e));
+    }
+  });
+  try {
+    for (int k = 0; stages.before && k < chunks; ++k) {
+      stages.before(k);
+      near_done.store(k + 1, std::memory_order_release);
+    }
+    for (int k = 0; stages.after && k < chunks; ++k) {
+      near.wait_until([&] { return far_done.load(std::memory_order_acquire) > k; });
+      stages.after(k);
+    }
+    near.wait_until([&] { return side_.idle(); });
+  } catch (...) {
+    const auto e = std::current_exception();
+    if (!is_timeout(e)) {
+      failure.note(e);
+      far.abort(as_error(e));
+    }
+    side_.wait_idle();
+    failure.note(e);
+  }
+  side_.wait_idle();
+  failure.rethrow();
+}
+
+}  // namespace coshard::transport::detail
