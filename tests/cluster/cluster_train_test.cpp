@@ -76,5 +76,36 @@ TEST_F(Cluster, CoshardRunOnEachHostIsScrapedFromTheLoginHost) {
   expect_same_losses(node1, one.output, "coshard-run by hand on 2 hosts");
 }
 
+// scripts/cluster-test's real-host suite as a user runs it on hosts of their own: from a hostfile
+// (each command entering its host as ssh would), and inside a Slurm allocation (srun). Every check
+// of the suite must pass, each with its verdict line.
+TEST_F(Cluster, TheRealHostSuitePassesFromAHostfileAndInsideAnAllocation) {
+  auto dir = train::temp_dir("cluster-real-suite");
+  const std::string hostfile = (dir / "hosts").string();
+  std::ofstream(hostfile) << "# the namespace cluster's nodes\nnode1\n\nnode2  # the second\n";
+  const std::string suite = std::string(COSHARD_SOURCE_DIR) + "/scripts/cluster-test --build " + COSHARD_BUILD_DIR;
+  const std::vector<std::string> checks = {
+      "collectives_match_the_reference_across_hosts: Passed",
+      "full_shard_across_hosts_has_the_losses_of_one_host: Passed",
+      "hybrid_shard_across_hosts_has_the_losses_of_one_host: Passed",
+      "a_dead_rank_is_named_on_every_host: Passed",
+  };
+  auto from_hostfile =
+      run_command(suite + " --hostfile " + hostfile + " --port 29472 --launch " + quote(cluster("exec", "{host} -- bash -c")));
+  EXPECT_EQ(from_hostfile.rc, 0) << from_hostfile.output;
+  auto in_allocation = run_command(on("login", "salloc -N2 " + suite + " --allocation"));
+  EXPECT_EQ(in_allocation.rc, 0) << in_allocation.output;
+  for (const auto& run : {from_hostfile.output, in_allocation.output}) {
+    const auto verdicts = run.find("== cluster verdicts");
+    ASSERT_NE(verdicts, std::string::npos) << run;
+    for (const auto& check : checks) EXPECT_NE(run.find(check, verdicts), std::string::npos) << check << "\n" << run;
+  }
+  // A hostfile of one host is refused, naming what it has.
+  std::ofstream(hostfile) << "node1\n";
+  auto one = run_command(suite + " --hostfile " + hostfile);
+  EXPECT_EQ(one.rc, 2) << one.output;
+  EXPECT_NE(one.output.find("needs 2 or more hosts; it has 1 (node1)"), std::string::npos) << one.output;
+}
+
 }  // namespace
 }  // namespace coshard::testing::cluster

@@ -15,6 +15,8 @@
 //   --hosts H         each rank names itself host (rank / ceil(ranks / H)) in a UTS namespace of its
 //                     own (needs root), so that the world spans H "hosts"; --host-layout round puts
 //                     rank r on host r % H instead
+//   --real-hosts H    the ranks already run on H real hosts, in blocks (one coshard-run or srun
+//                     task set per host): the expectations of --hosts H, with the hosts' own names
 // Unless COSHARD_UCX_DIRECT=0, a world of several ranks on one host must have run some collectives
 // on the direct path, and never one whose buffers are not all shared. Across hosts, the world must
 // have run some on the two-level schedule when every host has the same number (> 1) of ranks and
@@ -56,6 +58,7 @@ struct Flags {
   int slow_ms = 50;
   int hosts = 0;  // 0: the real host
   std::string host_layout = "block";
+  bool real_hosts = false;  // --real-hosts: no UTS namespace
   int host_of(int rank, int world) const {
     return host_layout == "round" ? rank % hosts : rank / ((world + hosts - 1) / hosts);
   }
@@ -459,6 +462,7 @@ int main(int argc, char** argv) {
     else if (k == "--slow-ms") f.slow_ms = std::atoi(v.c_str());
     else if (k == "--hosts") f.hosts = std::atoi(v.c_str());
     else if (k == "--host-layout") f.host_layout = v;
+    else if (k == "--real-hosts") f.hosts = std::atoi(v.c_str()), f.real_hosts = true;
     else {
       std::fprintf(stderr, "collectives_check: unknown flag %s\n", k.c_str());
       return 2;
@@ -471,7 +475,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", env.error().what());
     return 2;
   }
-  if (f.hosts > 0) {
+  if (f.hosts > 0 && !f.real_hosts) {
     // A hostname of its own is all that tells UCX's peers apart by host (the wires' identities).
     const std::string host = "coshard-fake-host" + std::to_string(f.host_of(env.value().rank, env.value().world_size));
     if (::unshare(CLONE_NEWUTS) != 0 || ::sethostname(host.c_str(), host.size()) != 0) {
