@@ -88,9 +88,10 @@ if [[ $only == all || $only == collectives ]]; then
              "2lvl/mpi", "bound"
       for (i = 1; i <= k; i++) {
         key = order[i]; split(key, a, " ")
+        vs_flat = (flat[key] > 0) ? hier[key] / flat[key] : 0
+        vs_mpi = (mpi[key] > 0) ? hier[key] / mpi[key] : 0
         printf "%-15s %10s %7.3f %7.3f %7.3f %7.3f %8.2fx %7.2fx %5.0f%%\n", a[1], a[2], flat[key], seq[key], hier[key],
-               mpi[key], flat[key] > 0 ? hier[key] / flat[key] : 0, mpi[key] > 0 ? hier[key] / mpi[key] : 0,
-               100 * hier[key] / bound
+               mpi[key], vs_flat, vs_mpi, 100 * hier[key] / bound
       }
     }' "$out/flat" "$out/seq" "$out/hier" "$out/mpi"
 fi
