@@ -88,7 +88,7 @@ TEST_F(Cluster, TheRealHostSuitePassesFromAHostfileAndInsideAnAllocation) {
       "collectives_match_the_reference_across_hosts: Passed",
       "full_shard_across_hosts_has_the_losses_of_one_host: Passed",
       "hybrid_shard_across_hosts_has_the_losses_of_one_host: Passed",
-      "a_dead_rank_is_named_on_every_host: Passed",
+      "a_dead_rank_ends_every_host_naming_it: Passed",
   };
   auto from_hostfile =
       run_command(suite + " --hostfile " + hostfile + " --port 29472 --launch " + quote(cluster("exec", "{host} -- bash -c")));

@@ -169,4 +169,37 @@ TEST_F(StagePipelineTest, ATimeoutWhileWaitingForTheOtherThreadYieldsToThatThrea
   EXPECT_FALSE(far.aborted().has_value());  // a timeout aborts nothing: the other side meets it too
 }
 
+// The other way round: a per-host stage on the calling thread times out naming its peer, while
+// the side thread, waiting for that stage, meets the deadline with nothing to name.
+TEST_F(StagePipelineTest, ATimeoutInAStageWinsOverTheOtherThreadsWaitForIt) {
+  begin(300ms);
+  StagePipeline::Stages s;
+  s.before = [&](int k) {
+    if (k == 1) {
+      std::this_thread::sleep_for(500ms);
+      throw Error(Errc::timeout, "all_reduce#1 did not complete; not heard from: job rank 1: 2 messages");
+    }
+  };
+  s.across = [&](int) {};
+  try {
+    pipeline.run(near, far, 4, s);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout);
+    EXPECT_NE(std::string(e.what()).find("job rank 1"), std::string::npos) << e.what();
+  }
+}
+
+// Without a side thread (none to be had, or one chunk) every before runs first, as the per-host
+// wire sees them on ranks that overlap; then every across, then every after.
+TEST_F(StagePipelineTest, TheOrderOnOneThreadIsTheOrderEachWireSeesWhenOverlapped) {
+  std::vector<std::string> order;
+  StagePipeline::Stages s;
+  s.before = [&](int k) { order.push_back("b" + std::to_string(k)); };
+  s.across = [&](int k) { order.push_back("x" + std::to_string(k)); };
+  s.after = [&](int k) { order.push_back("a" + std::to_string(k)); };
+  StagePipeline::run_in_order(2, s);
+  EXPECT_EQ(order, (std::vector<std::string>{"b0", "b1", "x0", "x1", "a0", "a1"}));
+}
+
 }  // namespace

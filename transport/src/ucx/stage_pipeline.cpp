@@ -20,12 +20,14 @@ SideThread::~SideThread() {
 
 bool SideThread::ready() noexcept {
   if (thread_.joinable()) return true;
+  if (unavailable_) return false;
   try {
     thread_ = std::thread([this] { loop(); });
     return true;
   } catch (const std::system_error& e) {
     std::fprintf(stderr, "coshard: no thread for the overlapped two-level schedule (%s); its phases run one after another\n",
                  e.what());
+    unavailable_ = true;
     return false;
   }
 }
@@ -104,22 +106,37 @@ class Apart {
   std::vector<Wire*> near_with_, far_with_;
 };
 
-// The first failure of either thread.
+// The first failure of either thread. A timeout met while a thread waited for the other one, not
+// for a message, names nobody, so it is thrown only when nothing else failed.
 class FirstFailure {
  public:
-  void note(std::exception_ptr e) {
+  void note(std::exception_ptr e, bool waiting_for_other) {
     std::lock_guard lock(m_);
-    if (!first_) first_ = std::move(e);
+    auto& slot = waiting_for_other && is_timeout(e) ? weak_ : first_;
+    if (!slot) slot = std::move(e);
   }
   void rethrow() const {
     std::lock_guard lock(m_);
     if (first_) std::rethrow_exception(first_);
+    if (weak_) std::rethrow_exception(weak_);
   }
 
  private:
   mutable std::mutex m_;
-  std::exception_ptr first_;
+  std::exception_ptr first_, weak_;
 };
+
+// After a failure on one thread: notes it, and unless it is a timeout (the other thread meets the
+// same deadline) aborts the other thread's wire so that it stops at once. Nothing escapes: a
+// thread's job must end, and the caller must still wait for the side thread.
+void failed(FirstFailure& failure, std::exception_ptr e, bool waiting_for_other, Wire& other) noexcept {
+  try {
+    failure.note(e, waiting_for_other);
+    if (!is_timeout(e)) other.abort(as_error(e));
+  } catch (...) {
+    other.abort(Error(Errc::internal, "a two-level schedule failed on its other thread"));
+  }
+}
 
 }  // namespace
 
@@ -128,11 +145,13 @@ void StagePipeline::run(Wire& near, Wire& far, int chunks, const Stages& stages)
     overlapped(near, far, chunks, stages);
     return;
   }
-  for (int k = 0; k < chunks; ++k) {
-    if (stages.before) stages.before(k);
-    stages.across(k);
-    if (stages.after) stages.after(k);
-  }
+  run_in_order(chunks, stages);
+}
+
+void StagePipeline::run_in_order(int chunks, const Stages& stages) {
+  for (int k = 0; stages.before && k < chunks; ++k) stages.before(k);
+  for (int k = 0; k < chunks; ++k) stages.across(k);
+  for (int k = 0; stages.after && k < chunks; ++k) stages.after(k);
 }
 
 void StagePipeline::overlapped(Wire& near, Wire& far, int chunks, const Stages& stages) {
@@ -140,36 +159,35 @@ void StagePipeline::overlapped(Wire& near, Wire& far, int chunks, const Stages& 
   FirstFailure failure;
   Apart apart(near, far);
   side_.run([&]() noexcept {
+    bool waiting = false;
     try {
       for (int k = 0; k < chunks; ++k) {
+        waiting = true;
         far.wait_until([&] { return near_done.load(std::memory_order_acquire) > k; });
+        waiting = false;
         stages.across(k);
         far_done.store(k + 1, std::memory_order_release);
       }
     } catch (...) {
-      const auto e = std::current_exception();
-      failure.note(e);
-      if (!is_timeout(e)) near.abort(as_error(e));
+      failed(failure, std::current_exception(), waiting, near);
     }
   });
+  bool waiting = false;
   try {
     for (int k = 0; stages.before && k < chunks; ++k) {
       stages.before(k);
       near_done.store(k + 1, std::memory_order_release);
     }
     for (int k = 0; stages.after && k < chunks; ++k) {
+      waiting = true;
       near.wait_until([&] { return far_done.load(std::memory_order_acquire) > k; });
+      waiting = false;
       stages.after(k);
     }
+    waiting = true;
     near.wait_until([&] { return side_.idle(); });
   } catch (...) {
-    const auto e = std::current_exception();
-    if (!is_timeout(e)) {
-      failure.note(e);
-      far.abort(as_error(e));
-    }
-    side_.wait_idle();
-    failure.note(e);
+    failed(failure, std::current_exception(), waiting, far);
   }
   side_.wait_idle();
   failure.rethrow();

@@ -24,7 +24,7 @@ class SideThread {
   SideThread(const SideThread&) = delete;
   SideThread& operator=(const SideThread&) = delete;
 
-  // Starts the thread if it does not run yet; false when the system has none to give.
+  // Starts the thread if it does not run yet; false when the system had none to give (asked once).
   bool ready() noexcept;
   // Hands `job` to the thread (ready() was true, the previous job has ended). `job` must not throw.
   void run(std::function<void()> job);
@@ -41,6 +41,7 @@ class SideThread {
   std::condition_variable cv_;
   std::function<void()> job_;
   bool stop_ = false;
+  bool unavailable_ = false;
   std::atomic<bool> idle_{true};
   std::thread thread_;
 };
@@ -54,13 +55,17 @@ class StagePipeline {
     std::function<void(int)> after;   // on `near`, once across(k) has returned
   };
 
-  // Runs every stage of `chunks` chunks. One chunk, or no side thread to be had, runs them in
-  // order on this thread; otherwise across() runs on the side thread, beside the other two. The
-  // first failure is thrown once both threads have stopped; a failure other than a timeout aborts
-  // the other thread's wire so that it stops at once (the communicator fails after it anyway). A
-  // timeout does not: the other thread meets the same deadline and names the peers it waited for,
-  // which is the better error.
+  // Runs every stage of `chunks` chunks. Otherwise across() runs on the side thread, beside the
+  // other two. One chunk, or no side thread to be had, runs them on this thread in the order each
+  // wire sees when overlapped (every before, every across, every after), so that such a rank keeps
+  // step with peers that overlap. The first failure is thrown once both threads have stopped; a
+  // failure other than a timeout aborts the other thread's wire so that it stops at once (the
+  // communicator fails after it anyway). A timeout does not: the other thread meets the same
+  // deadline. A timeout met while waiting for the other thread names nobody, so it is thrown only
+  // when the other thread's error is not there, which names the peers it waited for.
   void run(Wire& near, Wire& far, int chunks, const Stages& stages);
+  // Every stage on this thread, in that order.
+  static void run_in_order(int chunks, const Stages& stages);
 
  private:
   void overlapped(Wire& near, Wire& far, int chunks, const Stages& stages);
