@@ -462,7 +462,10 @@ int main(int argc, char** argv) {
     else if (k == "--slow-ms") f.slow_ms = std::atoi(v.c_str());
     else if (k == "--hosts") f.hosts = std::atoi(v.c_str());
     else if (k == "--host-layout") f.host_layout = v;
-    else if (k == "--real-hosts") f.hosts = std::atoi(v.c_str()), f.real_hosts = true;
+    else if (k == "--real-hosts") {
+      f.hosts = std::atoi(v.c_str());
+      f.real_hosts = true;
+    }
     else {
       std::fprintf(stderr, "collectives_check: unknown flag %s\n", k.c_str());
       return 2;

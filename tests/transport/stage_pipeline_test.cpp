@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -35,6 +36,16 @@ class StagePipelineTest : public ::testing::Test {
       std::this_thread::sleep_for(100us);
     }
     return true;
+  }
+
+  // The error run() threw; nothing when it returned.
+  std::optional<Error> error_of(int chunks, const StagePipeline::Stages& stages) {
+    try {
+      pipeline.run(near, far, chunks, stages);
+    } catch (const Error& e) {
+      return e;
+    }
+    return std::nullopt;
   }
 
   std::shared_ptr<UcxContext> ctx = std::make_shared<UcxContext>();
@@ -116,13 +127,10 @@ TEST_F(StagePipelineTest, AFailureOnTheCallingThreadStopsTheCrossHostStageAtOnce
   s.across = [&](int) { across_ran.fetch_add(1); };
   s.after = [&](int) {};
   const auto start = Clock::now();
-  try {
-    pipeline.run(near, far, 8, s);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::peer_lost);
-    EXPECT_NE(std::string(e.what()).find("job rank 1 is gone"), std::string::npos) << e.what();
-  }
+  const auto e = error_of(8, s);
+  ASSERT_TRUE(e.has_value()) << "no error";
+  EXPECT_EQ(e->code(), Errc::peer_lost);
+  EXPECT_NE(std::string(e->what()).find("job rank 1 is gone"), std::string::npos) << e->what();
   // The side thread waited for before(2) under a 60 s deadline: the abort, not the deadline, ended it.
   EXPECT_LT(Clock::now() - start, 5s);
   EXPECT_EQ(across_ran.load(), 2);
@@ -138,12 +146,9 @@ TEST_F(StagePipelineTest, AFailureOnTheSideThreadStopsTheCallingThreadAtOnce) {
   };
   s.after = [&](int) { after_ran.fetch_add(1); };
   const auto start = Clock::now();
-  try {
-    pipeline.run(near, far, 8, s);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("send to job rank 3 failed"), std::string::npos) << e.what();
-  }
+  const auto e = error_of(8, s);
+  ASSERT_TRUE(e.has_value()) << "no error";
+  EXPECT_NE(std::string(e->what()).find("send to job rank 3 failed"), std::string::npos) << e->what();
   EXPECT_LT(Clock::now() - start, 5s);
   EXPECT_EQ(after_ran.load(), 1);
   EXPECT_TRUE(near.aborted().has_value());
@@ -159,13 +164,10 @@ TEST_F(StagePipelineTest, ATimeoutWhileWaitingForTheOtherThreadYieldsToThatThrea
     throw Error(Errc::timeout, "all_reduce#1 did not complete; not heard from: job rank 2: 1 message");
   };
   s.after = [&](int) {};
-  try {
-    pipeline.run(near, far, 2, s);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::timeout);
-    EXPECT_NE(std::string(e.what()).find("job rank 2"), std::string::npos) << e.what();
-  }
+  const auto e = error_of(2, s);
+  ASSERT_TRUE(e.has_value()) << "no error";
+  EXPECT_EQ(e->code(), Errc::timeout);
+  EXPECT_NE(std::string(e->what()).find("job rank 2"), std::string::npos) << e->what();
   EXPECT_FALSE(far.aborted().has_value());  // a timeout aborts nothing: the other side meets it too
 }
 
@@ -181,13 +183,10 @@ TEST_F(StagePipelineTest, ATimeoutInAStageWinsOverTheOtherThreadsWaitForIt) {
     }
   };
   s.across = [&](int) {};
-  try {
-    pipeline.run(near, far, 4, s);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::timeout);
-    EXPECT_NE(std::string(e.what()).find("job rank 1"), std::string::npos) << e.what();
-  }
+  const auto e = error_of(4, s);
+  ASSERT_TRUE(e.has_value()) << "no error";
+  EXPECT_EQ(e->code(), Errc::timeout);
+  EXPECT_NE(std::string(e->what()).find("job rank 1"), std::string::npos) << e->what();
 }
 
 // Without a side thread (none to be had, or one chunk) every before runs first, as the per-host
