@@ -1,7 +1,8 @@
 // A rank program for the collective tests: every collective of the world communicator, sub-groups
 // and a mesh, checked element by element against a reference computed locally in double.
 //   --mode all        every check (default)
-//   --mode mismatch   rank 1 passes a different size to an all_gather: every rank must fail naming it
+//   --mode mismatch   rank 1 passes a different size to an all_gather (--mismatch-elems N, default
+//                     1001, against 1000): every rank must fail naming it
 //   --mode die        rank --die-rank exits in the middle of a stream of all-reduces; the others
 //                     ignore SIGTERM (so the launcher cannot end them) and must report the dead peer
 //   --mode straggler  rank --slow-rank enters each of 20 all-reduces --slow-ms late; every rank
@@ -17,10 +18,12 @@
 //                     rank r on host r % H instead
 //   --real-hosts H    the ranks already run on H real hosts, in blocks (one coshard-run or srun
 //                     task set per host): the expectations of --hosts H, with the hosts' own names
+//   --rank0-mesh-max B  rank 0 alone proposes UcxOptions::mesh_max_bytes = B (0: no rank may use the mesh)
 // Unless COSHARD_UCX_DIRECT=0, a world of several ranks on one host must have run some collectives
 // on the direct path, and never one whose buffers are not all shared. Across hosts, the world must
 // have run some on the two-level schedule when every host has the same number (> 1) of ranks and
-// COSHARD_UCX_HIERARCHY is not 0, and none otherwise.
+// COSHARD_UCX_HIERARCHY is not 0, and none otherwise. Unless the mesh is off, a world of several
+// ranks must have run some (the small ones) on the mesh.
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -59,6 +62,8 @@ struct Flags {
   int hosts = 0;  // 0: the real host
   std::string host_layout = "block";
   bool real_hosts = false;  // --real-hosts: no UTS namespace
+  std::int64_t mismatch_elems = 1001;  // rank 1's all-gather in --mode mismatch (the others: 1000)
+  std::int64_t rank0_mesh_max = -1;    // >= 0: rank 0 proposes this UcxOptions::mesh_max_bytes
   int host_of(int rank, int world) const {
     return host_layout == "round" ? rank % hosts : rank / ((world + hosts - 1) / hosts);
   }
@@ -90,6 +95,13 @@ double mapped_peer_bytes(Runtime& rt) {
 bool direct_expected(int n, const Flags& f) {
   const char* env = std::getenv("COSHARD_UCX_DIRECT");
   return n > 1 && f.hosts < 2 && !(env && std::string(env) == "0");
+}
+
+// The small operations take the mesh unless it is off: by COSHARD_UCX_MESH_MAX_BYTES=0 on every
+// rank, or by rank 0 alone (the ranks agree on the smallest proposal).
+bool mesh_expected(int n, const Flags& f) {
+  const char* env = std::getenv("COSHARD_UCX_MESH_MAX_BYTES");
+  return n > 1 && !(env && std::string(env) == "0") && f.rank0_mesh_max != 0;
 }
 
 bool hierarchy_expected(int n, const Flags& f) {
@@ -365,6 +377,7 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   ProcessGroupOptions o;
   o.world.timeout = std::chrono::milliseconds(f.timeout_ms);
   if (f.direct_min) o.ucx.direct_min_bytes = f.direct_min;
+  if (f.rank0_mesh_max >= 0 && env.rank == 0) o.ucx.mesh_max_bytes = static_cast<std::size_t>(f.rank0_mesh_max);
   if (f.mode == "straggler" && env.rank == f.slow_rank) {
     o.world.before_op = [ms = f.slow_ms](const OpInfo&) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
   }
@@ -373,7 +386,7 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   Checker ck{w.rank()};
   Stream& s = rt.stream("compute");
   if (f.mode == "mismatch") {
-    const std::int64_t count = w.rank() == 1 ? 1001 : 1000;
+    const std::int64_t count = w.rank() == 1 ? f.mismatch_elems : 1000;
     Tensor in = Tensor::empty(rt.allocator(), DType::f32, {count});
     Tensor out = Tensor::empty(rt.allocator(), DType::f32, {count * w.size()});
     try {
@@ -421,6 +434,12 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
   co_await check_mixed(rt, w, ck, f.big, f.shared_min, direct_min, direct_expected(w.size(), f));
   co_await check_concurrent(rt, *pg, ck);
   const auto direct = algorithm_count(w, "direct"), hierarchical = algorithm_count(w, "hierarchical");
+  const auto mesh = algorithm_count(w, "mesh");
+  if ((mesh > 0) != mesh_expected(w.size(), f)) {
+    ++ck.failures;
+    std::fprintf(stderr, "rank %d: %llu collectives ran on the mesh; expected %s\n", ck.rank,
+                 static_cast<unsigned long long>(mesh), mesh_expected(w.size(), f) ? "some" : "none");
+  }
   if ((direct > 0) != direct_expected(w.size(), f)) {
     ++ck.failures;
     std::fprintf(stderr, "rank %d: %llu collectives ran on the direct path; expected %s\n", ck.rank,
@@ -440,8 +459,9 @@ Task<int> run(Runtime& rt, LaunchEnv env, Flags f) {
     std::printf("rank %d: %d of %d checks FAILED\n", ck.rank, ck.failures, ck.checks);
     co_return 1;
   }
-  std::printf("rank %d: collectives ok (%d checks, %d ranks, %llu hierarchical, %llu direct)\n", ck.rank, ck.checks,
-              w.size(), static_cast<unsigned long long>(hierarchical), static_cast<unsigned long long>(direct));
+  std::printf("rank %d: collectives ok (%d checks, %d ranks, %llu hierarchical, %llu direct, %llu mesh)\n", ck.rank,
+              ck.checks, w.size(), static_cast<unsigned long long>(hierarchical), static_cast<unsigned long long>(direct),
+              static_cast<unsigned long long>(mesh));
   co_return 0;
 }
 
@@ -462,6 +482,8 @@ int main(int argc, char** argv) {
     else if (k == "--slow-ms") f.slow_ms = std::atoi(v.c_str());
     else if (k == "--hosts") f.hosts = std::atoi(v.c_str());
     else if (k == "--host-layout") f.host_layout = v;
+    else if (k == "--mismatch-elems") f.mismatch_elems = std::atoll(v.c_str());
+    else if (k == "--rank0-mesh-max") f.rank0_mesh_max = std::atoll(v.c_str());
     else if (k == "--real-hosts") {
       f.hosts = std::atoi(v.c_str());
       f.real_hosts = true;

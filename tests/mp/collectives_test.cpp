@@ -50,15 +50,27 @@ TEST_P(Collectives, EveryCollectiveMatchesTheLocalReference) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(1, 2, 3, 4, 8),
                          [](const ::testing::TestParamInfo<int>& p) { return "ranks" + std::to_string(p.param); });
 
-// The same checks with the direct path turned off: everything on the ring (and
-// collectives_check fails if anything took the direct path).
-TEST(CollectivesRingOnly, EveryCollectiveMatchesWithCoshardUcxDirectOff) {
-  auto r = run_command("COSHARD_UCX_DIRECT=0 " + launch(3, "--timeout-ms 120000 --big 300000"));
+// The same checks with the direct path and the mesh turned off: everything on the ring (and
+// collectives_check fails if anything took the direct path or the mesh).
+TEST(CollectivesRingOnly, EveryCollectiveMatchesWithTheDirectPathAndTheMeshOff) {
+  auto r = run_command("COSHARD_UCX_DIRECT=0 COSHARD_UCX_MESH_MAX_BYTES=0 " +
+                       launch(3, "--timeout-ms 120000 --big 300000"));
   EXPECT_EQ(r.rc, 0) << r.output;
   for (int i = 0; i < 3; ++i) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": collectives ok ("), std::string::npos) << r.output;
   }
-  EXPECT_NE(r.output.find(", 0 direct)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", 0 direct, 0 mesh)"), std::string::npos) << r.output;
+}
+
+// The ranks agree on the smallest mesh size any of them proposes: rank 0 alone proposes none, so
+// no rank may take the mesh (collectives_check fails if one did), and every operation still
+// completes (a rank on the mesh while its peers run the ring would fail or hang).
+TEST(CollectivesRingOnly, OneRankWithoutTheMeshTurnsItOffForAll) {
+  auto r = run_command(launch(3, "--timeout-ms 120000 --big 3000 --rank0-mesh-max 0"));
+  EXPECT_EQ(r.rc, 0) << r.output;
+  const std::regex ok(R"re(rank \d: collectives ok \([^)]*, 0 mesh\))re");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), ok), std::sregex_iterator()), 3)
+      << r.output;
 }
 
 // A straggler: rank 2 of 4 enters each of 20 all-reduces 50 ms late. Its peers' wait metrics must
@@ -92,12 +104,24 @@ INSTANTIATE_TEST_SUITE_P(CollectiveStragglers, CollectiveStragglers,
                          ::testing::Values("", "--shared-min 4096 --direct-min 1024"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param.empty() ? "ring" : "direct"; });
 
-TEST(CollectiveErrors, MismatchedSizesAreNamedOnEveryRank) {
-  auto r = run_command(launch(3, "--mode mismatch --timeout-ms 20000", "--grace 30"));
+// Rank 1 all-gathers another size than ranks 0 and 2: on the mesh (1001 elements against 1000),
+// on the ring (the mesh off), and across the mesh's threshold (3000 elements take the ring, 1000
+// the mesh), where a ring's header meets mesh messages and the other way round.
+struct Mismatch {
+  std::string name, env, flags;
+  int elems;
+  friend void PrintTo(const Mismatch& m, std::ostream* os) { *os << m.name; }
+};
+
+class MismatchedSizes : public ::testing::TestWithParam<Mismatch> {};
+
+TEST_P(MismatchedSizes, AreNamedOnEveryRank) {
+  const auto& p = GetParam();
+  auto r = run_command(p.env + launch(3, "--mode mismatch --timeout-ms 20000 " + p.flags, "--grace 30"));
   EXPECT_NE(r.rc, 0) << r.output;
   // Rank 1's neighbours see its header; whoever is left sees them go.
-  EXPECT_NE(r.output.find("rank 1 issued all_gather#0 (f32 x 1001 per rank) where rank 2 issued all_gather#0 "
-                          "(f32 x 1000 per rank)"),
+  EXPECT_NE(r.output.find("rank 1 issued all_gather#0 (f32 x " + std::to_string(p.elems) +
+                          " per rank) where rank 2 issued all_gather#0 (f32 x 1000 per rank)"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("rank 0 issued all_gather#0 (f32 x 1000 per rank) where rank 1 issued"), std::string::npos)
@@ -107,6 +131,12 @@ TEST(CollectiveErrors, MismatchedSizesAreNamedOnEveryRank) {
   }
   EXPECT_LT(r.seconds, 20) << r.output;
 }
+
+INSTANTIATE_TEST_SUITE_P(CollectiveErrors, MismatchedSizes,
+                         ::testing::Values(Mismatch{"on_the_mesh", "", "", 1001},
+                                           Mismatch{"on_the_ring", "COSHARD_UCX_MESH_MAX_BYTES=0 ", "", 1001},
+                                           Mismatch{"across_the_mesh_threshold", "", "--mismatch-elems 3000", 3000}),
+                         [](const ::testing::TestParamInfo<Mismatch>& p) { return p.param.name; });
 
 TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankWithinThirtySeconds) {
   // The survivors ignore SIGTERM, so the launcher cannot be what ends them: the communicator

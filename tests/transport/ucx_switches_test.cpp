@@ -52,6 +52,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSwitch{"COSHARD_UCX_HIERARCHY_MIN_BYTES", "16k", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_HIERARCHY_CHUNK_BYTES", "-1", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_HIERARCHY_CHUNK_BYTES", "99999999999999999999999", "is not a byte count"},
+                      BadSwitch{"COSHARD_UCX_MESH_MAX_BYTES", "8 KiB", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_ERROR_MODE", "fast", "is not one of peer, none, auto"}),
     [](const ::testing::TestParamInfo<BadSwitch>& p) { return std::to_string(p.index); });
 

@@ -27,16 +27,16 @@ bool peer_mode_for(const std::vector<PeerIdentity>& peers, const std::string& my
   return !std::all_of(peers.begin(), peers.end(), [&](const auto& p) { return p.host == my_host; });
 }
 
-// "host\npid\njob rank\nhierarchy min bytes\nhierarchy chunk bytes\naddress": the address is
-// binary and last.
+// "host\npid\njob rank\nhierarchy min bytes\nhierarchy chunk bytes\nmesh max bytes\naddress":
+// the address is binary and last.
 std::string pack(const PeerIdentity& id) {
   return id.host + "\n" + std::to_string(id.pid) + "\n" + std::to_string(id.job_rank) + "\n" +
          std::to_string(id.hierarchy_min_bytes) + "\n" + std::to_string(id.hierarchy_chunk_bytes) + "\n" +
-         id.address;
+         std::to_string(id.mesh_max_bytes) + "\n" + id.address;
 }
 
 PeerIdentity unpack(const std::string& s, const std::string& key) {
-  std::size_t at[5];
+  std::size_t at[6];
   std::size_t from = 0;
   for (auto& p : at) {
     p = s.find('\n', from);
@@ -51,7 +51,8 @@ PeerIdentity unpack(const std::string& s, const std::string& key) {
   id.job_rank = std::atoi(s.substr(at[1] + 1, at[2] - at[1] - 1).c_str());
   id.hierarchy_min_bytes = std::atoll(s.substr(at[2] + 1, at[3] - at[2] - 1).c_str());
   id.hierarchy_chunk_bytes = std::atoll(s.substr(at[3] + 1, at[4] - at[3] - 1).c_str());
-  id.address = s.substr(at[4] + 1);
+  id.mesh_max_bytes = std::atoll(s.substr(at[4] + 1, at[5] - at[4] - 1).c_str());
+  id.address = s.substr(at[5] + 1);
   return id;
 }
 
@@ -75,15 +76,24 @@ Task<std::vector<PeerIdentity>> exchange(StoreClient& store, std::string prefix,
   co_return peers;
 }
 
-// What this rank proposes for the two-level schedules: UcxOptions, or COSHARD_UCX_HIERARCHY=0|1,
-// COSHARD_UCX_HIERARCHY_MIN_BYTES and COSHARD_UCX_HIERARCHY_CHUNK_BYTES.
-void propose_hierarchy(const UcxOptions& ucx, PeerIdentity& me) {
+// What this rank proposes for the two-level schedules and the mesh: UcxOptions, or
+// COSHARD_UCX_HIERARCHY=0|1, COSHARD_UCX_HIERARCHY_MIN_BYTES, COSHARD_UCX_HIERARCHY_CHUNK_BYTES and
+// COSHARD_UCX_MESH_MAX_BYTES.
+void propose(const UcxOptions& ucx, PeerIdentity& me) {
   bool on = ucx.hierarchy;
   if (auto v = env_switch("COSHARD_UCX_HIERARCHY")) on = *v;
   const auto min_bytes = env_bytes("COSHARD_UCX_HIERARCHY_MIN_BYTES").value_or(ucx.hierarchy_min_bytes);
   me.hierarchy_min_bytes = on ? static_cast<std::int64_t>(min_bytes) : -1;
   me.hierarchy_chunk_bytes =
       static_cast<std::int64_t>(env_bytes("COSHARD_UCX_HIERARCHY_CHUNK_BYTES").value_or(ucx.hierarchy_chunk_bytes));
+  me.mesh_max_bytes = static_cast<std::int64_t>(env_bytes("COSHARD_UCX_MESH_MAX_BYTES").value_or(ucx.mesh_max_bytes));
+}
+
+// The smallest any rank proposes: a rank that wants the mesh for fewer operations gets its way.
+std::size_t agreed_mesh_max(const std::vector<PeerIdentity>& peers) {
+  std::int64_t agreed = peers.front().mesh_max_bytes;
+  for (const auto& p : peers) agreed = std::min(agreed, p.mesh_max_bytes);
+  return static_cast<std::size_t>(std::max<std::int64_t>(0, agreed));
 }
 
 // Agreed by every rank from the same identities: the flat ring if any rank wants it, else the
@@ -145,7 +155,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
   auto me = wire->self();
   me.job_rank = rt.rank();
-  propose_hierarchy(ucx, me);
+  propose(ucx, me);
   std::vector<PeerIdentity> peers{me};
   if (size > 1) {
     std::vector<int> all(static_cast<std::size_t>(size));
@@ -175,8 +185,26 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   Levels levels;
   levels.hierarchy = std::move(hierarchy);
   levels.min_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, agreed.min_bytes));
+  levels.mesh_max_bytes = agreed_mesh_max(peers);
   co_return make_ucx_communicator(rt, store, std::move(ctx), std::move(wire), std::move(prefix), std::move(options),
                                   ucx, direct, std::move(levels));
 }
 
 }  // namespace coshard::transport::detail
+
+namespace coshard::transport {
+
+Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+                                                            CommOptions options, UcxOptions ucx) {
+  std::string prefix = "coshard/ucx/" + options.name + "/";
+  if (store && size > 1) {
+    // A name may be used again in one job (a new communicator after an old one is gone): every
+    // rank counts its own uses, and the same call order gives every rank the same generation.
+    auto generation = co_await store->add(prefix + "generation/" + std::to_string(rank), 1);
+    prefix += std::to_string(generation) + "/";
+  }
+  co_return co_await detail::connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size,
+                                     std::move(prefix), std::move(options), ucx);
+}
+
+}  // namespace coshard::transport

@@ -88,10 +88,12 @@ class Hierarchy {
 };
 
 // A communicator's two-level schedules, when it has them, and the smallest message that takes them
-// (the whole buffer: all-gather's output, reduce-scatter's input, all-reduce's buffer).
+// (the whole buffer: all-gather's output, reduce-scatter's input, all-reduce's buffer); below them,
+// the most a rank sends in a mesh operation (mesh.hpp; 0: none), agreed like them.
 struct Levels {
   std::unique_ptr<Hierarchy> hierarchy;
   std::size_t min_bytes = 0;
+  std::size_t mesh_max_bytes = 0;
 };
 
 }  // namespace coshard::transport::detail

@@ -1,6 +1,7 @@
 #pragma once
 // The Prometheus series of a UCX communicator's operations (docs/metrics.md): durations, bytes,
-// bus bandwidth and errors per operation, and how each ran (ring, direct, hierarchical, p2p).
+// bus bandwidth and errors per operation, how each ran (ring, direct, hierarchical, mesh, p2p), and
+// how late the peers entered them.
 #include <array>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/telemetry.hpp"
 #include "coshard/transport/communicator.hpp"
+#include "wire.hpp"
 
 namespace coshard::transport::detail {
 
@@ -20,6 +22,11 @@ class OpMetrics {
   void finished(const OpInfo& info, int size, double seconds, const std::string& algorithm);
   // An operation failed with `e`.
   void failed(const Error& e);
+  // Per peer heard from in the operation that just ran on `wire`, how late it entered it. A series
+  // exists only for the peers a rank hears from first (its ring neighbour, direct-path peers): a
+  // few per rank, not the world. Named by job rank, so that the slow rank is named whichever group
+  // it is in.
+  void count_peer_waits(const Wire& wire);
 
  private:
   static constexpr std::size_t kOps = 7;
@@ -32,6 +39,7 @@ class OpMetrics {
   std::array<Instruments, kOps> ops_{};
   std::vector<Counter*> errors_;
   std::map<std::pair<CollectiveOp, std::string>, Counter*> algorithms_;  // made when first used
+  std::vector<Counter*> peer_wait_;  // per rank of the wire; null until heard from
 };
 
 }  // namespace coshard::transport::detail

@@ -92,14 +92,30 @@ Header header_of(const OpInfo& info) {
   return h;
 }
 
-void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from) {
+void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from, std::size_t room) {
   Header ours = header_of(mine);
   Header theirs{};
+  std::vector<std::byte> longer(room > 0 ? sizeof(Header) + room : 0);
   if (to >= 0) wire.send(to, &ours, sizeof ours, make_tag(p2p, mine.seq, wire.rank(), kHeaderStep, 0));
-  if (from >= 0) wire.recv(from, &theirs, sizeof theirs, make_tag(p2p, mine.seq, from, kHeaderStep, 0), true);
+  Wire::RequestId got = 0;
+  if (from >= 0) {
+    const auto tag = make_tag(p2p, mine.seq, from, kHeaderStep, 0);
+    got = room > 0 ? wire.recv_up_to(from, longer.data(), longer.size(), tag, true)
+                   : wire.recv(from, &theirs, sizeof theirs, tag, true);
+  }
   wire.wait_all();
   if (from < 0) return;
+  if (room > 0) std::memcpy(&theirs, longer.data(), std::min(sizeof theirs, wire.received(got)));
   check_header(wire.rank(), p2p, mine, ours, theirs, from);
+  if (room > 0 && wire.received(got) != sizeof theirs) {
+    throw Error(Errc::invalid_argument,
+                describe(ours, p2p) + ": rank " + std::to_string(from) + " sent " + std::to_string(wire.received(got)) +
+                    " bytes where rank " + std::to_string(wire.rank()) + " expected a " +
+                    std::to_string(sizeof theirs) +
+                    "-byte header: it took the mesh (mesh.hpp) for this operation and this rank did not. Every rank "
+                    "must run the same coshard build",
+                op_context(std::string(to_string(mine.op)) + "#" + std::to_string(mine.seq)));
+  }
 }
 
 void check_header(int my_rank, bool p2p, const OpInfo& mine, const Header& ours, const Header& theirs, int from) {

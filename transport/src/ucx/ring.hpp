@@ -47,8 +47,10 @@ struct Header {
   std::uint64_t seq = 0;
 };
 Header header_of(const OpInfo& info);
-// Sends ours to `to`, receives `from`'s, and throws naming both when they differ.
-void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from);
+// Sends ours to `to`, receives `from`'s, and throws naming both when they differ. `room`: the
+// longest message after a header a peer that took the mesh instead may send (mesh.hpp), so that
+// its header is read and named too.
+void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from, std::size_t room = 0);
 // Throws naming both ranks when `theirs` (from rank `from`) does not match `ours`.
 // Throws naming both operations when `theirs` (from rank `from`, as received: any bytes) does not
 // match `ours`. `my_rank` is this rank's index in the communicator.

@@ -11,6 +11,7 @@
 #include "connect.hpp"
 #include "direct.hpp"
 #include "hierarchy.hpp"
+#include "mesh.hpp"
 #include "op_metrics.hpp"
 #include "reduce_kernels.hpp"
 #include "ring.hpp"
@@ -50,6 +51,9 @@ class UcxCommunicator final : public Communicator {
         send_seq_(static_cast<std::size_t>(wire_->size()), 0),
         recv_seq_(static_cast<std::size_t>(wire_->size()), 0) {
     levels_ = std::move(levels);
+    if (levels_.mesh_max_bytes > 0 && wire_->size() > 1) {
+      mesh_ = std::make_unique<detail::Mesh>(*wire_, levels_.mesh_max_bytes, levels_.hierarchy.get());
+    }
     if (levels_.hierarchy) {
       Wire& local = levels_.hierarchy->local();
       Wire& cross = levels_.hierarchy->cross();
@@ -72,8 +76,6 @@ class UcxCommunicator final : public Communicator {
     stream_options.telemetry = &t;
     stream_ = std::make_unique<Stream>(Stream::cpu(Device::cpu(), options_.name, stream_options));
     metrics_ = std::make_unique<detail::OpMetrics>(t);
-    telemetry_ = &t;
-    peer_wait_.assign(static_cast<std::size_t>(size()), nullptr);  // made for the peers heard from
     diagnostic_ = rt_.add_diagnostic([this] { recorder_.dump(record_owner()); });
   }
 
@@ -103,6 +105,10 @@ class UcxCommunicator final : public Communicator {
     }
     return enqueue(info, after, [this, input, output] {
       auto* base = static_cast<std::byte*>(output.data());
+      if (meshed(current_)) {
+        mesh_->all_gather(current_, static_cast<const std::byte*>(input.data()), input.nbytes(), base);
+        return;
+      }
       if (direct_for(input.nbytes()) &&
           try_direct([&] {
             return direct_->all_gather(current_, static_cast<const std::byte*>(input.data()), input.nbytes(), base);
@@ -133,6 +139,11 @@ class UcxCommunicator final : public Communicator {
                     std::to_string(size()) + " x " + std::to_string(output.numel()));
     }
     return enqueue(info, after, [this, input, output, reduction] {
+      if (meshed(current_)) {
+        mesh_->reduce_scatter(current_, static_cast<const std::byte*>(input.data()),
+                              static_cast<std::size_t>(output.numel()), output.data(), spec(output.dtype(), reduction));
+        return;
+      }
       if (direct_for(output.nbytes()) && try_direct([&] {
             return direct_->reduce_scatter(current_, static_cast<const std::byte*>(input.data()),
                                            static_cast<std::size_t>(output.numel()), output.data(),
@@ -162,6 +173,10 @@ class UcxCommunicator final : public Communicator {
     return enqueue(info, after, [this, inout, reduction] {
       auto* base = static_cast<std::byte*>(inout.data());
       const std::size_t esize = size_of(inout.dtype());
+      if (meshed(current_)) {
+        mesh_->all_reduce(current_, base, static_cast<std::size_t>(inout.numel()), spec(inout.dtype(), reduction));
+        return;
+      }
       auto blocks = Blocks::balanced(static_cast<std::size_t>(inout.numel()), size());
       if (direct_for(inout.nbytes() / static_cast<std::size_t>(size())) &&
           try_direct([&] { return direct_->all_reduce(current_, base, blocks, spec(inout.dtype(), reduction)); })) {
@@ -299,6 +314,7 @@ class UcxCommunicator final : public Communicator {
     // The span names the operation and what it moves: "all_gather#12 (f32 x 4096 per rank) h.3".
     std::string span = describe(info) + (info.label.empty() ? "" : " " + info.label);
     if (hierarchical(info)) span += " via " + levels_.hierarchy->describe(buffer_bytes(info));
+    if (meshed(info)) span += " via " + mesh_->describe(info.op);
     stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, std::move(span));
     Event done;
     done.record(*stream_);
@@ -308,7 +324,7 @@ class UcxCommunicator final : public Communicator {
   // Whether `info` takes the two-level schedule (detail::Levels): the same answer on every rank,
   // as for the direct path.
   bool hierarchical(const OpInfo& info) const noexcept {
-    if (!levels_.hierarchy) return false;
+    if (!levels_.hierarchy || meshed(info)) return false;
     if (info.op != CollectiveOp::all_gather && info.op != CollectiveOp::reduce_scatter &&
         info.op != CollectiveOp::all_reduce) {
       return false;
@@ -326,6 +342,9 @@ class UcxCommunicator final : public Communicator {
     wire_->abort(reason);
     if (levels_.hierarchy) levels_.hierarchy->abort(reason);
   }
+
+  // Whether `info` takes the mesh (mesh.hpp), which checks the headers itself.
+  bool meshed(const OpInfo& info) const noexcept { return mesh_ && mesh_->takes(info); }
 
   // Whether an operation of `bytes` per rank tries the direct path (the same answer on every rank:
   // the sizes match, which the header exchange checked, and the setup was agreed at creation).
@@ -350,20 +369,21 @@ class UcxCommunicator final : public Communicator {
     if (options_.before_op) options_.before_op(info);
     recorder_.started(record);
     current_ = info;
-    algorithm_ = info.op == CollectiveOp::send || info.op == CollectiveOp::recv ? "p2p" : "ring";
+    algorithm_ = info.op == CollectiveOp::send || info.op == CollectiveOp::recv ? "p2p" : meshed(info) ? "mesh" : "ring";
     const auto start = Clock::now();
     const detail::WaitContext wait{describe(info) + " on '" + options_.name + "'", start + options_.timeout,
                                    options_.timeout};
     wire_->begin(wait);
     if (levels_.hierarchy) levels_.hierarchy->begin(wait);
     try {
-      if (size() > 1) {
+      if (size() > 1 && !meshed(info)) {
         if (info.op == CollectiveOp::send) {
           detail::exchange_headers(*wire_, true, info, info.peer, -1);
         } else if (info.op == CollectiveOp::recv) {
           detail::exchange_headers(*wire_, true, info, -1, info.peer);
         } else {
-          detail::exchange_headers(*wire_, false, info, (rank() + 1) % size(), (rank() + size() - 1) % size());
+          detail::exchange_headers(*wire_, false, info, (rank() + 1) % size(), (rank() + size() - 1) % size(),
+                                   mesh_ ? mesh_->capacity() : 0);
         }
       }
       body();
@@ -374,25 +394,8 @@ class UcxCommunicator final : public Communicator {
     }
     recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record);
-    count_peer_waits();
+    metrics_->count_peer_waits(*wire_);
     metrics_->finished(info, size(), std::chrono::duration<double>(Clock::now() - start).count(), algorithm_);
-  }
-
-  // Per peer heard from, how late it entered the operation. A series exists only for the peers a
-  // rank hears from first (its ring neighbour, direct-path peers): a few per rank, not the world.
-  // Named by job rank, so that the slow rank is named whichever group it is in.
-  void count_peer_waits() {
-    const auto& waits = wire_->peer_waits();
-    for (std::size_t p = 0; p < waits.size() && p < peer_wait_.size(); ++p) {
-      if (waits[p] <= 0) continue;
-      if (!peer_wait_[p]) {
-        peer_wait_[p] = &telemetry_->counter(
-            "coshard_peer_wait_seconds_total",
-            "Time collectives waited for a peer's first message after this rank entered them: how late it was",
-            {{"peer", std::to_string(wire_->peer(static_cast<int>(p)).job_rank)}, {"transport", "ucx"}});
-      }
-      peer_wait_[p]->add(waits[p]);
-    }
   }
 
   [[noreturn]] void fail(const OpInfo& info, std::uint64_t record, const Error& e) {
@@ -416,8 +419,6 @@ class UcxCommunicator final : public Communicator {
 
   Runtime& rt_;
   std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
-  Telemetry* telemetry_ = nullptr;
-  std::vector<Counter*> peer_wait_;  // per comm rank; null until heard from
   StoreClient* store_;
   std::shared_ptr<detail::UcxContext> ctx_;
   std::unique_ptr<Wire> wire_;
@@ -431,6 +432,7 @@ class UcxCommunicator final : public Communicator {
   OpInfo current_;                                   // stream thread only
   std::string algorithm_;                            // stream thread only: how current_ runs
   std::unique_ptr<detail::Direct> direct_;           // null: ring only; stream thread only
+  std::unique_ptr<detail::Mesh> mesh_;               // null: no mesh; stream thread only
   detail::Levels levels_;                            // no hierarchy: one host, or the flat ring
   std::size_t direct_min_bytes_ = 0;
   detail::Scratch scratch_;                          // stream thread only
@@ -480,19 +482,6 @@ std::unique_ptr<Communicator> detail::make_ucx_communicator(Runtime& rt, StoreCl
                                                             DirectSetup direct, Levels levels) {
   return std::make_unique<UcxCommunicator>(rt, store, std::move(ctx), std::move(wire), std::move(key_prefix),
                                            std::move(options), ucx, direct, std::move(levels));
-}
-
-Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
-                                                            CommOptions options, UcxOptions ucx) {
-  std::string prefix = "coshard/ucx/" + options.name + "/";
-  if (store && size > 1) {
-    // A name may be used again in one job (a new communicator after an old one is gone): every
-    // rank counts its own uses, and the same call order gives every rank the same generation.
-    auto generation = co_await store->add(prefix + "generation/" + std::to_string(rank), 1);
-    prefix += std::to_string(generation) + "/";
-  }
-  co_return co_await detail::connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size,
-                                     std::move(prefix), std::move(options), ucx);
 }
 
 }  // namespace coshard::transport

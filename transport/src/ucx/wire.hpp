@@ -55,6 +55,9 @@ struct PeerIdentity {
   // The chunk it proposes for overlapping their phases; 0: no overlap. The ranks agree on the
   // largest, or 0 if any proposes it.
   std::int64_t hierarchy_chunk_bytes = 0;
+  // The most it proposes a rank sends in one mesh operation (mesh.hpp); the ranks agree on the
+  // smallest.
+  std::int64_t mesh_max_bytes = 0;
 };
 
 // What the current operation is, for the errors a wait raises.
@@ -94,6 +97,11 @@ class Wire {
   // `times_peer`: this message is the peer's first of the operation (its header), so its arrival
   // says when the peer entered it (peer_waits()).
   RequestId recv(int peer, void* data, std::size_t bytes, std::uint64_t tag, bool times_peer = false);
+  // A receive of any message up to `capacity` bytes (received() says how many): the caller checks
+  // what arrived. A longer one still fails as too long.
+  RequestId recv_up_to(int peer, void* data, std::size_t capacity, std::uint64_t tag, bool times_peer);
+  // The length of a completed receive.
+  std::size_t received(RequestId id) const noexcept { return requests_[id].info.length; }
   // True once complete; throws when the request failed (peer lost, size mismatch, aborted).
   bool done(RequestId id);
 
@@ -130,11 +138,13 @@ class Wire {
     bool complete = false;
     bool is_recv = false;
     bool times_peer = false;
+    bool up_to = false;  // any length up to `expected`
     int peer = -1;
     std::size_t expected = 0;
     ucp_tag_recv_info_t info{};
   };
   static void on_peer_error(void* arg, ucp_ep_h ep, ucs_status_t status);
+  RequestId post_recv(int peer, void* data, std::size_t bytes, std::uint64_t tag, bool times_peer, bool up_to);
   void finish(Request& r, ucs_status_t status);
   void check_liveness();
   [[noreturn]] void throw_timeout();

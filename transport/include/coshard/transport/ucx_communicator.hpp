@@ -55,6 +55,11 @@ struct UcxOptions {
   /// reduced inside its host. 0: the phases run one after another. The ranks use the largest any of
   /// them sets, or 0 if any sets it. COSHARD_UCX_HIERARCHY_CHUNK_BYTES overrides it.
   std::size_t hierarchy_chunk_bytes = std::size_t{4} << 20;
+  /// All-gather, reduce-scatter and all-reduce in one round, each rank sending every peer what it
+  /// needs in one message, when every rank sends at most this in all: a message latency instead of
+  /// the ring's n - 1 or 2(n - 1) (docs/transport.md, "Small messages"). 0: never. The ranks use
+  /// the smallest any of them sets. COSHARD_UCX_MESH_MAX_BYTES overrides it.
+  std::size_t mesh_max_bytes = std::size_t{16} << 10;
 };
 
 /// Collective over the `size` ranks that share `store`: every rank calls it with the same
