@@ -1,10 +1,12 @@
 #!/bin/bash
 # Across hosts on a shaped link (docs/benchmarks.md, "Across hosts"): a namespace cluster of 2 hosts
 # x 2 ranks (scripts/cluster) whose links are shaped to RATE each way, then
-#   collectives  busbw of coshard's flat ring (COSHARD_UCX_HIERARCHY=0), two-level schedule with its
-#                phases one after another (COSHARD_UCX_HIERARCHY_CHUNK_BYTES=0, "2l-seq") and
-#                overlapped in chunks (the default), beside Open MPI over TCP (mpirun inside a
-#                Slurm allocation), 1 KiB .. MAX, and
+#   collectives  busbw of coshard's flat ring (COSHARD_UCX_HIERARCHY=0 COSHARD_UCX_MESH_MAX_BYTES=0,
+#                as a runtime blind to hosts and sizes runs it), two-level schedule with its
+#                phases one after another (COSHARD_UCX_HIERARCHY_CHUNK_BYTES=0, "2l-seq"), without
+#                the mesh for small operations (COSHARD_UCX_MESH_MAX_BYTES=0, "no-mesh") and as
+#                it runs by default (mesh, overlapped chunks), beside Open MPI over TCP (mpirun
+#                inside a Slurm allocation), 1 KiB .. MAX, and
 #                the share of the link bound: each host's link carries (H-1)/H of an all-gather or
 #                reduce-scatter buffer and 2(H-1)/H of an all-reduce buffer, so with nccl-tests'
 #                busbw the bound is RATE x H/(H-1) x (n-1)/n for all three (1.5 x RATE here).
@@ -58,11 +60,15 @@ bits_per_s() {  # 1gbit, 250mbit, 10kbit -> bits/s
 
 if [[ $only == all || $only == collectives ]]; then
   echo "== coshard, flat ring"
-  two_hosts COSHARD_UCX_HIERARCHY=0 -- "$build/bench/bench_collectives" --min 1024 --max "$max" | tee "$out/flat"
+  two_hosts COSHARD_UCX_HIERARCHY=0 COSHARD_UCX_MESH_MAX_BYTES=0 -- "$build/bench/bench_collectives" --min 1024 \
+    --max "$max" | tee "$out/flat"
   echo "== coshard, two-level, phases one after another"
   two_hosts COSHARD_UCX_HIERARCHY=1 COSHARD_UCX_HIERARCHY_CHUNK_BYTES=0 -- "$build/bench/bench_collectives" \
     --min 1024 --max "$max" | tee "$out/seq"
-  echo "== coshard, two-level (phases overlapped in chunks from 8 MiB)"
+  echo "== coshard, two-level, no mesh for small operations"
+  two_hosts COSHARD_UCX_HIERARCHY=1 COSHARD_UCX_MESH_MAX_BYTES=0 -- "$build/bench/bench_collectives" \
+    --min 1024 --max "$max" | tee "$out/nomesh"
+  echo "== coshard, default: mesh for small operations, two-level (phases overlapped in chunks from 8 MiB)"
   two_hosts COSHARD_UCX_HIERARCHY=1 -- "$build/bench/bench_collectives" --min 1024 --max "$max" | tee "$out/hier"
   echo "== Open MPI over TCP (mpirun in salloc -N2 --ntasks-per-node=2, yield when idle)"
   # Slurm grants more CPUs than the machine has, so Open MPI would busy-poll 4 ranks on 2 cores
@@ -77,23 +83,24 @@ if [[ $only == all || $only == collectives ]]; then
   echo "busbw GB/s on 2 hosts x 2 ranks, links shaped to $rate (bound $bound GB/s)"
   awk -v bound="$bound" '
     FNR == 1 { file++ }
-    /^#/ { next }
+    $1 != "coshard" && $1 != "mpi" { next }
     { key = $2 " " $3 }
     file == 1 { flat[key] = $6; order[++k] = key }
     file == 2 { seq[key] = $6 }
-    file == 3 { hier[key] = $6 }
-    file == 4 { mpi[key] = $6 }
+    file == 3 { nomesh[key] = $6 }
+    file == 4 { hier[key] = $6 }
+    file == 5 { mpi[key] = $6 }
     END {
-      printf "%-15s %10s %7s %7s %7s %7s %9s %8s %6s\n", "op", "bytes", "flat", "2l-seq", "2-level", "openmpi", "2lvl/flat",
-             "2lvl/mpi", "bound"
+      printf "%-15s %10s %7s %7s %7s %7s %7s %9s %8s %6s\n", "op", "bytes", "flat", "2l-seq", "no-mesh", "default",
+             "openmpi", "dflt/flat", "dflt/mpi", "bound"
       for (i = 1; i <= k; i++) {
         key = order[i]; split(key, a, " ")
         vs_flat = (flat[key] > 0) ? hier[key] / flat[key] : 0
         vs_mpi = (mpi[key] > 0) ? hier[key] / mpi[key] : 0
-        printf "%-15s %10s %7.3f %7.3f %7.3f %7.3f %8.2fx %7.2fx %5.0f%%\n", a[1], a[2], flat[key], seq[key], hier[key],
-               mpi[key], vs_flat, vs_mpi, 100 * hier[key] / bound
+        printf "%-15s %10s %7.3f %7.3f %7.3f %7.3f %7.3f %8.2fx %7.2fx %5.0f%%\n", a[1], a[2], flat[key], seq[key],
+               nomesh[key], hier[key], mpi[key], vs_flat, vs_mpi, 100 * hier[key] / bound
       }
-    }' "$out/flat" "$out/seq" "$out/hier" "$out/mpi"
+    }' "$out/flat" "$out/seq" "$out/nomesh" "$out/hier" "$out/mpi"
 fi
 
 if [[ $only == all || $only == gpt2 ]]; then
