@@ -1,5 +1,5 @@
 // A rank program for the collective tests: every collective of the world communicator, sub-groups
-// and a mesh, checked element by element against a reference computed locally in double.
+// and a device mesh, checked element by element against a reference computed locally in double.
 //   --mode all        every check (default)
 //   --mode mismatch   rank 1 passes a different size to an all_gather (--mismatch-elems N, default
 //                     1001, against 1000): every rank must fail naming it
