@@ -152,6 +152,19 @@ TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankWithinThirtySeconds) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// The same with all-reduces of 1 KiB, which take the mesh: every survivor waits on the dead rank's
+// message directly.
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheMesh) {
+  auto r = run_command(launch(4, "--mode die --die-rank 2 --die-elems 256 --timeout-ms 600000", "--grace 60"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  for (int i : {0, 1, 3}) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find("rank 2 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is gone (its process exited)"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
 // The same with all-reduces of 1 MiB per rank, which take the direct path: the survivors wait
 // for the dead rank's "ready" or "done" message and must notice it is gone.
 TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheDirectPath) {
@@ -212,11 +225,13 @@ INSTANTIATE_TEST_SUITE_P(
 // A rank dies in the middle of a two-level all-reduce (fake hosts as above): every survivor fails
 // within the deadline naming it, by its job rank (the sub-wires name it "job rank 2", the flat
 // ring, whose header exchange may notice first under load, "rank 2"), never by a sub-wire index.
-// `env` chooses the phases one after another or overlapped in chunks.
-void expect_the_dead_rank_named(const std::string& env) {
+// `env` chooses the phases one after another or overlapped in chunks; `elems` the all-reduces' size.
+void expect_the_dead_rank_named(const std::string& env, int elems = 1048576) {
   if (::geteuid() != 0) GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
-  auto r = run_command(
-      env + launch(4, "--mode die --die-rank 2 --die-elems 1048576 --timeout-ms 600000 --hosts 2", "--grace 60"));
+  auto r = run_command(env + launch(4,
+                                    "--mode die --die-rank 2 --die-elems " + std::to_string(elems) +
+                                        " --timeout-ms 600000 --hosts 2",
+                                    "--grace 60"));
   EXPECT_NE(r.rc, 0) << r.output;
   for (int i : {0, 1, 3}) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
@@ -234,6 +249,9 @@ void expect_the_dead_rank_named(const std::string& env) {
 TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheTwoLevelSchedule) {
   expect_the_dead_rank_named("COSHARD_UCX_HIERARCHY_CHUNK_BYTES=0 ");
 }
+
+// 1 KiB all-reduces: the mesh's three rounds on the per-host and cross-host wires.
+TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheMeshAcrossHosts) { expect_the_dead_rank_named("", 256); }
 
 // 4 MiB all-reduces in 8 chunks: the survivors' two threads both stop.
 TEST(CollectiveErrors, ADeadRankFailsEveryOtherRankOnTheOverlappedTwoLevelSchedule) {
