@@ -73,13 +73,18 @@ TEST(CollectivesRingOnly, OneRankWithoutTheMeshTurnsItOffForAll) {
       << r.output;
 }
 
-// A straggler: rank 2 of 4 enters each of 20 all-reduces 50 ms late. Its peers' wait metrics must
-// name it: the largest per-peer wait of any rank is for peer 2, and about the injected delay. On
-// the ring path and on the direct path (shared 4 KiB buffers), whose ready messages follow the
-// header exchange and so wait on the slow rank too: they must not blame its neighbours.
+// A straggler: rank 2 of 4 enters each of 20 all-reduces (4 KiB) 50 ms late. Its peers' wait
+// metrics must name it: the largest per-peer wait of any rank is for peer 2, and about the injected
+// delay. On the ring path (the mesh off by rank 0), on the direct path (shared 4 KiB buffers), whose
+// ready messages follow the header exchange and so wait on the slow rank too, and on the mesh, on
+// one host and across two (where a rank's later rounds wait on whoever waited on the slow rank):
+// they must not blame its neighbours.
 class CollectiveStragglers : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
+  if (GetParam().find("--hosts") != std::string::npos && ::geteuid() != 0) {
+    GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
+  }
   auto r = run_command(launch(4, "--mode straggler --slow-rank 2 --slow-ms 50 --timeout-ms 60000 " + GetParam()));
   ASSERT_EQ(r.rc, 0) << r.output;
   const std::regex series(R"re(coshard_peer_wait_seconds_total\{[^}]*peer="(\d+)"[^}]*\} ([0-9.e+-]+))re");
@@ -100,9 +105,15 @@ TEST_P(CollectiveStragglers, ThePeerWaitMetricNamesTheSlowRank) {
 }
 
 // Named by the path: CollectiveStragglers/CollectiveStragglers.ThePeerWaitMetricNamesTheSlowRank/direct.
+std::string straggler_path(const ::testing::TestParamInfo<std::string>& p) {
+  static const char* const names[] = {"ring", "direct", "mesh", "mesh_across_hosts"};
+  return names[p.index];
+}
+
 INSTANTIATE_TEST_SUITE_P(CollectiveStragglers, CollectiveStragglers,
-                         ::testing::Values("", "--shared-min 4096 --direct-min 1024"),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param.empty() ? "ring" : "direct"; });
+                         ::testing::Values("--rank0-mesh-max 0", "--rank0-mesh-max 0 --shared-min 4096 --direct-min 1024",
+                                           "", "--hosts 2"),
+                         straggler_path);
 
 // Rank 1 all-gathers another size than ranks 0 and 2: on the mesh (1001 elements against 1000),
 // on the ring (the mesh off), and across the mesh's threshold (3000 elements take the ring, 1000
@@ -127,6 +138,25 @@ TEST_P(MismatchedSizes, AreNamedOnEveryRank) {
   EXPECT_NE(r.output.find("rank 0 issued all_gather#0 (f32 x 1000 per rank) where rank 1 issued"), std::string::npos)
       << r.output;
   for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
+  }
+  EXPECT_LT(r.seconds, 20) << r.output;
+}
+
+// Across hosts (fake ones, as below) on the mesh: the size check names the ranks by their rank in
+// the communicator, not by their index on the per-host or cross-host wire.
+TEST(CollectiveErrors, MismatchedSizesOnTheMeshAcrossHostsAreNamedByRank) {
+  if (::geteuid() != 0) GTEST_SKIP() << "a hostname per rank needs a UTS namespace, which needs root";
+  auto r = run_command(launch(4, "--mode mismatch --timeout-ms 20000 --hosts 2", "--grace 30"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  // Ranks 1 and 3 have local index 1 on hosts 0 and 1: they meet first, across hosts.
+  EXPECT_NE(r.output.find("rank 1 issued all_gather#0 (f32 x 1001 per rank) where rank 3 issued all_gather#0 "
+                          "(f32 x 1000 per rank)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 3 issued all_gather#0 (f32 x 1000 per rank) where rank 1 issued"), std::string::npos)
+      << r.output;
+  for (int i = 0; i < 4; ++i) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": expected error"), std::string::npos) << r.output;
   }
   EXPECT_LT(r.seconds, 20) << r.output;

@@ -14,6 +14,10 @@
 namespace coshard::transport::detail {
 namespace {
 
+// The largest mesh size a rank may propose: far past where it pays (16 KiB by default), and small
+// enough that a rank's buffers for it stay small.
+constexpr std::size_t kMeshLimit = std::size_t{1} << 20;
+
 bool peer_mode_for(const std::vector<PeerIdentity>& peers, const std::string& my_host, UcxOptions::ErrorMode m) {
   if (const char* env = std::getenv("COSHARD_UCX_ERROR_MODE"); env && *env) {
     std::string v = env;
@@ -86,7 +90,14 @@ void propose(const UcxOptions& ucx, PeerIdentity& me) {
   me.hierarchy_min_bytes = on ? static_cast<std::int64_t>(min_bytes) : -1;
   me.hierarchy_chunk_bytes =
       static_cast<std::int64_t>(env_bytes("COSHARD_UCX_HIERARCHY_CHUNK_BYTES").value_or(ucx.hierarchy_chunk_bytes));
-  me.mesh_max_bytes = static_cast<std::int64_t>(env_bytes("COSHARD_UCX_MESH_MAX_BYTES").value_or(ucx.mesh_max_bytes));
+  const auto mesh = env_bytes("COSHARD_UCX_MESH_MAX_BYTES").value_or(ucx.mesh_max_bytes);
+  if (mesh > kMeshLimit) {
+    throw Error(Errc::bad_config, "the mesh's size (COSHARD_UCX_MESH_MAX_BYTES or UcxOptions::mesh_max_bytes) is " +
+                                      std::to_string(mesh) + " bytes, above its limit of " +
+                                      std::to_string(kMeshLimit) +
+                                      ": the mesh pays only where message latency dominates (docs/transport.md)");
+  }
+  me.mesh_max_bytes = static_cast<std::int64_t>(mesh);
 }
 
 // The smallest any rank proposes: a rank that wants the mesh for fewer operations gets its way.

@@ -22,8 +22,9 @@ const std::byte* MeshRound::received(int q) const noexcept {
   return in_.data() + static_cast<std::size_t>(q) * in_slot_ + sizeof(Header);
 }
 
-void MeshRound::run(Wire& wire, const OpInfo& info, int round, const std::byte* data, std::size_t payload,
-                    std::size_t stride, std::size_t capacity) {
+void MeshRound::run(const OpInfo& info, int round, const std::byte* data, std::size_t payload, std::size_t stride,
+                    std::size_t capacity, bool times) {
+  Wire& wire = wire_;
   const int n = wire.size(), r = wire.rank();
   if (n == 1) return;
   const auto un = static_cast<std::size_t>(n);
@@ -42,7 +43,8 @@ void MeshRound::run(Wire& wire, const OpInfo& info, int round, const std::byte* 
     std::memset(slot, 0, sizeof(Header));  // a message shorter than a header reads as corrupt
     // Only the ring neighbour's arrival times the peer (peer_waits): the series per peer stay few.
     recvs[static_cast<std::size_t>(q)] = wire.recv_up_to(q, slot, sizeof(Header) + capacity,
-                                                         make_tag(false, info.seq, q, kHeaderStep, round), q == left);
+                                                         make_tag(false, info.seq, q, kHeaderStep, round),
+                                                         times && q == left);
   }
   for (std::size_t m = 0; m < messages; ++m) {
     if (stride != 0 && m == static_cast<std::size_t>(r)) continue;
@@ -60,17 +62,26 @@ void MeshRound::run(Wire& wire, const OpInfo& info, int round, const std::byte* 
     if (q == r) continue;
     Header theirs;
     std::memcpy(&theirs, in_.data() + static_cast<std::size_t>(q) * in_slot_, sizeof theirs);
-    check_header(r, false, info, ours, theirs, q);
+    check_header(rank_of(r), false, info, ours, theirs, rank_of(q));
     const std::size_t got = wire.received(recvs[static_cast<std::size_t>(q)]);
     if (got != message) {
       const std::string op = std::string(to_string(info.op)) + "#" + std::to_string(info.seq);
       throw Error(Errc::invalid_argument,
-                  op + ": rank " + std::to_string(q) + " sent " + std::to_string(got) + " bytes where rank " +
-                      std::to_string(r) + " expected " + std::to_string(message) +
+                  op + ": rank " + std::to_string(rank_of(q)) + " sent " + std::to_string(got) + " bytes where rank " +
+                      std::to_string(rank_of(r)) + " expected " + std::to_string(message) +
                       ". Every rank must pass the same sizes to a collective",
                   op_context(op));
     }
   }
+}
+
+Mesh::Mesh(Wire& wire, std::size_t max_bytes, Hierarchy* levels)
+    : wire_(wire), max_bytes_(max_bytes), levels_(levels), flat_(wire, {}) {
+  if (!levels_) return;
+  const Topology& t = levels_->topology();
+  const auto me = static_cast<std::size_t>(wire.rank());
+  local_.emplace(levels_->local(), t.ranks_on(t.host_of[me]));
+  cross_.emplace(levels_->cross(), t.ranks_at(t.local_of[me]));
 }
 
 bool Mesh::takes(const OpInfo& info) const noexcept {
@@ -99,10 +110,10 @@ std::string Mesh::describe(CollectiveOp op) const {
 void Mesh::all_gather(const OpInfo& info, const std::byte* input, std::size_t bytes, std::byte* output) {
   if (levels_) return two_level_all_gather(info, input, bytes, output);
   const int n = wire_.size(), r = wire_.rank();
-  round_.run(wire_, info, 0, input, bytes, 0, capacity());
+  flat_.run(info, 0, input, bytes, 0, capacity(), true);
   copy_bytes(output + static_cast<std::size_t>(r) * bytes, input, bytes);
   for (int q = 0; q < n; ++q) {
-    if (q != r) copy_bytes(output + static_cast<std::size_t>(q) * bytes, round_.received(q), bytes);
+    if (q != r) copy_bytes(output + static_cast<std::size_t>(q) * bytes, flat_.received(q), bytes);
   }
 }
 
@@ -111,10 +122,10 @@ void Mesh::reduce_scatter(const OpInfo& info, const std::byte* input, std::size_
   if (levels_) return two_level_reduce_scatter(info, input, count, output, spec);
   const int n = wire_.size(), r = wire_.rank();
   const std::size_t block = count * size_of(spec.dtype);
-  round_.run(wire_, info, 0, input, block, block, capacity());
+  flat_.run(info, 0, input, block, block, capacity(), true);
   inputs_.resize(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
-    inputs_[static_cast<std::size_t>(q)] = q == r ? input + static_cast<std::size_t>(r) * block : round_.received(q);
+    inputs_[static_cast<std::size_t>(q)] = q == r ? input + static_cast<std::size_t>(r) * block : flat_.received(q);
   }
   reduce_inputs(output, inputs_.data(), inputs_.size(), spec.dtype, count, spec.scale, spec.op, spec.post, false);
 }
@@ -122,9 +133,9 @@ void Mesh::reduce_scatter(const OpInfo& info, const std::byte* input, std::size_
 void Mesh::all_reduce(const OpInfo& info, std::byte* buffer, std::size_t count, const ReduceSpec& spec) {
   if (levels_) return two_level_all_reduce(info, buffer, count, spec);
   const int n = wire_.size(), r = wire_.rank();
-  round_.run(wire_, info, 0, buffer, count * size_of(spec.dtype), 0, capacity());
+  flat_.run(info, 0, buffer, count * size_of(spec.dtype), 0, capacity(), true);
   inputs_.resize(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) inputs_[static_cast<std::size_t>(q)] = q == r ? buffer : round_.received(q);
+  for (int q = 0; q < n; ++q) inputs_[static_cast<std::size_t>(q)] = q == r ? buffer : flat_.received(q);
   reduce_inputs(buffer, inputs_.data(), inputs_.size(), spec.dtype, count, spec.scale, spec.op, spec.post, false);
 }
 
@@ -134,17 +145,17 @@ void Mesh::two_level_all_gather(const OpInfo& info, const std::byte* input, std:
   const int local = t.local_of[static_cast<std::size_t>(me)];
   const auto hosts = static_cast<std::size_t>(t.hosts);
   auto at = [&](int rank) { return output + static_cast<std::size_t>(rank) * bytes; };
-  round_.run(levels_->cross(), info, 0, input, bytes, 0, capacity());
+  cross_->run(info, 0, input, bytes, 0, capacity(), true);
   copy_bytes(at(me), input, bytes);
   for (int h = 0; h < t.hosts; ++h) {
-    if (h != host) copy_bytes(at(t.rank(h, local)), round_.received(h), bytes);
+    if (h != host) copy_bytes(at(t.rank(h, local)), cross_->received(h), bytes);
   }
   staging_.resize(hosts * bytes);
   for (int h = 0; h < t.hosts; ++h) copy_bytes(staging_.data() + static_cast<std::size_t>(h) * bytes, at(t.rank(h, local)), bytes);
-  round_.run(levels_->local(), info, 1, staging_.data(), hosts * bytes, 0, capacity());
+  local_->run(info, 0, staging_.data(), hosts * bytes, 0, capacity(), false);
   for (int j = 0; j < t.per_host; ++j) {
     if (j == local) continue;
-    for (int h = 0; h < t.hosts; ++h) copy_bytes(at(t.rank(h, j)), round_.received(j) + static_cast<std::size_t>(h) * bytes, bytes);
+    for (int h = 0; h < t.hosts; ++h) copy_bytes(at(t.rank(h, j)), local_->received(j) + static_cast<std::size_t>(h) * bytes, bytes);
   }
 }
 
@@ -164,23 +175,23 @@ void Mesh::two_level_reduce_scatter(const OpInfo& info, const std::byte* input, 
                  in(t.rank(h, j)), block);
     }
   }
-  round_.run(levels_->local(), info, 0, staging_.data(), hosts * block, hosts * block, capacity());
+  local_->run(info, 0, staging_.data(), hosts * block, hosts * block, capacity(), true);
   partial_.resize(hosts * block);
   inputs_.resize(per_host);
   for (int h = 0; h < t.hosts; ++h) {
     for (int j = 0; j < t.per_host; ++j) {
       inputs_[static_cast<std::size_t>(j)] =
-          j == local ? in(t.rank(h, local)) : round_.received(j) + static_cast<std::size_t>(h) * block;
+          j == local ? in(t.rank(h, local)) : local_->received(j) + static_cast<std::size_t>(h) * block;
     }
     reduce_inputs(partial_.data() + static_cast<std::size_t>(h) * block, inputs_.data(), per_host, spec.dtype, count,
                   spec.scale, spec.op, 1.0f, false);
   }
   // Across: host h's rank of my local index gets my host's sum of its block.
-  round_.run(levels_->cross(), info, 1, partial_.data(), block, block, capacity());
+  cross_->run(info, 0, partial_.data(), block, block, capacity(), false);
   inputs_.resize(hosts);
   for (int h = 0; h < t.hosts; ++h) {
     inputs_[static_cast<std::size_t>(h)] =
-        h == host ? partial_.data() + static_cast<std::size_t>(host) * block : round_.received(h);
+        h == host ? partial_.data() + static_cast<std::size_t>(host) * block : cross_->received(h);
   }
   reduce_inputs(output, inputs_.data(), hosts, spec.dtype, count, 1.0f, spec.op, spec.post, false);
 }
@@ -198,18 +209,18 @@ void Mesh::two_level_all_reduce(const OpInfo& info, std::byte* buffer, std::size
   staging_.assign(per_host * part_bytes, std::byte{0});
   std::byte* mine = staging_.data() + static_cast<std::size_t>(local) * part_bytes;
   copy_bytes(staging_.data(), buffer, count * esize);
-  round_.run(levels_->local(), info, 0, staging_.data(), part_bytes, part_bytes, capacity());
+  local_->run(info, 0, staging_.data(), part_bytes, part_bytes, capacity(), true);
   partial_.resize(part_bytes);
   inputs_.resize(per_host);
-  for (int j = 0; j < t.per_host; ++j) inputs_[static_cast<std::size_t>(j)] = j == local ? mine : round_.received(j);
+  for (int j = 0; j < t.per_host; ++j) inputs_[static_cast<std::size_t>(j)] = j == local ? mine : local_->received(j);
   reduce_inputs(partial_.data(), inputs_.data(), per_host, spec.dtype, part, spec.scale, spec.op, 1.0f, false);
-  round_.run(levels_->cross(), info, 1, partial_.data(), part_bytes, 0, capacity());
+  cross_->run(info, 0, partial_.data(), part_bytes, 0, capacity(), false);
   inputs_.resize(static_cast<std::size_t>(t.hosts));
-  for (int h = 0; h < t.hosts; ++h) inputs_[static_cast<std::size_t>(h)] = h == host ? partial_.data() : round_.received(h);
+  for (int h = 0; h < t.hosts; ++h) inputs_[static_cast<std::size_t>(h)] = h == host ? partial_.data() : cross_->received(h);
   reduce_inputs(mine, inputs_.data(), inputs_.size(), spec.dtype, part, 1.0f, spec.op, spec.post, false);
-  round_.run(levels_->local(), info, 2, mine, part_bytes, 0, capacity());
+  local_->run(info, 1, mine, part_bytes, 0, capacity(), false);
   for (int j = 0; j < t.per_host; ++j) {
-    if (j != local) copy_bytes(staging_.data() + static_cast<std::size_t>(j) * part_bytes, round_.received(j), part_bytes);
+    if (j != local) copy_bytes(staging_.data() + static_cast<std::size_t>(j) * part_bytes, local_->received(j), part_bytes);
   }
   copy_bytes(buffer, staging_.data(), count * esize);
 }

@@ -60,16 +60,17 @@ void OpMetrics::failed(const Error& e) {
 
 void OpMetrics::count_peer_waits(const Wire& wire) {
   const auto& waits = wire.peer_waits();
-  peer_wait_.resize(waits.size(), nullptr);
   for (std::size_t p = 0; p < waits.size(); ++p) {
     if (waits[p] <= 0) continue;
-    if (!peer_wait_[p]) {
-      peer_wait_[p] = &telemetry_.counter(
+    const int job_rank = wire.peer(static_cast<int>(p)).job_rank;
+    Counter*& series = peer_wait_[job_rank];
+    if (!series) {
+      series = &telemetry_.counter(
           "coshard_peer_wait_seconds_total",
           "Time collectives waited for a peer's first message after this rank entered them: how late it was",
-          {{"peer", std::to_string(wire.peer(static_cast<int>(p)).job_rank)}, {"transport", "ucx"}});
+          {{"peer", std::to_string(job_rank)}, {"transport", "ucx"}});
     }
-    peer_wait_[p]->add(waits[p]);
+    series->add(waits[p]);
   }
 }
 

@@ -23,9 +23,9 @@ class OpMetrics {
   // An operation failed with `e`.
   void failed(const Error& e);
   // Per peer heard from in the operation that just ran on `wire`, how late it entered it. A series
-  // exists only for the peers a rank hears from first (its ring neighbour, direct-path peers): a
-  // few per rank, not the world. Named by job rank, so that the slow rank is named whichever group
-  // it is in.
+  // exists only for the peers a rank hears from first (its ring neighbour, direct-path peers, the
+  // mesh's neighbour on each of its wires): a few per rank, not the world. Named by job rank, so
+  // that the slow rank is named whichever group or wire it is in.
   void count_peer_waits(const Wire& wire);
 
  private:
@@ -39,7 +39,7 @@ class OpMetrics {
   std::array<Instruments, kOps> ops_{};
   std::vector<Counter*> errors_;
   std::map<std::pair<CollectiveOp, std::string>, Counter*> algorithms_;  // made when first used
-  std::vector<Counter*> peer_wait_;  // per rank of the wire; null until heard from
+  std::map<int, Counter*> peer_wait_;  // by job rank; made when first heard from
 };
 
 }  // namespace coshard::transport::detail

@@ -92,22 +92,23 @@ Header header_of(const OpInfo& info) {
   return h;
 }
 
-void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from, std::size_t room) {
+void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from, std::vector<std::byte>* room) {
   Header ours = header_of(mine);
   Header theirs{};
-  std::vector<std::byte> longer(room > 0 ? sizeof(Header) + room : 0);
+  const bool longer = room && room->size() >= sizeof theirs;
   if (to >= 0) wire.send(to, &ours, sizeof ours, make_tag(p2p, mine.seq, wire.rank(), kHeaderStep, 0));
   Wire::RequestId got = 0;
   if (from >= 0) {
     const auto tag = make_tag(p2p, mine.seq, from, kHeaderStep, 0);
-    got = room > 0 ? wire.recv_up_to(from, longer.data(), longer.size(), tag, true)
-                   : wire.recv(from, &theirs, sizeof theirs, tag, true);
+    if (longer) std::memset(room->data(), 0, sizeof theirs);  // a shorter message reads as corrupt
+    got = longer ? wire.recv_up_to(from, room->data(), room->size(), tag, true)
+                 : wire.recv(from, &theirs, sizeof theirs, tag, true);
   }
   wire.wait_all();
   if (from < 0) return;
-  if (room > 0) std::memcpy(&theirs, longer.data(), std::min(sizeof theirs, wire.received(got)));
+  if (longer) std::memcpy(&theirs, room->data(), sizeof theirs);
   check_header(wire.rank(), p2p, mine, ours, theirs, from);
-  if (room > 0 && wire.received(got) != sizeof theirs) {
+  if (longer && wire.received(got) != sizeof theirs) {
     throw Error(Errc::invalid_argument,
                 describe(ours, p2p) + ": rank " + std::to_string(from) + " sent " + std::to_string(wire.received(got)) +
                     " bytes where rank " + std::to_string(wire.rank()) + " expected a " +

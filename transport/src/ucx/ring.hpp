@@ -47,10 +47,12 @@ struct Header {
   std::uint64_t seq = 0;
 };
 Header header_of(const OpInfo& info);
-// Sends ours to `to`, receives `from`'s, and throws naming both when they differ. `room`: the
-// longest message after a header a peer that took the mesh instead may send (mesh.hpp), so that
-// its header is read and named too.
-void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from, std::size_t room = 0);
+// Sends ours to `to`, receives `from`'s, and throws naming both when they differ. `room`, when
+// not empty: where the header is received, as long as the longest message a peer that took the
+// mesh instead may send (mesh.hpp), so that its header is read and named too. It must outlive a
+// failed operation's cancel_all (the communicator's own).
+void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from,
+                      std::vector<std::byte>* room = nullptr);
 // Throws naming both ranks when `theirs` (from rank `from`) does not match `ours`.
 // Throws naming both operations when `theirs` (from rank `from`, as received: any bytes) does not
 // match `ours`. `my_rank` is this rank's index in the communicator.

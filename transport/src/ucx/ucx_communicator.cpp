@@ -53,6 +53,7 @@ class UcxCommunicator final : public Communicator {
     levels_ = std::move(levels);
     if (levels_.mesh_max_bytes > 0 && wire_->size() > 1) {
       mesh_ = std::make_unique<detail::Mesh>(*wire_, levels_.mesh_max_bytes, levels_.hierarchy.get());
+      if (mesh_->room() > 0) header_room_.resize(sizeof(detail::Header) + mesh_->room());
     }
     if (levels_.hierarchy) {
       Wire& local = levels_.hierarchy->local();
@@ -383,7 +384,7 @@ class UcxCommunicator final : public Communicator {
           detail::exchange_headers(*wire_, true, info, -1, info.peer);
         } else {
           detail::exchange_headers(*wire_, false, info, (rank() + 1) % size(), (rank() + size() - 1) % size(),
-                                   mesh_ ? mesh_->capacity() : 0);
+                                   &header_room_);
         }
       }
       body();
@@ -395,6 +396,10 @@ class UcxCommunicator final : public Communicator {
     recorder_.set_algorithm(record, algorithm_);
     recorder_.finished(record);
     metrics_->count_peer_waits(*wire_);
+    if (levels_.hierarchy) {
+      metrics_->count_peer_waits(levels_.hierarchy->local());
+      metrics_->count_peer_waits(levels_.hierarchy->cross());
+    }
     metrics_->finished(info, size(), std::chrono::duration<double>(Clock::now() - start).count(), algorithm_);
   }
 
@@ -433,6 +438,7 @@ class UcxCommunicator final : public Communicator {
   std::string algorithm_;                            // stream thread only: how current_ runs
   std::unique_ptr<detail::Direct> direct_;           // null: ring only; stream thread only
   std::unique_ptr<detail::Mesh> mesh_;               // null: no mesh; stream thread only
+  std::vector<std::byte> header_room_;               // the ring's header receive, room for a mesh message
   detail::Levels levels_;                            // no hierarchy: one host, or the flat ring
   std::size_t direct_min_bytes_ = 0;
   detail::Scratch scratch_;                          // stream thread only
