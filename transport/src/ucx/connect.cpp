@@ -90,12 +90,13 @@ void propose(const UcxOptions& ucx, PeerIdentity& me) {
   me.hierarchy_min_bytes = on ? static_cast<std::int64_t>(min_bytes) : -1;
   me.hierarchy_chunk_bytes =
       static_cast<std::int64_t>(env_bytes("COSHARD_UCX_HIERARCHY_CHUNK_BYTES").value_or(ucx.hierarchy_chunk_bytes));
-  const auto mesh = env_bytes("COSHARD_UCX_MESH_MAX_BYTES").value_or(ucx.mesh_max_bytes);
+  const auto env_mesh = env_bytes("COSHARD_UCX_MESH_MAX_BYTES");
+  const auto mesh = env_mesh.value_or(ucx.mesh_max_bytes);
   if (mesh > kMeshLimit) {
-    throw Error(Errc::bad_config, "the mesh's size (COSHARD_UCX_MESH_MAX_BYTES or UcxOptions::mesh_max_bytes) is " +
-                                      std::to_string(mesh) + " bytes, above its limit of " +
-                                      std::to_string(kMeshLimit) +
-                                      ": the mesh pays only where message latency dominates (docs/transport.md)");
+    const std::string what = env_mesh ? "COSHARD_UCX_MESH_MAX_BYTES='" + std::to_string(mesh) + "'"
+                                      : "UcxOptions::mesh_max_bytes = " + std::to_string(mesh);
+    throw Error(Errc::bad_config, what + " is above the mesh's limit of " + std::to_string(kMeshLimit) +
+                                      " bytes: the mesh pays only where message latency dominates (docs/transport.md)");
   }
   me.mesh_max_bytes = static_cast<std::int64_t>(mesh);
 }
