@@ -19,8 +19,6 @@ struct Ready {
   SegmentRef segment;
 };
 
-std::string op_name(const OpInfo& info) { return std::string(to_string(info.op)) + "#" + std::to_string(info.seq); }
-
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return x < y + bn && y < x + an;

@@ -35,14 +35,14 @@ void MeshRound::run(const OpInfo& info, int round, const std::byte* data, std::s
   const std::size_t out_slot = slot_of(message);
   const std::size_t messages = stride == 0 ? 1 : un;
   if (out_.size() < out_slot * messages) out_.resize(out_slot * messages);
-  std::vector<Wire::RequestId> recvs(un);
+  recvs_.resize(un);
   const int left = (r + n - 1) % n;
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     std::byte* slot = in_.data() + static_cast<std::size_t>(q) * in_slot_;
     std::memset(slot, 0, sizeof(Header));  // a message shorter than a header reads as corrupt
     // Only the ring neighbour's arrival times the peer (peer_waits): the series per peer stay few.
-    recvs[static_cast<std::size_t>(q)] = wire.recv_up_to(q, slot, sizeof(Header) + capacity,
+    recvs_[static_cast<std::size_t>(q)] = wire.recv_up_to(q, slot, sizeof(Header) + capacity,
                                                          make_tag(false, info.seq, q, kHeaderStep, round),
                                                          times && q == left);
   }
@@ -63,9 +63,9 @@ void MeshRound::run(const OpInfo& info, int round, const std::byte* data, std::s
     Header theirs;
     std::memcpy(&theirs, in_.data() + static_cast<std::size_t>(q) * in_slot_, sizeof theirs);
     check_header(rank_of(r), false, info, ours, theirs, rank_of(q));
-    const std::size_t got = wire.received(recvs[static_cast<std::size_t>(q)]);
+    const std::size_t got = wire.received(recvs_[static_cast<std::size_t>(q)]);
     if (got != message) {
-      const std::string op = std::string(to_string(info.op)) + "#" + std::to_string(info.seq);
+      const std::string op = op_name(info);
       throw Error(Errc::invalid_argument,
                   op + ": rank " + std::to_string(rank_of(q)) + " sent " + std::to_string(got) + " bytes where rank " +
                       std::to_string(rank_of(r)) + " expected " + std::to_string(message) +

@@ -63,6 +63,7 @@ class MeshRound {
   std::size_t in_slot_ = 0;     // bytes per rank in in_
   std::vector<std::byte> out_;  // the messages sent: one per rank, or one for all
   std::vector<std::byte> in_;   // one slot per rank, each as large as any peer's message may be
+  std::vector<Wire::RequestId> recvs_;
 };
 
 class Mesh {

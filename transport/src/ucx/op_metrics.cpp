@@ -46,7 +46,8 @@ void OpMetrics::finished(const OpInfo& info, int size, double seconds, const std
   Counter*& runs = algorithms_[{info.op, algorithm}];
   if (!runs) {
     runs = &telemetry_.counter("coshard_collective_algorithm_total",
-                               "Operations by how they ran: ring, direct (shared memory), hierarchical (across hosts), p2p",
+                               "Operations by how they ran: ring, mesh (small, one round per level), direct (shared "
+                               "memory), hierarchical (across hosts), p2p",
                                {{"op", std::string(to_string(info.op))}, {"algorithm", algorithm}, {"transport", "ucx"}});
   }
   runs->add();

@@ -81,6 +81,8 @@ std::string describe(const Header& h, bool p2p) {
 
 }  // namespace
 
+std::string op_name(const OpInfo& info) { return std::string(to_string(info.op)) + "#" + std::to_string(info.seq); }
+
 Header header_of(const OpInfo& info) {
   Header h;
   h.op = static_cast<std::uint8_t>(info.op);
@@ -115,7 +117,7 @@ void exchange_headers(Wire& wire, bool p2p, const OpInfo& mine, int to, int from
                     std::to_string(sizeof theirs) +
                     "-byte header: it took the mesh (mesh.hpp) for this operation and this rank did not. Every rank "
                     "must run the same coshard build",
-                op_context(std::string(to_string(mine.op)) + "#" + std::to_string(mine.seq)));
+                op_context(op_name(mine)));
   }
 }
 
@@ -135,7 +137,7 @@ void check_header(int my_rank, bool p2p, const OpInfo& mine, const Header& ours,
                 describe(ours, p2p) + ": rank " + std::to_string(from) + " issued " + what + " where rank " +
                     std::to_string(my_rank) + " issued " + describe(ours, p2p) +
                     ". Every rank must issue the same collectives, with the same sizes and dtypes, in the same order",
-                op_context(std::string(to_string(mine.op)) + "#" + std::to_string(mine.seq)));
+                op_context(op_name(mine)));
   }
 }
 

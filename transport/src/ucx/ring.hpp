@@ -7,6 +7,7 @@
 // consecutive operations apart, the step and piece keep the messages of one operation apart.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "coshard/runtime/dtype.hpp"
@@ -47,6 +48,8 @@ struct Header {
   std::uint64_t seq = 0;
 };
 Header header_of(const OpInfo& info);
+// "all_gather#12": how errors name an operation.
+std::string op_name(const OpInfo& info);
 // Sends ours to `to`, receives `from`'s, and throws naming both when they differ. `room`, when
 // not empty: where the header is received, as long as the longest message a peer that took the
 // mesh instead may send (mesh.hpp), so that its header is read and named too. It must outlive a

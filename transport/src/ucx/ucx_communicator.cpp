@@ -26,7 +26,7 @@ using detail::Wire;
 using Clock = std::chrono::steady_clock;
 
 std::string describe(const OpInfo& i) {
-  std::string s = std::string(to_string(i.op)) + "#" + std::to_string(i.seq);
+  std::string s = detail::op_name(i);
   if (i.op == CollectiveOp::barrier) return s;
   s += " (" + std::string(to_string(i.dtype)) + " x " + std::to_string(i.count);
   if (i.op == CollectiveOp::all_gather || i.op == CollectiveOp::reduce_scatter) s += " per rank";
