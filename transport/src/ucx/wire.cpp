@@ -320,6 +320,9 @@ void Wire::wait_until(const std::function<bool()>& ready) {
     // yield costs a rank that has its own core one system call; a progress call over TCP costs
     // about as much, so a longer spin only keeps the core from the peer that is about to send
     // (4 ranks on 2 cores, 1 KiB over TCP: 8 spins 92 us per reduce-scatter, 64 spins 121 us).
+    // Sleeping on the workers' event descriptors (UCP_FEATURE_WAKEUP, ucp_worker_arm and poll)
+    // instead of yielding measured 3-6x slower: 4 ranks on one host, a 1 KiB all-gather 68-91 us
+    // against 18-21, and across 2 hosts x 2 ranks 82-115 against 32-77 (a wake-up per message).
     if (idle < kSpins) continue;
     auto now = Clock::now();
     if (now >= wait_.deadline) throw_timeout();
