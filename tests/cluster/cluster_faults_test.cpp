@@ -1,7 +1,8 @@
 // Failures across hosts of a real (namespace) cluster: a host that crashes mid-step, a link cut
-// mid-step, and launches that cannot work (flags that contradict the Slurm step, a master that
-// does not answer, two hosts claiming the same node rank). Each ends with every launcher exiting
-// non-zero within its deadline, naming the host or flag at fault.
+// mid-step (for good, or until a restart recovers once it is back), and launches that cannot work
+// (flags that contradict the Slurm step, a master that does not answer, two hosts claiming the
+// same node rank). Each that cannot recover ends with every launcher exiting non-zero within its
+// deadline, naming the host or flag at fault.
 #include "cluster/cluster_support.hpp"
 
 namespace coshard::testing::cluster {
@@ -76,6 +77,42 @@ TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   EXPECT_NE(node1.find(" after restart 1"), std::string::npos) << node1;
   // The restarted attempt's last 10 steps are the uninterrupted run's.
+  const auto want = losses(whole.output), got = losses(node1);
+  ASSERT_EQ(want.size(), 40u) << whole.output;
+  ASSERT_GE(got.size(), 10u) << node1;
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
+  }
+}
+
+// The link between the hosts cut for 12 s, longer than the ranks' 8 s collective timeout, under
+// --max-restarts 1 --resume auto: every rank fails, node2's launcher cannot reach node 0's store
+// and keeps trying (--rejoin-timeout), and once the link is back both hosts restart from the last
+// checkpoint and the job ends with the uninterrupted run's losses.
+TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
+  auto dir = train::temp_dir("cluster-cut-restart");
+  const std::string common =
+      kTrainArgs + "--steps 40 --checkpoint-every 4 --collective-timeout 8 --metrics-port 0 --checkpoint-dir ";
+  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string ckpt = (dir / "cut").string(), d = dir.string();
+  const std::string train = common + ckpt + " --resume auto";
+  const std::string cut = "for i in $(seq 1200); do [ -e " + ckpt +
+                          "/step-00000008/manifest.json ] && break; sleep 0.1; done; " + cluster("link", "node2 down") +
+                          " && echo cut; sleep 12; " + cluster("link", "node2 up");
+  auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
+                      by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & b=$!; " + cut +
+                      "; wait $a; echo rc1=$?; wait $b; echo rc2=$?");
+  const std::string node1 = read_file(dir / "node1.log"), node2 = read_file(dir / "node2.log");
+  ASSERT_NE(r.output.find("cut"), std::string::npos) << r.output << node1 << node2;
+  EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << node2;
+  EXPECT_NE(node2.find("coshard-run: the store at node1:29400 stopped answering"), std::string::npos) << node2;
+  EXPECT_NE(node2.find("coshard-run: reached the store at node1:29400 again after"), std::string::npos) << node2;
+  for (const auto& log : {node1, node2}) {
+    EXPECT_NE(log.find("coshard-run: restart 1 of 1: node "), std::string::npos) << log;
+  }
+  EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   const auto want = losses(whole.output), got = losses(node1);
   ASSERT_EQ(want.size(), 40u) << whole.output;
   ASSERT_GE(got.size(), 10u) << node1;

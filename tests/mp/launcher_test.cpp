@@ -90,6 +90,9 @@ TEST(Launcher, BadFlagsAreUsageErrors) {
   r = run(kRun + " --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29400 -- true");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.output.find("--nnodes > 1 needs --token T"), std::string::npos) << r.output;
+  r = run(kRun + " --nproc-per-node 1 --rejoin-timeout 0 -- true");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("--rejoin-timeout needs an integer in [1, 86400], got '0'"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, AMissingProgramIsNamed) {
@@ -246,12 +249,13 @@ int launcher_pid(const std::string& token, int node) {
 }
 
 // A launcher killed outright (its host crashed) while its ranks, like node 0's, would sleep on
-// without noticing: node 0 finds it silent, stops its own ranks and ends the job, not restarting
-// it without that node.
+// without noticing: node 0 finds it silent, stops its own ranks, waits --rejoin-timeout for it to
+// come back (it might only be cut off), and ends the job, not restarting it without that node.
 TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   const std::string started = ::testing::TempDir() + "/coshard-run-silent.started";
   std::remove(started.c_str());
-  auto r = two_nodes("silent", "echo $RANK >> " + started + "; sleep 120\n", "--max-restarts 2 --grace 3", [&] {
+  auto r = two_nodes("silent", "echo $RANK >> " + started + "; sleep 120\n",
+                     "--max-restarts 2 --grace 3 --rejoin-timeout 5", [&] {
     // Once node 1's ranks run (its launcher has joined and beaten by then).
     for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -264,9 +268,39 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   EXPECT_EQ(r.node[0].rc, 1) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: its coshard-run fell silent 15 s ago"), std::string::npos)
       << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("node 1 fell silent; waiting up to 5 s (--rejoin-timeout) for it to come back"),
+            std::string::npos) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("not restarted"), std::string::npos) << r.node[0].output;
   EXPECT_EQ(r.node[0].output.find("restart 1"), std::string::npos) << r.node[0].output;
   EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
+}
+
+// Node 0's launcher, which serves the store, frozen for 9 s (SIGSTOP) while every rank runs on: a
+// store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out; under
+// --max-restarts its launcher keeps trying instead of stopping its ranks, reaches the store once
+// node 0 runs again, and the job ends as if nothing happened.
+TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
+  const std::string started = ::testing::TempDir() + "/coshard-run-outage.started";
+  std::remove(started.c_str());
+  auto r = two_nodes("outage", "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts 1 --grace 3", [&] {
+    for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const int pid = launcher_pid("outage", 0);
+    ASSERT_GT(pid, 0) << "node 0's launcher not found";
+    ::kill(pid, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(9));
+    ::kill(pid, SIGCONT);
+  });
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 0) << node.output;
+    EXPECT_EQ(node.output.find("restart 1"), std::string::npos) << node.output;
+  }
+  EXPECT_NE(r.node[1].output.find("coshard-run: the store at 127.0.0.1:"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("stopped answering"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("trying to reach it again for 60 s (--rejoin-timeout)"), std::string::npos)
+      << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find(" again after "), std::string::npos) << r.node[1].output;
 }
 
 // Node 1's launcher starts late, after node 0's ranks gave up their 3 s rendezvous. Without a

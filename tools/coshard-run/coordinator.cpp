@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -25,6 +26,10 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kSilentFor = std::chrono::seconds(15);
 constexpr auto kStoreCall = std::chrono::seconds(5);
 constexpr auto kPoll = std::chrono::milliseconds(200);
+// A launcher cut off from the store tries to reach it again this often, each try this long: the
+// supervisor's loop, which relays the ranks' output, waits for each try.
+constexpr auto kReconnectEvery = std::chrono::seconds(1);
+constexpr auto kReconnectTry = std::chrono::milliseconds(500);
 
 // SIGINT or SIGTERM waiting for the launcher (they stay blocked, for its signalfd), or 0: the
 // waits outside the supervisor honour them too.
@@ -60,6 +65,17 @@ Failure decode(const std::string& s) {
 std::string encode(const Verdict& v) {
   return std::string(v.restart ? "restart " : "exit ") + std::to_string(v.code) + " " + std::to_string(v.failed_rank) +
          "\n" + v.reason;
+}
+
+// Drops the old connection on the scheduler's thread, where it lives, and opens another.
+Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::StoreClient> old,
+                                                     transport::StoreClient::Options options) {
+  old.reset();
+  co_return co_await transport::StoreClient::connect(std::move(options));
+}
+
+long long seconds_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
 }
 
 Verdict decode_verdict(const std::string& s) {
@@ -111,6 +127,7 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.token = token;
   so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
+  options_ = so;
   try {
     connect(std::move(so));
     join();
@@ -203,6 +220,7 @@ void Coordinator::close() noexcept {
 }
 
 void Coordinator::begin(int attempt) {
+  attempt_ = attempt;
   if (o_.node_rank != 0) return;
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
   sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
@@ -211,16 +229,73 @@ void Coordinator::begin(int attempt) {
 void Coordinator::heartbeat() {
   if (lost_ || Clock::now() < next_beat_) return;
   next_beat_ = Clock::now() + std::chrono::seconds(1);
+  if (!usable()) return;
   try {
     sched_->sync_wait(store_->set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
-  } catch (const Error&) {
-    // The connection is now marked broken: failure(), called next, says why.
+  } catch (const Error& e) {
+    broke(e);  // failure(), called next, says so when the store is lost
   }
 }
 
-std::optional<Failure> Coordinator::failure(int attempt) {
-  if (lost_) return std::nullopt;
+bool Coordinator::usable() {
+  if (lost_) return false;
+  if (!cut_since_) return true;
+  if (Clock::now() < next_reconnect_) return false;
   try {
+    auto options = options_;
+    options.connect_timeout = kReconnectTry;
+    store_ = sched_->sync_wait(reopen(std::move(store_), std::move(options)));
+  } catch (const Error& e) {
+    cut_reason_ = e.message();
+    next_reconnect_ = Clock::now() + kReconnectEvery;
+    if (Clock::now() - *cut_since_ >= o_.rejoin_timeout) lost_ = true;
+    return false;
+  }
+  std::fprintf(stderr, "coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
+               seconds_since(*cut_since_));
+  cut_since_.reset();
+  if (unsent_) {
+    const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
+    report(attempt, f);
+  }
+  return !lost_ && !cut_since_;
+}
+
+void Coordinator::broke(const Error& e) {
+  cut_reason_ = e.message();
+  if (o_.node_rank == 0 || attempt_ >= o_.max_restarts) {
+    lost_ = true;
+    return;
+  }
+  if (cut_since_) return;
+  cut_since_ = Clock::now();
+  next_reconnect_ = *cut_since_;
+  std::fprintf(stderr, "coshard-run: the store at %s stopped answering (%s); trying to reach it again for %lld s "
+               "(--rejoin-timeout)\n", where_.c_str(), e.message().c_str(),
+               static_cast<long long>(o_.rejoin_timeout.count()));
+}
+
+int Coordinator::await_store() {
+  while (!lost_ && !usable()) {
+    if (const int sig = pending_stop()) return sig;
+    std::this_thread::sleep_for(kPoll);
+  }
+  return 0;
+}
+
+Failure Coordinator::lost_failure() const {
+  std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
+  if (cut_since_) what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (--rejoin-timeout): ";
+  return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
+}
+
+std::optional<Failure> Coordinator::failure(int attempt) {
+  auto lost = [&]() -> std::optional<Failure> {
+    if (!lost_ || std::exchange(lost_told_, true)) return std::nullopt;
+    return lost_failure();
+  };
+  try {
+    if (!usable()) return lost();
     auto v = sched_->sync_wait(store_->get(attempt_key(attempt, "failure")));
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
@@ -231,9 +306,8 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     if (!n) return std::nullopt;
     return report_silent(attempt, *n);
   } catch (const Error& e) {
-    lost_ = true;
-    return Failure{.node = -1, .code = 1, .restartable = false,
-                   .what = "lost the store at " + where_ + " (node 0's coshard-run): " + e.message()};
+    broke(e);
+    return lost();
   }
 }
 
@@ -243,34 +317,41 @@ Failure Coordinator::stopped(int attempt, int sig) {
                                  .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
 }
 
+// While restarts remain the node may be cut off rather than gone: restartable if it comes back.
 Failure Coordinator::report_silent(int attempt, int node) {
-  return report(attempt, Failure{.node = node, .code = 1, .restartable = false,
+  return report(attempt, Failure{.node = node, .code = 1, .restartable = attempt < o_.max_restarts,
                                  .what = "its coshard-run fell silent " + std::to_string(kSilentFor.count()) +
                                          " s ago (its host is down, or cut off from node 0)"});
 }
 
 Failure Coordinator::report(int attempt, Failure f) {
-  if (lost_) return f;
   try {
-    return decode(sched_->sync_wait(store_->compare_set(attempt_key(attempt, "failure"), "", encode(f))));
+    if (usable()) return decode(sched_->sync_wait(store_->compare_set(attempt_key(attempt, "failure"), "", encode(f))));
   } catch (const Error& e) {
-    lost_ = true;
-    return f;
+    broke(e);
   }
+  if (!lost_ && !unsent_) unsent_.emplace(attempt, f);  // sent once the store answers again
+  return f;
 }
 
 Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
   const int code = rc ? rc : 1;
-  if (lost_) return Verdict{.code = code, .reason = "lost the store at " + where_ + " (node 0's coshard-run)"};
   Verdict v;
-  try {
-    sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
-                                  std::to_string(rc) + (interrupted ? " interrupted" : "")));
-    if (o_.node_rank == 0) return decide(attempt);
-    v = await_verdict(attempt);
-  } catch (const Error& e) {
-    lost_ = true;
-    return Verdict{.code = code, .reason = "lost the store at " + where_ + ": " + e.message()};
+  for (;;) {  // again after each time the store stops answering, until it is lost
+    if (const int sig = await_store()) {
+      return Verdict{.code = 128 + sig,
+                     .reason = std::string("got ") + strsignal(sig) + " while trying to reach the store at " + where_};
+    }
+    if (lost_) return Verdict{.code = code, .reason = lost_failure().what};
+    try {
+      sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
+                                    std::to_string(rc) + (interrupted ? " interrupted" : "")));
+      if (o_.node_rank == 0) return decide(attempt);
+      v = await_verdict(attempt);
+      break;
+    } catch (const Error& e) {
+      broke(e);
+    }
   }
   try {  // node 0 keeps its store up for the job's end until every node has read it
     if (!v.restart) sched_->sync_wait(store_->set(attempt_key(attempt, "read/" + std::to_string(o_.node_rank)), ""));
@@ -281,8 +362,9 @@ Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
 }
 
 // Node 0: waits until every node that joined has said its ranks ended (after a failure, for the
-// grace period and a minute more), until one falls silent, until --join-timeout passed with the
-// missing nodes never heard from, or until this launcher is told to stop; then decides.
+// grace period and a minute more), until one falls silent (while restarts remain, for
+// --rejoin-timeout more: it may be cut off rather than gone), until --join-timeout passed with
+// the missing nodes never heard from, or until this launcher is told to stop; then decides.
 Verdict Coordinator::decide(int attempt) {
   std::vector<int> missing;
   for (int n = 0; n < o_.nnodes; ++n) missing.push_back(n);
@@ -290,6 +372,7 @@ Verdict Coordinator::decide(int attempt) {
   std::optional<Clock::time_point> deadline;  // set by a failure; before one, liveness bounds the wait
   std::optional<Failure> failed;
   std::vector<int> interrupted;  // nodes whose launcher was told to stop: no restart then
+  std::vector<int> rejoining;    // nodes that fell silent, given --rejoin-timeout to come back
   int stop = 0;
   const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
@@ -307,9 +390,17 @@ Verdict Coordinator::decide(int attempt) {
     if (Clock::now() >= join_deadline && std::none_of(missing.begin(), missing.end(), [&](int n) { return heard_.count(n); })) {
       break;
     }
-    if (const auto n = silent_node(attempt, missing)) {
-      failed = report_silent(attempt, *n);
-      break;
+    std::vector<int> judged;
+    std::copy_if(missing.begin(), missing.end(), std::back_inserter(judged),
+                 [&](int n) { return std::find(rejoining.begin(), rejoining.end(), n) == rejoining.end(); });
+    if (const auto n = silent_node(attempt, judged)) {
+      failed = report_silent(attempt, *n);  // the attempt's first failure, which may be another
+      if (attempt >= o_.max_restarts) break;  // no restart could follow: nothing to wait for
+      rejoining.push_back(*n);
+      deadline = std::max(deadline.value_or(Clock::now()), Clock::now() + Clock::duration(o_.rejoin_timeout));
+      std::fprintf(stderr, "coshard-run: node %d fell silent; waiting up to %lld s (--rejoin-timeout) for it to come "
+                   "back\n", *n, static_cast<long long>(o_.rejoin_timeout.count()));
+      continue;
     }
     if ((stop = pending_stop())) {
       failed = stopped(attempt, stop);

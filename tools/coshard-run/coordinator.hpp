@@ -10,14 +10,22 @@
 //   attempt/A/read/K      node K read a verdict that ends the job: node 0 may stop the store
 // A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
 // (transport::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
+//
+// A node cut off from the store (its link down, node 0's host unreachable) is indistinguishable,
+// seen from either side, from one that crashed. While restarts remain both sides give it
+// --rejoin-timeout: its launcher keeps trying to reach the store and reports what happened
+// meanwhile once it does; node 0 records it as a restartable failure and waits for its ranks to
+// end. Without restarts left nothing can follow, so the job ends as soon as one side gives up.
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "coshard/runtime/error.hpp"
 #include "coshard/transport/store.hpp"
 #include "options.hpp"
 
@@ -55,7 +63,7 @@ class Coordinator {
 
   // The attempt to start with: 0 on node 0, node 0's current one on a node that joins later.
   int first_attempt() const noexcept { return first_attempt_; }
-  // Node 0 publishes the attempt it starts (for late joiners); a no-op elsewhere.
+  // The attempt this launcher starts now; node 0 also publishes it (for late joiners).
   void begin(int attempt);
   // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
   void heartbeat();
@@ -71,6 +79,15 @@ class Coordinator {
 
  private:
   void connect(transport::StoreClient::Options so);
+  // Whether the store may be asked now: after a store call failed, one try to reach it again (at
+  // most every kReconnectEvery) until --rejoin-timeout, then lost_; a report it missed meanwhile
+  // goes out first.
+  bool usable();
+  // A store call failed: the store is lost, or, on a node other than 0 while restarts remain, cut off.
+  void broke(const Error& e);
+  // Until the store is usable again or lost; returns SIGINT or SIGTERM if one ended the wait, else 0.
+  int await_store();
+  Failure lost_failure() const;
   void join();
   std::string await_node_zero();
   void close() noexcept;
@@ -88,8 +105,15 @@ class Coordinator {
   std::string where_;  // the store's ADDR:PORT, for errors
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<transport::StoreClient> store_;
+  transport::StoreClient::Options options_;  // to reach the store again
   int first_attempt_ = 0;
+  int attempt_ = 0;
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
+  bool lost_told_ = false;  // failure() has said so
+  std::optional<std::chrono::steady_clock::time_point> cut_since_;  // the store stopped answering then
+  std::chrono::steady_clock::time_point next_reconnect_{};
+  std::string cut_reason_;  // the store's last error
+  std::optional<std::pair<int, Failure>> unsent_;  // a report (attempt, failure) the store did not take
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};
   // Each node's last count and since when it has not changed (node 0 judges the others once a

@@ -62,7 +62,8 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
 
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes M --node-rank K] [--master ADDR:PORT] [--token T]\n"
-         "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] -- PROGRAM [ARGS...]\n"
+         "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
+         "                   -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
          "  and stops every rank when one fails. Node 0 serves the rendezvous store at --master\n"
@@ -70,8 +71,9 @@ std::string usage() {
          "  and --token; the other nodes wait --join-timeout (600 s) for node 0. --max-restarts N: when a rank\n"
          "  fails on any node, every node stops its ranks and starts them again (COSHARD_RESTART_COUNT set, a\n"
          "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
-         "  checkpoint. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step\n"
-         "  gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
+         "  checkpoint. A node cut off from node 0's store meanwhile has --rejoin-timeout (60 s) to reach it\n"
+         "  again, and the job restarts once it has. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
+         "  ...) the step gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
 }
 
 Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
@@ -111,6 +113,8 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
       o.max_restarts = static_cast<int>(parse_int(a, value(a), 0, 1000000));
     } else if (a == "--join-timeout") {
       o.join_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
+    } else if (a == "--rejoin-timeout") {
+      o.rejoin_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {

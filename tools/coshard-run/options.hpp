@@ -18,6 +18,9 @@ struct Options {
   double grace_seconds = 5;       // SIGTERM, then SIGKILL after this
   int max_restarts = 0;           // when a rank fails: stop all, start all again, up to this many times
   std::chrono::seconds join_timeout{600};  // to reach node 0's store, and for node 0 to hear from every node
+  // While restarts remain: how long a node cut off from node 0's store (its link down, its host
+  // unreachable) may take to come back before the job ends, on node 0 and on that node alike.
+  std::chrono::seconds rejoin_timeout{60};
   std::vector<std::string> command;
 };
 

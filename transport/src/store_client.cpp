@@ -141,9 +141,10 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
     co_await sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(impl.options.connect_timeout).count();
-  throw Error(Errc::timeout, "cannot reach the rendezvous store at " + impl.where() + " within " +
-                                 std::to_string(secs) + " s (" + last_error +
+  const auto ms = impl.options.connect_timeout.count();
+  const std::string limit = ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  throw Error(Errc::timeout, "cannot reach the rendezvous store at " + impl.where() + " within " + limit + " (" +
+                                 last_error +
                                  "). Check that rank 0 or coshard-run is up and MASTER_ADDR/MASTER_PORT point at it",
               op_context("store connect"));
 }
