@@ -1,8 +1,5 @@
 #include "coordinator.hpp"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/store.hpp"
@@ -19,28 +17,7 @@
 namespace coshard::run {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// A node whose launcher stopped beating for this long is lost (its host crashed, or it was cut off).
-// Well above a store call's own limit (kStoreCall), so one slow call never passes for silence.
-constexpr auto kSilentFor = std::chrono::seconds(15);
-constexpr auto kStoreCall = std::chrono::seconds(5);
-constexpr auto kPoll = std::chrono::milliseconds(200);
-// A launcher cut off from the store tries to reach it again this often, each try this long: the
-// supervisor's loop, which relays the ranks' output, waits for each try.
-constexpr auto kReconnectEvery = std::chrono::seconds(1);
-constexpr auto kReconnectTry = std::chrono::milliseconds(500);
-
-// SIGINT or SIGTERM waiting for the launcher (they stay blocked, for its signalfd), or 0: the
-// waits outside the supervisor honour them too.
-int pending_stop() {
-  sigset_t pending;
-  if (::sigpending(&pending) != 0) return 0;
-  for (int sig : {SIGINT, SIGTERM}) {
-    if (sigismember(&pending, sig) == 1) return sig;
-  }
-  return 0;
-}
+using namespace coord;
 
 std::string attempt_key(int attempt, const std::string& what) { return "attempt/" + std::to_string(attempt) + "/" + what; }
 
@@ -67,17 +44,6 @@ std::string encode(const Verdict& v) {
          "\n" + v.reason;
 }
 
-// Drops the old connection on the scheduler's thread, where it lives, and opens another.
-Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::StoreClient> old,
-                                                     transport::StoreClient::Options options) {
-  old.reset();
-  co_return co_await transport::StoreClient::connect(std::move(options));
-}
-
-long long seconds_since(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
-}
-
 Verdict decode_verdict(const std::string& s) {
   Verdict v;
   std::istringstream in(s);
@@ -89,20 +55,6 @@ Verdict decode_verdict(const std::string& s) {
   return v;
 }
 
-// A claim is "<nproc> <max restarts> <host> <pid>".
-struct Claim {
-  int nproc = 0, max_restarts = 0;
-  std::string host, pid;
-  std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
-};
-
-Claim parse_claim(const std::string& s) {
-  Claim c;
-  std::istringstream in(s);
-  in >> c.nproc >> c.max_restarts >> c.host >> c.pid;
-  return c;
-}
-
 std::string node_list(const std::vector<int>& nodes) {
   std::string out;
   for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
@@ -110,184 +62,6 @@ std::string node_list(const std::vector<int>& nodes) {
 }
 
 }  // namespace
-
-std::string this_host() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
-
-Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token)
-    : o_(o), where_(o.master_addr + ":" + std::to_string(port)) {
-  sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
-  sched_->start();
-  transport::StoreClient::Options so;
-  so.host = o.master_addr;
-  so.port = port;
-  so.token = token;
-  so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
-  so.key_prefix = "coshard/launch/";
-  options_ = so;
-  try {
-    connect(std::move(so));
-    join();
-  } catch (...) {
-    close();  // no destructor runs for a constructor that throws
-    throw;
-  }
-}
-
-// Connects in slices of at most 2 s until --join-timeout, so that SIGINT/SIGTERM end the wait.
-void Coordinator::connect(transport::StoreClient::Options so) {
-  const std::string who = "node " + std::to_string(o_.node_rank) + " cannot join the job: ";
-  const auto deadline = Clock::now() + o_.join_timeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    so.connect_timeout = std::clamp(left, std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
-    try {
-      store_ = sched_->sync_wait(transport::StoreClient::connect(so));
-      return;
-    } catch (const Error& e) {
-      if (e.code() != Errc::timeout) throw Error(e.code(), who + e.message());
-      if (Clock::now() >= deadline) {
-        throw Error(Errc::timeout, who + "cannot reach the rendezvous store at " + where_ + " within " +
-                                       std::to_string(o_.join_timeout.count()) + " s (" + e.message() +
-                                       "). Node 0's coshard-run serves the store: start it with --master " + where_ +
-                                       " (or give this node a longer --join-timeout)");
-      }
-    }
-    if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + "got " + strsignal(sig) + " while joining");
-  }
-}
-
-// Checks this node's flags against node 0's, then claims the node rank and beats once, so that
-// node 0 judges it from now on.
-void Coordinator::join() {
-  const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
-                         this_host() + " " + std::to_string(::getpid());
-  if (o_.node_rank != 0) {
-    const Claim zero = parse_claim(await_node_zero());
-    for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o_.nproc_per_node, zero.nproc},
-                                            std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts}}) {
-      if (here != there) {
-        throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on node " +
-                                          std::to_string(o_.node_rank) + " but " + std::to_string(there) +
-                                          " on node 0 (" + zero.describe() + "): give every node the same " + flag);
-      }
-    }
-  }
-  const std::string holder = sched_->sync_wait(store_->compare_set("node/" + std::to_string(o_.node_rank), "", me));
-  if (holder != me) {
-    throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
-                                      parse_claim(holder).describe() + " already holds it (this is " +
-                                      parse_claim(me).describe() + "). Give every node its own --node-rank");
-  }
-  heartbeat();
-  if (o_.node_rank != 0) first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
-}
-
-// Node 0's claim: it claims as soon as its store is up, but this node may have come first.
-std::string Coordinator::await_node_zero() {
-  const auto deadline = Clock::now() + o_.join_timeout;
-  for (;;) {
-    if (auto claim = sched_->sync_wait(store_->get("node/0"))) return *claim;
-    if (Clock::now() >= deadline) {
-      throw Error(Errc::timeout, "node " + std::to_string(o_.node_rank) + " reached the store at " + where_ +
-                                     " but node 0's coshard-run did not join within " +
-                                     std::to_string(o_.join_timeout.count()) + " s");
-    }
-    if (const int sig = pending_stop()) {
-      throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
-    }
-    std::this_thread::sleep_for(kPoll);
-  }
-}
-
-Coordinator::~Coordinator() { close(); }
-
-// The connection is the scheduler's: closed there, then the thread stops.
-void Coordinator::close() noexcept {
-  if (!sched_) return;
-  try {
-    sched_->sync_wait([](std::unique_ptr<transport::StoreClient> c) -> Task<void> {
-      c.reset();
-      co_return;
-    }(std::move(store_)));
-  } catch (const std::exception&) {
-  }
-  sched_->stop();
-  sched_.reset();
-}
-
-void Coordinator::begin(int attempt) {
-  attempt_ = attempt;
-  if (o_.node_rank != 0) return;
-  heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
-  sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
-}
-
-void Coordinator::heartbeat() {
-  if (lost_ || Clock::now() < next_beat_) return;
-  next_beat_ = Clock::now() + std::chrono::seconds(1);
-  if (!usable()) return;
-  try {
-    sched_->sync_wait(store_->set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
-  } catch (const Error& e) {
-    broke(e);  // failure(), called next, says so when the store is lost
-  }
-}
-
-bool Coordinator::usable() {
-  if (lost_) return false;
-  if (!cut_since_) return true;
-  if (Clock::now() < next_reconnect_) return false;
-  try {
-    auto options = options_;
-    options.connect_timeout = kReconnectTry;
-    store_ = sched_->sync_wait(reopen(std::move(store_), std::move(options)));
-  } catch (const Error& e) {
-    cut_reason_ = e.message();
-    next_reconnect_ = Clock::now() + kReconnectEvery;
-    if (Clock::now() - *cut_since_ >= o_.rejoin_timeout) lost_ = true;
-    return false;
-  }
-  std::fprintf(stderr, "coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
-               seconds_since(*cut_since_));
-  cut_since_.reset();
-  if (unsent_) {
-    const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
-    report(attempt, f);
-  }
-  return !lost_ && !cut_since_;
-}
-
-void Coordinator::broke(const Error& e) {
-  cut_reason_ = e.message();
-  if (o_.node_rank == 0 || attempt_ >= o_.max_restarts) {
-    lost_ = true;
-    return;
-  }
-  if (cut_since_) return;
-  cut_since_ = Clock::now();
-  next_reconnect_ = *cut_since_;
-  std::fprintf(stderr, "coshard-run: the store at %s stopped answering (%s); trying to reach it again for %lld s "
-               "(--rejoin-timeout)\n", where_.c_str(), e.message().c_str(),
-               static_cast<long long>(o_.rejoin_timeout.count()));
-}
-
-int Coordinator::await_store() {
-  while (!lost_ && !usable()) {
-    if (const int sig = pending_stop()) return sig;
-    std::this_thread::sleep_for(kPoll);
-  }
-  return 0;
-}
-
-Failure Coordinator::lost_failure() const {
-  std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
-  if (cut_since_) what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (--rejoin-timeout): ";
-  return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
-}
 
 std::optional<Failure> Coordinator::failure(int attempt) {
   auto lost = [&]() -> std::optional<Failure> {
