@@ -121,6 +121,41 @@ TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
   }
 }
 
+// Every process on node2 killed mid-training (its host crashed) under --max-restarts 1 --resume
+// auto, then node2's coshard-run started again (the host is back): it takes the silent
+// launcher's place, both hosts restart from the last checkpoint, and the job ends with the
+// uninterrupted run's losses.
+TEST_F(Cluster, AHostThatCrashesAndComesBackRestartsTheJobFromTheLastCheckpoint) {
+  auto dir = train::temp_dir("cluster-crash-back");
+  const std::string common = kTrainArgs + "--steps 40 --checkpoint-every 4 --metrics-port 0 --checkpoint-dir ";
+  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string ckpt = (dir / "crash").string(), d = dir.string();
+  const std::string train = common + ckpt + " --resume auto";
+  const std::string crash = "for i in $(seq 1200); do [ -e " + ckpt +
+                            "/step-00000008/manifest.json ] && break; sleep 0.1; done; " + cluster("kill", "node2") +
+                            "; sleep 2; ";
+  auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
+                      by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & " + crash +
+                      by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2-again.log 2>&1; echo rc2=$?; " +
+                      "wait $a; echo rc1=$?");
+  const std::string node1 = read_file(dir / "node1.log"), again = read_file(dir / "node2-again.log");
+  ASSERT_NE(r.output.find("killed ["), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << again;
+  EXPECT_NE(again.find("node 1's launcher fell silent: this one takes its place"), std::string::npos) << again;
+  for (const auto& log : {node1, again}) {
+    EXPECT_NE(log.find("coshard-run: restart 1 of 1: node "), std::string::npos) << log;
+  }
+  EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
+  const auto want = losses(whole.output), got = losses(node1);
+  ASSERT_EQ(want.size(), 40u) << whole.output;
+  ASSERT_GE(got.size(), 10u) << node1;
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
+  }
+}
+
 TEST_F(Cluster, CoshardRunRefusesFlagsThatContradictTheSlurmStep) {
   auto r = run_command(on("login", "srun -N2 --ntasks-per-node=1 " + kRun + " --nnodes 3 --nproc-per-node 2 -- true"));
   EXPECT_NE(r.rc, 0) << r.output;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/run_command.hpp"
 
@@ -139,23 +140,27 @@ int free_port() {
 }
 
 // Two launchers of one job on this host (nodes 0 and 1 of --nnodes 2, each with 2 ranks of
-// `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do.
+// `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do;
+// `command`, when given, is set to the command line of node `n`'s launcher before it starts.
 struct TwoNodes {
   Run node[2];
 };
 
 TwoNodes two_nodes(const std::string& name, const std::string& script, const std::string& flags,
-                   const std::function<void()>& during = {}) {
+                   const std::function<void()>& during = {}, std::vector<std::string>* command = nullptr) {
   const std::string file = ::testing::TempDir() + "/coshard-run-" + name + ".sh";
   std::ofstream(file) << script;
   const std::string master = "--master 127.0.0.1:" + std::to_string(free_port()) + " --token " + name;
+  std::vector<std::string> lines;
+  for (int n = 0; n < 2; ++n) {
+    lines.push_back(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 2 " + master + " " + flags +
+                    " -- sh " + file);
+  }
+  if (command) *command = lines;
   TwoNodes out;
   std::thread nodes[2];
   for (int n = 0; n < 2; ++n) {
-    nodes[n] = std::thread([&, n] {
-      out.node[n] = run(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 2 " + master + " " +
-                        flags + " -- sh " + file);
-    });
+    nodes[n] = std::thread([&, n] { out.node[n] = run(lines[static_cast<std::size_t>(n)]); });
   }
   if (during) during();
   for (auto& t : nodes) t.join();
@@ -273,6 +278,37 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   EXPECT_NE(r.node[0].output.find("not restarted"), std::string::npos) << r.node[0].output;
   EXPECT_EQ(r.node[0].output.find("restart 1"), std::string::npos) << r.node[0].output;
   EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
+}
+
+// Node 1's launcher killed outright while its ranks, like node 0's, would sleep on: its host
+// crashed. Started again (the host is back), it waits 15 s for the old one to beat, takes its
+// place, and both nodes restart: the second attempt's ranks end at once.
+TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
+  const std::string started = ::testing::TempDir() + "/coshard-run-back.started";
+  std::remove(started.c_str());
+  const std::string script = "echo $RANK >> " + started + "; if [ $COSHARD_RESTART_COUNT = 0 ]; then sleep 120; fi\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult again;
+  auto r = two_nodes("back", script, "--max-restarts 1 --grace 3", [&] {
+    for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const int pid = launcher_pid("back", 1);
+    ASSERT_GT(pid, 0) << "node 1's launcher not found";
+    ::kill(pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    again = run(command.at(1));
+  }, &command);
+  EXPECT_EQ(r.node[1].rc, 128 + SIGKILL) << r.node[1].output;
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(again.rc, 0) << again.output;
+  EXPECT_NE(again.output.find("coshard-run: node rank 1 is held by coshard-run pid"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("node 1's launcher fell silent: this one takes its place"), std::string::npos)
+      << again.output;
+  for (const auto& out : {r.node[0].output, again.output}) {
+    EXPECT_NE(out.find("restart 1 of 1: node "), std::string::npos) << out;
+  }
+  EXPECT_LT(r.node[0].seconds, 60) << r.node[0].output;
 }
 
 // Node 0's launcher, which serves the store, frozen for 9 s (SIGSTOP) while every rank runs on: a

@@ -63,6 +63,10 @@ class Coordinator {
 
   // The attempt to start with: 0 on node 0, node 0's current one on a node that joins later.
   int first_attempt() const noexcept { return first_attempt_; }
+  // Whether this launcher took the node rank of one that fell silent (the host crashed and came
+  // back, and this is its launcher started again): it has no ranks in first_attempt(), whose
+  // failure it reported, and ends that attempt at once so that every node restarts.
+  bool took_over() const noexcept { return took_over_; }
   // The attempt this launcher starts now; node 0 also publishes it (for late joiners).
   void begin(int attempt);
   // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
@@ -89,6 +93,7 @@ class Coordinator {
   int await_store();
   Failure lost_failure() const;
   void join();
+  bool holder_gone(const std::string& holder);
   std::string await_node_zero();
   void close() noexcept;
   Failure stopped(int attempt, int sig);
@@ -108,6 +113,8 @@ class Coordinator {
   transport::StoreClient::Options options_;  // to reach the store again
   int first_attempt_ = 0;
   int attempt_ = 0;
+  std::string claim_;  // this launcher's claim of its node rank
+  bool took_over_ = false;
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
   bool lost_told_ = false;  // failure() has said so
   std::optional<std::chrono::steady_clock::time_point> cut_since_;  // the store stopped answering then

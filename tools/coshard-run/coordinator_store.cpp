@@ -98,14 +98,43 @@ void Coordinator::join() {
       }
     }
   }
-  const std::string holder = sched_->sync_wait(store_->compare_set("node/" + std::to_string(o_.node_rank), "", me));
+  const std::string key = "node/" + std::to_string(o_.node_rank);
+  std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
+  if (holder != me && o_.node_rank != 0 && o_.max_restarts > 0 && holder_gone(holder)) {
+    took_over_ = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
+  }
   if (holder != me) {
     throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
                                       parse_claim(holder).describe() + " already holds it (this is " +
                                       parse_claim(me).describe() + "). Give every node its own --node-rank");
   }
+  claim_ = me;
   heartbeat();
   if (o_.node_rank != 0) first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
+  if (took_over_) {
+    std::fprintf(stderr, "coshard-run: node %d's launcher fell silent: this one takes its place, and attempt %d ends "
+                 "so that every node restarts\n", o_.node_rank, first_attempt_);
+    report(first_attempt_, Failure{.node = o_.node_rank, .code = 1, .restartable = true,
+                                   .what = "its coshard-run fell silent and " + parse_claim(me).describe() +
+                                           " took its place"});
+  }
+}
+
+// The node rank is held: by a live launcher (this one was started twice), or by one whose host
+// crashed and whose beat count stands still (this one is its host's launcher started again).
+bool Coordinator::holder_gone(const std::string& holder) {
+  const std::string key = "alive/" + std::to_string(o_.node_rank);
+  const auto first = sched_->sync_wait(store_->get(key));
+  std::fprintf(stderr, "coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
+               o_.node_rank, parse_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
+  for (const auto until = Clock::now() + kSilentFor; Clock::now() < until;) {
+    if (const int sig = pending_stop()) {
+      throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
+    }
+    std::this_thread::sleep_for(kPoll);
+    if (sched_->sync_wait(store_->get(key)) != first) return false;
+  }
+  return true;
 }
 
 // Node 0's claim: it claims as soon as its store is up, but this node may have come first.
@@ -153,6 +182,15 @@ void Coordinator::heartbeat() {
   next_beat_ = Clock::now() + std::chrono::seconds(1);
   if (!usable()) return;
   try {
+    if (o_.node_rank != 0 && o_.max_restarts > 0) {  // another launcher may have taken this one's place
+      const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
+      if (holder && *holder != claim_) {
+        lost_ = true;
+        cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
+                      "'s place after this launcher fell silent";
+        return;
+      }
+    }
     sched_->sync_wait(store_->set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
   } catch (const Error& e) {
     broke(e);  // failure(), called next, says so when the store is lost

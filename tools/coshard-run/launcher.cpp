@@ -203,7 +203,12 @@ int launch(const Options& o) {
   LastFailure last;
   for (int attempt = coordinator.first_attempt();; ++attempt) {
     bool interrupted = false;
-    const int rc = run_ranks(o, store->port, token, signals, coordinator, attempt, last, interrupted);
+    int rc = 1;
+    if (attempt == coordinator.first_attempt() && coordinator.took_over()) {
+      coordinator.begin(attempt);  // no ranks of this node run in it: it ends now
+    } else {
+      rc = run_ranks(o, store->port, token, signals, coordinator, attempt, last, interrupted);
+    }
     const Verdict v = coordinator.finish(attempt, rc, interrupted);
     if (!v.restart) {
       if (v.code != 0) std::fprintf(stderr, "coshard-run: the job failed (exit code %d): %s\n", v.code, v.reason.c_str());
