@@ -115,6 +115,7 @@ class Coordinator {
   int attempt_ = 0;
   std::string claim_;  // this launcher's claim of its node rank
   bool took_over_ = false;
+  bool replaced_ = false;  // another launcher took this one's place: lost_, and cut_reason_ says who
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
   bool lost_told_ = false;  // failure() has said so
   std::optional<std::chrono::steady_clock::time_point> cut_since_;  // the store stopped answering then

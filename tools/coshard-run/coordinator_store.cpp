@@ -185,7 +185,7 @@ void Coordinator::heartbeat() {
     if (o_.node_rank != 0 && o_.max_restarts > 0) {  // another launcher may have taken this one's place
       const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
       if (holder && *holder != claim_) {
-        lost_ = true;
+        lost_ = replaced_ = true;
         cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
                       "'s place after this launcher fell silent";
         return;
@@ -244,6 +244,7 @@ int Coordinator::await_store() {
 }
 
 Failure Coordinator::lost_failure() const {
+  if (replaced_) return Failure{.node = -1, .code = 1, .restartable = false, .what = cut_reason_};
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
   if (cut_since_) what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (--rejoin-timeout): ";
   return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
