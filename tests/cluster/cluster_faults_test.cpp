@@ -17,6 +17,30 @@ std::string fault_script(const std::string& node1, const std::string& node2, con
          "; t0=$SECONDS; wait $a; echo rc1=$? after=$((SECONDS - t0)); wait $b; echo rc2=$? after=$((SECONDS - t0))";
 }
 
+// The restart tests train 40 steps with a checkpoint every 4, and act once step 8's is complete.
+const std::string kRestartArgs = kTrainArgs + "--steps 40 --checkpoint-every 4 --metrics-port 0 ";
+
+std::string after_step_8(const std::string& ckpt) {
+  return "for i in $(seq 1200); do [ -e " + ckpt + "/step-00000008/manifest.json ] && break; sleep 0.1; done; ";
+}
+
+// The restart tests' reference: the same training, uninterrupted, on 4 ranks of this host.
+std::string uninterrupted_run(const std::filesystem::path& dir, const std::string& common) {
+  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
+  EXPECT_EQ(whole.rc, 0) << whole.output;
+  return whole.output;
+}
+
+// The restarted job's last 10 steps are those of the uninterrupted run on one host (1e-5).
+void expect_the_uninterrupted_losses(const std::string& whole, const std::string& log) {
+  const auto want = losses(whole), got = losses(log);
+  ASSERT_EQ(want.size(), 40u) << whole;
+  ASSERT_GE(got.size(), 10u) << log;
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
+  }
+}
+
 int seconds_after(const std::string& out, const std::string& rc) {
   auto at = out.find(rc + "=");
   if (at == std::string::npos) return 1 << 20;
@@ -54,15 +78,14 @@ TEST_F(Cluster, ACutLinkFailsEveryRankOnBothHostsWithinTheDeadline) {
 // stop their ranks, start them again, and the job ends with the uninterrupted run's losses.
 TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
   auto dir = train::temp_dir("cluster-restart");
-  const std::string common = kTrainArgs + "--steps 40 --checkpoint-every 4 --metrics-port 0 --checkpoint-dir ";
-  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
-  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string common = kRestartArgs + "--checkpoint-dir ";
+  const std::string whole = uninterrupted_run(dir, common);
   const std::string ckpt = (dir / "killed").string(), d = dir.string();
   const std::string train = common + ckpt + " --resume auto";
   // Once step 8's checkpoint is complete, SIGKILL rank 3 (on node2); "[g]" keeps pgrep off this shell.
-  const std::string kill = "for i in $(seq 1200); do [ -e " + ckpt +
-                           "/step-00000008/manifest.json ] && break; sleep 0.1; done; for p in $(pgrep -f '[g]pt2-train .*" +
-                           ckpt + " '); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=3 && kill -9 $p && echo killed rank 3; done";
+  const std::string kill = after_step_8(ckpt) + "for p in $(pgrep -f '[g]pt2-train .*" + ckpt +
+                           " '); do tr '\\0' '\\n' < /proc/$p/environ | grep -qx RANK=3 && kill -9 $p && echo killed "
+                           "rank 3; done";
   auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
                       by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & b=$!; " + kill +
                       "; wait $a; echo rc1=$?; wait $b; echo rc2=$?");
@@ -76,13 +99,7 @@ TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
   }
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   EXPECT_NE(node1.find(" after restart 1"), std::string::npos) << node1;
-  // The restarted attempt's last 10 steps are the uninterrupted run's.
-  const auto want = losses(whole.output), got = losses(node1);
-  ASSERT_EQ(want.size(), 40u) << whole.output;
-  ASSERT_GE(got.size(), 10u) << node1;
-  for (std::size_t i = 0; i < 10; ++i) {
-    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
-  }
+  expect_the_uninterrupted_losses(whole, node1);
 }
 
 // The link between the hosts cut for 12 s, longer than the ranks' 8 s collective timeout, under
@@ -91,15 +108,12 @@ TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
 // checkpoint and the job ends with the uninterrupted run's losses.
 TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
   auto dir = train::temp_dir("cluster-cut-restart");
-  const std::string common =
-      kTrainArgs + "--steps 40 --checkpoint-every 4 --collective-timeout 8 --metrics-port 0 --checkpoint-dir ";
-  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
-  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string common = kRestartArgs + "--collective-timeout 8 --checkpoint-dir ";
+  const std::string whole = uninterrupted_run(dir, common);
   const std::string ckpt = (dir / "cut").string(), d = dir.string();
   const std::string train = common + ckpt + " --resume auto";
-  const std::string cut = "for i in $(seq 1200); do [ -e " + ckpt +
-                          "/step-00000008/manifest.json ] && break; sleep 0.1; done; " + cluster("link", "node2 down") +
-                          " && echo cut; sleep 12; " + cluster("link", "node2 up");
+  const std::string cut =
+      after_step_8(ckpt) + cluster("link", "node2 down") + " && echo cut; sleep 12; " + cluster("link", "node2 up");
   auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
                       by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & b=$!; " + cut +
                       "; wait $a; echo rc1=$?; wait $b; echo rc2=$?");
@@ -113,12 +127,7 @@ TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
     EXPECT_NE(log.find("coshard-run: restart 1 of 1: node "), std::string::npos) << log;
   }
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
-  const auto want = losses(whole.output), got = losses(node1);
-  ASSERT_EQ(want.size(), 40u) << whole.output;
-  ASSERT_GE(got.size(), 10u) << node1;
-  for (std::size_t i = 0; i < 10; ++i) {
-    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
-  }
+  expect_the_uninterrupted_losses(whole, node1);
 }
 
 // Every process on node2 killed mid-training (its host crashed) under --max-restarts 1 --resume
@@ -127,14 +136,11 @@ TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
 // uninterrupted run's losses.
 TEST_F(Cluster, AHostThatCrashesAndComesBackRestartsTheJobFromTheLastCheckpoint) {
   auto dir = train::temp_dir("cluster-crash-back");
-  const std::string common = kTrainArgs + "--steps 40 --checkpoint-every 4 --metrics-port 0 --checkpoint-dir ";
-  auto whole = run_command(kRun + " --nproc-per-node 4 -- " + kTrain + common + (dir / "whole").string());
-  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string common = kRestartArgs + "--checkpoint-dir ";
+  const std::string whole = uninterrupted_run(dir, common);
   const std::string ckpt = (dir / "crash").string(), d = dir.string();
   const std::string train = common + ckpt + " --resume auto";
-  const std::string crash = "for i in $(seq 1200); do [ -e " + ckpt +
-                            "/step-00000008/manifest.json ] && break; sleep 0.1; done; " + cluster("kill", "node2") +
-                            "; sleep 2; ";
+  const std::string crash = after_step_8(ckpt) + cluster("kill", "node2") + "; sleep 2; ";
   auto r = run_script(by_hand(0, train, " --max-restarts 1") + " > " + d + "/node1.log 2>&1 & a=$!; " +
                       by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2.log 2>&1 & " + crash +
                       by_hand(1, train, " --max-restarts 1") + " > " + d + "/node2-again.log 2>&1; echo rc2=$?; " +
@@ -148,12 +154,7 @@ TEST_F(Cluster, AHostThatCrashesAndComesBackRestartsTheJobFromTheLastCheckpoint)
     EXPECT_NE(log.find("coshard-run: restart 1 of 1: node "), std::string::npos) << log;
   }
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
-  const auto want = losses(whole.output), got = losses(node1);
-  ASSERT_EQ(want.size(), 40u) << whole.output;
-  ASSERT_GE(got.size(), 10u) << node1;
-  for (std::size_t i = 0; i < 10; ++i) {
-    EXPECT_NEAR(got[got.size() - 10 + i], want[30 + i], 1e-5 * std::abs(want[30 + i])) << "step " << 31 + i;
-  }
+  expect_the_uninterrupted_losses(whole, node1);
 }
 
 TEST_F(Cluster, CoshardRunRefusesFlagsThatContradictTheSlurmStep) {
