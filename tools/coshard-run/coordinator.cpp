@@ -110,6 +110,9 @@ Failure Coordinator::report(int attempt, Failure f) {
 
 Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
   const int code = rc ? rc : 1;
+  if (interrupted && cut_since_) {  // no restart can follow an interrupt: nothing to wait for
+    return Verdict{.code = code, .reason = "interrupted while the store at " + where_ + " did not answer"};
+  }
   Verdict v;
   for (;;) {  // again after each time the store stops answering, until it is lost
     if (const int sig = await_store()) {
@@ -255,6 +258,8 @@ void Coordinator::await_readers(int attempt, const std::vector<int>& nodes) {
 Verdict Coordinator::await_verdict(int attempt) {
   heard_.clear();
   for (;;) {
+    heartbeat();  // so that a second launcher for this node rank sees this one alive, not silent
+    if (lost_) return Verdict{.code = 1, .reason = lost_failure().what};  // another took its place
     if (auto v = sched_->sync_wait(store_->get(attempt_key(attempt, "verdict")))) return decode_verdict(*v);
     if (silent(0)) {
       return Verdict{.code = 1, .reason = "node 0's coshard-run fell silent " + std::to_string(kSilentFor.count()) +

@@ -74,7 +74,8 @@ class Coordinator {
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
   // and on node 0 so is another node's launcher that fell silent (it is then reported).
   std::optional<Failure> failure(int attempt);
-  // Reports this node's failure and returns the one that stands (another node's may be first).
+  // Reports this node's failure and returns the one that stands (another node's may be first);
+  // while the store does not answer, `f`, which goes out once it does (the first such report only).
   Failure report(int attempt, Failure f);
   // Once every local rank of `attempt` has ended with `rc`: says so, and returns node 0's verdict
   // (node 0 waits for every node that joined while it beats, and decides; the others wait while
@@ -94,6 +95,7 @@ class Coordinator {
   Failure lost_failure() const;
   void join();
   bool holder_gone(const std::string& holder);
+  bool replaced();
   std::string await_node_zero();
   void close() noexcept;
   Failure stopped(int attempt, int sig);

@@ -98,9 +98,11 @@ void Coordinator::join() {
       }
     }
   }
+  auto node_zeros_attempt = [&] { return std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0")); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
   std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
-  if (holder != me && o_.node_rank != 0 && o_.max_restarts > 0 && holder_gone(holder)) {
+  // Only while a restart may follow: on the last attempt taking over would only end the job.
+  if (holder != me && o_.node_rank != 0 && node_zeros_attempt() < o_.max_restarts && holder_gone(holder)) {
     took_over_ = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
@@ -110,7 +112,9 @@ void Coordinator::join() {
   }
   claim_ = me;
   heartbeat();
-  if (o_.node_rank != 0) first_attempt_ = std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0"));
+  // After the claim, so that node 0 waits for this node in any attempt it begins from now on.
+  if (o_.node_rank != 0) first_attempt_ = node_zeros_attempt();
+  attempt_ = first_attempt_;
   if (took_over_) {
     std::fprintf(stderr, "coshard-run: node %d's launcher fell silent: this one takes its place, and attempt %d ends "
                  "so that every node restarts\n", o_.node_rank, first_attempt_);
@@ -182,15 +186,7 @@ void Coordinator::heartbeat() {
   next_beat_ = Clock::now() + std::chrono::seconds(1);
   if (!usable()) return;
   try {
-    if (o_.node_rank != 0 && o_.max_restarts > 0) {  // another launcher may have taken this one's place
-      const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
-      if (holder && *holder != claim_) {
-        lost_ = replaced_ = true;
-        cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
-                      "'s place after this launcher fell silent";
-        return;
-      }
-    }
+    if (replaced()) return;
     sched_->sync_wait(store_->set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
   } catch (const Error& e) {
     broke(e);  // failure(), called next, says so when the store is lost
@@ -214,11 +210,23 @@ bool Coordinator::usable() {
   std::fprintf(stderr, "coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
                seconds_since(*cut_since_));
   cut_since_.reset();
+  if (replaced()) return false;
   if (unsent_) {
     const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
     report(attempt, f);
   }
   return !lost_ && !cut_since_;
+}
+
+// Whether another launcher took this one's place (coordinator.hpp): it then has lost the store.
+bool Coordinator::replaced() {
+  if (o_.node_rank == 0 || o_.max_restarts == 0) return false;
+  const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
+  if (!holder || *holder == claim_) return false;
+  lost_ = replaced_ = true;
+  cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
+                "'s place after this launcher fell silent";
+  return true;
 }
 
 void Coordinator::broke(const Error& e) {
@@ -244,7 +252,9 @@ int Coordinator::await_store() {
 }
 
 Failure Coordinator::lost_failure() const {
-  if (replaced_) return Failure{.node = -1, .code = 1, .restartable = false, .what = cut_reason_};
+  // Named as this node's failure, so that the supervisor stops the ranks at once: the successor's
+  // may be starting on this host.
+  if (replaced_) return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = cut_reason_};
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
   if (cut_since_) what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (--rejoin-timeout): ";
   return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};

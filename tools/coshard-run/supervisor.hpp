@@ -58,8 +58,8 @@ class Supervisor {
   int exit_code_ = 0;
   int interrupted_by_ = 0;
   Clock::time_point next_check_{};  // when to ask again whether another node failed
-  bool stopped_for_other_node_ = false;
-  bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first  // the failure was another node's: the local ranks were stopped
+  bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
+  bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first
 };
 
 }  // namespace coshard::run
