@@ -210,7 +210,12 @@ bool Coordinator::usable() {
   std::fprintf(stderr, "coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
                seconds_since(*cut_since_));
   cut_since_.reset();
-  if (replaced()) return false;
+  try {
+    if (replaced()) return false;
+  } catch (const Error& e) {  // usable() never throws: its callers ask it outside their own try
+    broke(e);
+    return false;
+  }
   if (unsent_) {
     const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
     report(attempt, f);
