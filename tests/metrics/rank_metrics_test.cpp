@@ -24,19 +24,6 @@ std::string scrape(std::uint16_t port) {
   return coshard::testing::loopback_exchange(port, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
 }
 
-// A port nobody listens on right now (bound once, then released).
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 RankMetrics::Options on_port(int rank, int local_rank, std::uint16_t port) {
   RankMetrics::Options o;
   o.rank = rank;
@@ -69,7 +56,7 @@ TEST(RankMetrics, PortZeroPicksAFreePortAndReportsIt) {
 }
 
 TEST(RankMetrics, ServesOnBasePortPlusLocalRank) {
-  const std::uint16_t target = free_port();
+  const std::uint16_t target = coshard::testing::free_loopback_port();
   RankMetrics m(on_port(5, 2, static_cast<std::uint16_t>(target - 2)));
   m.start();
   EXPECT_EQ(m.port(), target);

@@ -16,11 +16,13 @@
 #include <thread>
 #include <vector>
 
+#include "support/loopback.hpp"
 #include "support/run_command.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using coshard::testing::free_loopback_port;
 
 using Run = coshard::testing::CommandResult;
 Run run(const std::string& cmd) { return coshard::testing::run_command(cmd); }
@@ -123,22 +125,6 @@ TEST(Launcher, APortInUseIsNamed) {
   EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:"), std::string::npos) << r.output;
 }
 
-// A port that was free a moment ago, for a --master that both nodes must be told in advance.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return 29411;
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Two launchers of one job on this host (nodes 0 and 1 of --nnodes 2, each with 2 ranks of
 // `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do;
 // `command`, when given, is set to the command line of node `n`'s launcher before it starts.
@@ -150,7 +136,7 @@ TwoNodes two_nodes(const std::string& name, const std::string& script, const std
                    const std::function<void()>& during = {}, std::vector<std::string>* command = nullptr) {
   const std::string file = ::testing::TempDir() + "/coshard-run-" + name + ".sh";
   std::ofstream(file) << script;
-  const std::string master = "--master 127.0.0.1:" + std::to_string(free_port()) + " --token " + name;
+  const std::string master = "--master 127.0.0.1:" + std::to_string(free_loopback_port()) + " --token " + name;
   std::vector<std::string> lines;
   for (int n = 0; n < 2; ++n) {
     lines.push_back(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 2 " + master + " " + flags +
@@ -344,7 +330,7 @@ TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
 // node 1 (6 s late) joins the attempt that node 0 runs by then, and the job completes.
 TEST(LauncherNodes, ANodeThatJoinsAfterTheRendezvousDeadlineIsNamedOrJoinsTheNextAttempt) {
   for (const int restarts : {0, 1}) {
-    const std::string master = "--master 127.0.0.1:" + std::to_string(free_port()) + " --token late" +
+    const std::string master = "--master 127.0.0.1:" + std::to_string(free_loopback_port()) + " --token late" +
                                std::to_string(restarts) + " --max-restarts " + std::to_string(restarts) + " --join-timeout 5 ";
     // 3 s to meet in the first attempt, 30 s in the next (sanitizer builds start slowly).
     const std::string ranks = " --nnodes 2 --nproc-per-node 2 " + master + "-- sh -c 'exec " + kCheck +

@@ -1,6 +1,6 @@
 #pragma once
-// Test helper: one raw TCP exchange with a server on 127.0.0.1, as an HTTP scraper or a broken
-// client would do it. Sends `request`, then reads until the server closes or `timeout_s` passes.
+// Test helpers on 127.0.0.1: a port that is free, and one raw TCP exchange with a server, as an
+// HTTP scraper or a broken client would do it.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +11,23 @@
 
 namespace coshard::testing {
 
+// A port nobody listens on right now (bound once, then released; 0 if none could be had), for
+// an address that several processes must be told in advance.
+inline std::uint16_t free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    socklen_t len = sizeof a;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// Sends `request`, then reads until the server closes or `timeout_s` passes.
 inline std::string loopback_exchange(std::uint16_t port, const std::string& request, int timeout_s = 5) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
