@@ -1,5 +1,6 @@
 // Failures across hosts of a real (namespace) cluster: a host that crashes mid-step, a link cut
-// mid-step (for good, or until a restart recovers once it is back), and launches that cannot work
+// mid-step (for good, or until a restart recovers once it is back), Slurm's SIGUSR2 ahead of a time
+// limit (a checkpoint, then exit code 75), and launches that cannot work
 // (flags that contradict the Slurm step, a master that does not answer, two hosts claiming the
 // same node rank). Each that cannot recover ends with every launcher exiting non-zero within its
 // deadline, naming the host or flag at fault.
@@ -155,6 +156,30 @@ TEST_F(Cluster, AHostThatCrashesAndComesBackRestartsTheJobFromTheLastCheckpoint)
   }
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   expect_the_uninterrupted_losses(whole, node1);
+}
+
+// Slurm's warning before a time limit or a preemption, as `srun --signal=USR2@SECONDS` gives it:
+// here scancel sends SIGUSR2 to every task of the step at once. The ranks (started by srun, no
+// launcher of ours) agree on a step, checkpoint it, and exit 75, which srun passes on.
+TEST_F(Cluster, SlurmsSigusr2StopsEveryRankAfterACheckpoint) {
+  auto dir = train::temp_dir("cluster-sigusr2");
+  const std::string d = dir.string(), ckpt = d + "/ckpt";
+  auto r = run_script(on("login", "srun -N2 --ntasks-per-node=1 -J stop-" + name_ + " " + kTrain + kTrainArgs +
+                                      "--steps 1000000 --metrics-port 0 --checkpoint-dir " + ckpt + " > " + d +
+                                      "/job.log 2>&1 & a=$!; for i in $(seq 600); do grep -q '\"step\":3,' " + d +
+                                      "/job.log && break; sleep 0.1; done; scancel --signal=USR2 -n stop-" + name_ +
+                                      "; t0=$SECONDS; wait $a; echo rc=$? after=$((SECONDS - t0))"));
+  const std::string log = read_file(dir / "job.log");
+  EXPECT_NE(r.output.find("rc=75"), std::string::npos) << r.output << log;
+  EXPECT_LT(seconds_after(r.output, "rc"), 30) << r.output;
+  const auto at = log.find("stopped on request (SIGUSR2) after step ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int step = std::stoi(log.substr(at + 40));
+  EXPECT_GE(step, 3) << log;
+  EXPECT_EQ(static_cast<int>(losses(log).size()), step) << log;  // the checkpoint holds the last step logged
+  char name[32];
+  std::snprintf(name, sizeof name, "/step-%08d", step);
+  EXPECT_TRUE(std::filesystem::exists(ckpt + name + "/manifest.json")) << log;
 }
 
 TEST_F(Cluster, CoshardRunRefusesFlagsThatContradictTheSlurmStep) {

@@ -1,6 +1,7 @@
 // gpt2-train when a rank stops without dying (SIGSTOP: a hung kernel, a swapped-out host, a
 // debugger): past the collective deadline every other rank fails naming the operation and the
-// silent rank, the launcher names the stopped rank and kills it; a shorter stop loses nothing.
+// silent rank, the launcher names the stopped rank and kills it; a shorter stop loses nothing. And
+// a stop asked for (SIGUSR2, as Slurm sends before a time limit): a checkpoint, then exit code 75.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -9,7 +10,9 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "support/loopback.hpp"
 #include "support/run_command.hpp"
 #include "train/trainer_support.hpp"
 
@@ -18,6 +21,7 @@ namespace {
 using coshard::testing::run_command;
 using namespace coshard::testing::train;
 using Clock = std::chrono::steady_clock;
+using coshard::testing::free_loopback_port;
 
 // Lines in `path` (a --log-json file that is still being written).
 std::size_t lines_in(const fs::path& path) {
@@ -107,6 +111,71 @@ TEST(TrainerFaults, AStopShorterThanTheDeadlineLosesNothing) {
     EXPECT_NEAR(got, want, 1e-6 * want) << "step " << n + 1;
   }
   EXPECT_EQ(n, 40u);
+}
+
+// The loss of each line of a --log-json file, in order.
+std::vector<double> losses_in(const fs::path& path) {
+  std::ifstream f(path);
+  std::vector<double> out;
+  for (std::string line; std::getline(f, line);) out.push_back(json::parse(line)["loss"].get<double>());
+  return out;
+}
+
+// Two nodes of one rank each; only node 1's launcher gets SIGUSR2. Rank 0 never sees the signal,
+// yet both ranks stop after the same step (they reduce the request with the step's loss), with a
+// checkpoint of it, and both launchers exit 75 without restarting. Resumed, the run logs the
+// uninterrupted run's losses.
+TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContinuesFrom) {
+  auto d = temp_dir("sigusr2");
+  const std::string common = "--steps 400 --seq 32 --collective-timeout 30 --log-json ";
+  auto whole = run_command(launch(2, common + (d / "whole.jsonl").string()));
+  ASSERT_EQ(whole.rc, 0) << whole.output;
+  const std::string ckpt = " --checkpoint-dir " + (d / "ckpt").string() + " --resume auto";
+  const fs::path log = d / "stopped.jsonl";
+  const std::string master = "--master 127.0.0.1:" + std::to_string(free_loopback_port()) + " --token sigusr2 ";
+  coshard::testing::CommandResult node[2];
+  std::thread nodes[2];
+  for (int n = 0; n < 2; ++n) {
+    nodes[n] = std::thread([&, n] {
+      node[n] = run_command(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 1 --max-restarts 1 " +
+                            master + "-- " + kTrain + " --metrics-port 0 --samples 0 " + common + log.string() + ckpt);
+    });
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (lines_in(log) < 20 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Anchored at the program, so that neither the shell that runs the launcher nor pkill's matches.
+  const bool signalled = run_command("pkill -USR2 -f -- '^[^ ]*/coshard-run --nnodes 2 --node-rank 1 .*sigusr2'").rc == 0;
+  for (auto& t : nodes) t.join();
+  ASSERT_TRUE(signalled) << "node 1's launcher was gone before step 20: " << node[1].output;
+  EXPECT_NE(node[1].output.find("coshard-run: got User defined signal 2, passing it to the ranks"), std::string::npos)
+      << node[1].output;
+  EXPECT_EQ(node[0].output.find("coshard-run: got User defined signal 2"), std::string::npos) << node[0].output;
+  const auto stopped = losses_in(log);
+  const int step = static_cast<int>(stopped.size());
+  ASSERT_GE(step, 20);
+  ASSERT_LT(step, 400) << node[0].output;
+  const std::string where = (d / "ckpt" / ("step-" + std::string(8 - std::to_string(step).size(), '0') +
+                                           std::to_string(step))).string();
+  for (const auto& r : node) {
+    EXPECT_EQ(r.rc, 75) << r.output;
+    EXPECT_NE(r.output.find("coshard-run: the job stopped (exit code 75): the ranks stopped on request (SIGUSR2)"),
+              std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(node[0].output.find("stopped on request (SIGUSR2) after step " + std::to_string(step) +
+                                " of 400: checkpoint " + where),
+            std::string::npos) << node[0].output;
+  EXPECT_TRUE(fs::exists(fs::path(where) / "manifest.json")) << node[0].output;
+
+  auto resumed = run_command(launch(2, common + (d / "resumed.jsonl").string() + ckpt));
+  ASSERT_EQ(resumed.rc, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + where + " at step " + std::to_string(step) + " of 400"),
+            std::string::npos) << resumed.output;
+  auto got = stopped;
+  for (double loss : losses_in(d / "resumed.jsonl")) got.push_back(loss);
+  const auto want = losses_in(d / "whole.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << "step " << i + 1;
 }
 
 }  // namespace

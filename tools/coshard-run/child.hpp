@@ -42,6 +42,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
+  bool asked_to_stop = false;  // SIGUSR2 passed on to it
   Output out, err;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -12,6 +13,7 @@
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
+#include "coshard/transport/stop_signal.hpp"
 #include "coshard/transport/store.hpp"
 
 namespace coshard::run {
@@ -150,6 +152,7 @@ Verdict Coordinator::decide(int attempt) {
   std::optional<Failure> failed;
   std::vector<int> interrupted;  // nodes whose launcher was told to stop: no restart then
   std::vector<int> rejoining;    // nodes that fell silent, given --rejoin-timeout to come back
+  bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (SIGUSR2)
   int stop = 0;
   const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
@@ -157,6 +160,7 @@ Verdict Coordinator::decide(int attempt) {
     std::erase_if(missing, [&](int n) {
       if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
         if (said->ends_with(" interrupted")) interrupted.push_back(n);
+        stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
         if (n != 0) done.push_back(n);
         return true;
       }
@@ -193,20 +197,24 @@ Verdict Coordinator::decide(int attempt) {
   if (!stop && (stop = pending_stop())) failed = stopped(attempt, stop);  // also when node 0 ended last
   if (!failed) failed = failure(attempt);
   if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
-  Verdict v = verdict(attempt, failed, missing, interrupted);
+  Verdict v = verdict(attempt, failed, missing, interrupted, stopped_on_request);
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
   return v;
 }
 
 Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
-                             const std::vector<int>& interrupted) const {
+                             const std::vector<int>& interrupted, bool stopped_on_request) const {
   Verdict v;
   if (failed) {
     v.code = failed->code;
     v.failed_rank = failed->rank;
     v.reason = (failed->node >= 0 ? "node " + std::to_string(failed->node) + ": " : "") + failed->what;
     v.restart = failed->restartable && attempt < o_.max_restarts && missing.empty() && interrupted.empty();
+  } else if (stopped_on_request) {  // not a failure: no restart, on a signal meant to end the job here
+    v.code = transport::StopSignal::kExitCode;
+    v.reason = "the ranks stopped on request (SIGUSR2) after a checkpoint; run the job again (with --resume auto) "
+               "to continue from it";
   }
   if (!interrupted.empty() && failed && failed->restartable) {
     v.reason += "; not restarted: the launcher of node(s) " + node_list(interrupted) + " was told to stop";

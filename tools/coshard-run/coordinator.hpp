@@ -101,7 +101,7 @@ class Coordinator {
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
   Verdict verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
-                  const std::vector<int>& interrupted) const;
+                  const std::vector<int>& interrupted, bool stopped_on_request) const;
   Verdict await_verdict(int attempt);
   void await_readers(int attempt, const std::vector<int>& nodes);
   Failure report_silent(int attempt, int node);

@@ -10,6 +10,8 @@
 #include <set>
 #include <optional>
 
+#include "coshard/transport/signal_marker.hpp"
+
 namespace coshard::run {
 namespace fs = std::filesystem;
 
@@ -22,11 +24,11 @@ char process_state(pid_t pid) {
   return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
 }
 
-bool takes_sigusr1(pid_t pid, const std::string& flight_dir) {
+bool takes_signal(pid_t pid, const std::string& flight_dir, int sig) {
   std::error_code ec;
-  if (!fs::exists(fs::path(flight_dir) / ("coshard-sigusr1-" + std::to_string(pid)), ec)) return false;
+  if (!fs::exists(fs::path(flight_dir) / transport::signal_marker_name(sig, pid), ec)) return false;
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  const unsigned long long bit = 1ull << (SIGUSR1 - 1);
+  const unsigned long long bit = 1ull << (sig - 1);
   for (std::string line; std::getline(f, line);) {
     if (line.starts_with("SigCgt:")) return (std::stoull(line.substr(7), nullptr, 16) & bit) != 0;
   }

@@ -15,10 +15,10 @@ namespace coshard::run {
 // 'Z'...), or '?' when it cannot be read.
 char process_state(pid_t pid);
 
-// True when `pid` asked for SIGUSR1 (a transport::DiagnosticsSignal, as under transport::run_rank
-// and gpt2-train, leaves `flight_dir/coshard-sigusr1-<pid>`) and catches it now, so asking it for
-// its flight records cannot kill it nor set off another meaning the program gives the signal.
-bool takes_sigusr1(pid_t pid, const std::string& flight_dir);
+// True when `pid` asked for `sig` (SIGUSR1 or SIGUSR2: a transport::DiagnosticsSignal or
+// StopSignal leaves its transport::SignalMarker in `flight_dir`) and catches it now, so sending it
+// cannot kill the rank nor set off another meaning the program gives the signal.
+bool takes_signal(pid_t pid, const std::string& flight_dir, int sig);
 
 // Lines naming the still-running ranks that are stopped or traced: such a rank cannot answer its
 // peers, which then fail at their collective deadline.

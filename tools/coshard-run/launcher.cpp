@@ -19,6 +19,7 @@
 #include "coordinator.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
+#include "coshard/transport/stop_signal.hpp"
 #include "coshard/transport/store.hpp"
 #include "hang_report.hpp"
 #include "spawn.hpp"
@@ -55,6 +56,7 @@ BlockedSignals block_signals() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGUSR2);  // passed on to the ranks that stop after a checkpoint on it
   sigaddset(&mask, SIGCHLD);
   if (::sigprocmask(SIG_BLOCK, &mask, &s.old_mask) != 0) throw Error(Errc::io, "sigprocmask failed");
   s.fd = Fd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
@@ -211,7 +213,10 @@ int launch(const Options& o) {
     }
     const Verdict v = coordinator.finish(attempt, rc, interrupted);
     if (!v.restart) {
-      if (v.code != 0) std::fprintf(stderr, "coshard-run: the job failed (exit code %d): %s\n", v.code, v.reason.c_str());
+      if (v.code != 0) {
+        std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n",
+                     v.code == transport::StopSignal::kExitCode ? "stopped" : "failed", v.code, v.reason.c_str());
+      }
       return v.code;
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,

@@ -1,5 +1,6 @@
 #include "supervisor.hpp"
 
+#include "coshard/transport/stop_signal.hpp"
 #include "hang_report.hpp"
 
 #include <signal.h>
@@ -53,6 +54,7 @@ void Supervisor::watch(int sigfd) {
     ::poll(fds.data(), fds.size(), timeout_ms);
 
     if (fds[0].revents & POLLIN) take_signals(sigfd);
+    if (stop_requested_) pass_on_stop_request();  // also to a rank that takes SIGUSR2 only now
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
     }
@@ -77,6 +79,7 @@ void Supervisor::watch(int sigfd) {
 
 int Supervisor::result() const {
   if (interrupted_by_) return 128 + interrupted_by_;
+  if (!exit_code_ && stopped_on_request_) return transport::StopSignal::kExitCode;
   if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
       if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
@@ -123,7 +126,7 @@ void Supervisor::stop_all(int sig) {
 void Supervisor::ask_for_flight_records() {
   bool asked = false;
   for (const auto& c : children_) {
-    if (c.running && process_state(c.pid) != 'T' && takes_sigusr1(c.pid, flight_dir_)) {
+    if (c.running && process_state(c.pid) != 'T' && takes_signal(c.pid, flight_dir_, SIGUSR1)) {
       asked = ::kill(c.pid, SIGUSR1) == 0 || asked;
     }
   }
@@ -138,6 +141,11 @@ void Supervisor::take_signals(int sigfd) {
   signalfd_siginfo si;
   while (::read(sigfd, &si, sizeof si) == sizeof si) {
     int sig = static_cast<int>(si.ssi_signo);
+    if (sig == SIGUSR2 && !stop_requested_) {
+      std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks that stop after a checkpoint on it\n",
+                   strsignal(sig));
+      stop_requested_ = true;
+    }
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
       ask_at_.reset();  // stopping already
@@ -148,6 +156,18 @@ void Supervisor::take_signals(int sigfd) {
       }
       stop_at_.reset();
       stop_all(sig);
+    }
+  }
+}
+
+// Each rank that takes SIGUSR2 gets it once; the others (a program without transport::StopSignal,
+// gpt2-train without --checkpoint-dir) would die of it and get nothing. Not after the attempt
+// started ending: a failure or an interrupt is already stopping the ranks.
+void Supervisor::pass_on_stop_request() {
+  if (exit_code_ || interrupted_by_) return;
+  for (auto& c : children_) {
+    if (c.running && !c.asked_to_stop && takes_signal(c.pid, flight_dir_, SIGUSR2)) {
+      c.asked_to_stop = ::kill(c.pid, SIGUSR2) == 0;
     }
   }
 }
@@ -177,7 +197,11 @@ void Supervisor::reap() {
     if (r != c.pid) continue;
     c.running = false;
     c.status = status;
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // Exit code 75: the ranks agreed to stop after a checkpoint (transport::StopSignal), the others
+    // follow at the same step.
+    const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == transport::StopSignal::kExitCode;
+    stopped_on_request_ |= stopped;
+    bool ok = stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!ok && !exit_code_ && !interrupted_by_) {
       exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,

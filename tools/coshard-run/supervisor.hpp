@@ -1,6 +1,7 @@
 #pragma once
 // Watches the local ranks of one attempt until every one has ended and its output is drained:
-// relays their output and the launcher's SIGINT/SIGTERM, and when a rank fails here or another
+// relays their output and the launcher's SIGINT/SIGTERM (SIGUSR2 to the ranks that stop after a
+// checkpoint on it, whose exit code 75 is no failure), and when a rank fails here or another
 // node reports a failure, stops the others: SIGUSR1 first to the ranks that take it (they write
 // their flight records; a second later SIGTERM, then SIGKILL after the grace period). A failure
 // here is reported to the other nodes.
@@ -25,7 +26,7 @@ class Supervisor {
       : o_(o), children_(children), flight_dir_(std::move(flight_dir)), coordinator_(coordinator), attempt_(attempt) {}
 
   // Returns once every rank has ended and its pipes are closed. `sigfd`: a signalfd for SIGINT,
-  // SIGTERM and SIGCHLD.
+  // SIGTERM, SIGUSR2 and SIGCHLD.
   void watch(int sigfd);
   // The launcher's exit code; names the ranks that failed when one did.
   int result() const;
@@ -40,6 +41,7 @@ class Supervisor {
   void stop_all(int sig);
   void ask_for_flight_records();
   void take_signals(int sigfd);
+  void pass_on_stop_request();
   void relay(Output& out);
   void reap();
   void kill_late_ranks();
@@ -60,6 +62,8 @@ class Supervisor {
   Clock::time_point next_check_{};  // when to ask again whether another node failed
   bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
   bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first
+  bool stop_requested_ = false;  // got SIGUSR2: passed on to each rank once it takes it
+  bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
 };
 
 }  // namespace coshard::run

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -49,19 +48,12 @@ DiagnosticsSignal::DiagnosticsSignal() {
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGUSR1, &sa, nullptr);
-  if (const char* dir = std::getenv("COSHARD_FLIGHT_DIR"); dir && *dir) {
-    marker_ = std::string(dir) + "/coshard-sigusr1-" + std::to_string(::getpid());
-    if (FILE* f = std::fopen(marker_.c_str(), "w")) {
-      std::fclose(f);
-    } else {
-      marker_.clear();  // the launcher will not ask; the rank still answers a SIGUSR1 sent by hand
-    }
-  }
+  marker_.emplace(SIGUSR1);  // last: coshard-run may send SIGUSR1 from now on
 }
 
 DiagnosticsSignal::~DiagnosticsSignal() {
   stop();
-  if (!marker_.empty()) std::remove(marker_.c_str());
+  marker_.reset();
   struct sigaction sa {};
   sa.sa_handler = SIG_IGN;
   sigemptyset(&sa.sa_mask);

@@ -12,6 +12,7 @@
 #include "coshard/gpt2/tokenizer.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/transport/launch_env.hpp"
+#include "coshard/transport/stop_signal.hpp"
 #include "train_options.hpp"
 
 namespace coshard::train {
@@ -30,6 +31,7 @@ struct Job {
   metrics::Timeline* timeline = nullptr;  // null without --trace
   std::unique_ptr<CheckpointDir> checkpoints;  // --checkpoint-dir (locked by rank 0)
   std::optional<std::filesystem::path> resume;  // the checkpoint --resume names, if any
+  const transport::StopSignal* stop = nullptr;  // SIGUSR2: stop after a checkpoint (with --checkpoint-dir)
 };
 
 }  // namespace coshard::train

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -171,6 +172,16 @@ Task<int> run(Runtime& rt, train::Job& job) {
 
   train::TrainLoop loop(rt, job, *pg, model, *engine, first_step);
   const train::TrainSummary summary = co_await loop.run();
+  if (summary.stopped_after) {
+    if (pg->rank() == 0) {
+      std::printf("stopped on request (SIGUSR2) after step %d of %d: checkpoint %s; run the job again with --resume "
+                  "auto to continue (exit code %d)\n",
+                  *summary.stopped_after, job.o.steps, job.checkpoints->step_dir(*summary.stopped_after).c_str(),
+                  transport::StopSignal::kExitCode);
+    }
+    co_await train::finish_job(job, *pg);
+    co_return transport::StopSignal::kExitCode;
+  }
   co_await train::save_and_sample(job, *engine, pg->rank());
   if (pg->rank() == 0) train::print_summary(job.o, summary, pg->size());
   co_await train::finish_job(job, *pg);
@@ -216,6 +227,8 @@ int prepare_and_run(train::Job& job) {
     if (job.env.rank == 0) job.checkpoints->lock();
   }
   job.resume = train::checkpoint_to_resume(job.o);
+  std::optional<transport::StopSignal> stop;  // with somewhere to save to, SIGUSR2 stops after a checkpoint
+  if (job.checkpoints) job.stop = &stop.emplace();
   std::unique_ptr<metrics::Timeline> timeline;
   if (!job.o.trace.empty()) timeline = std::make_unique<metrics::Timeline>();
   job.timeline = timeline.get();

@@ -104,12 +104,13 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
       log_(job.o, pg.rank()),
       metrics_(step_metrics(rt.telemetry())),
       compute_(rt.stream("compute")),
-      scalar_(Tensor::empty(rt.allocator(), DType::f32, {1})),
+      scalars_(Tensor::empty(rt.allocator(), DType::f32, {2})),
       progress_(job.o.steps, pg.rank() == 0),
       tokens_per_step_(static_cast<double>(pg.size()) * job.o.grad_accum * job.o.batch * job.o.seq),
       before_(engine.comm_stats()),
       first_step_(first_step),
-      checkpoints_(job.checkpoints.get()) {
+      checkpoints_(job.checkpoints.get()),
+      stop_(job.stop) {
   loader_.set_step(static_cast<std::int64_t>(first_step) * job.o.grad_accum);
   if (job.in.val) val_loader_.emplace(job.in.val, loader_options(job.o, pg.rank(), pg.size(), false));
 }
@@ -120,9 +121,14 @@ Task<TrainSummary> TrainLoop::run() {
   for (int step = first_step_; step < o_.steps; ++step) {
     // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
     if (timeline_ && step == std::max(0, o_.steps - o_.trace_steps)) timeline_->clear();
-    s.loss = co_await train_step(step);
+    const StepEnd end = co_await train_step(step);
+    s.loss = end.loss;
     if (step == first_step_) s.first_loss = s.loss;
-    co_await checkpoint(step + 1);
+    co_await checkpoint(step + 1, end.stop);
+    if (end.stop && step + 1 < o_.steps) {
+      s.stopped_after = step + 1;
+      break;
+    }
   }
   co_await finish_checkpoint();
   progress_.done();
@@ -131,7 +137,7 @@ Task<TrainSummary> TrainLoop::run() {
   co_return s;
 }
 
-Task<float> TrainLoop::train_step(int step) {
+Task<StepEnd> TrainLoop::train_step(int step) {
   const auto t0 = Clock::now();
   StepRecord r;
   r.step = step + 1;
@@ -139,7 +145,8 @@ Task<float> TrainLoop::train_step(int step) {
   engine_.set_learning_rate(r.lr);
   const float local = co_await micro_batches();
   co_await engine_.optimizer_step();
-  r.loss = co_await mean_over_ranks(local);
+  const auto [loss, stop] = co_await mean_over_ranks(local, stop_ && stop_->requested() ? 1.0f : 0.0f);
+  r.loss = loss;
   r.step_s = seconds_since(t0);
   r.tokens_per_s = tokens_per_step_ / r.step_s;
   const auto stats = engine_.comm_stats();
@@ -156,7 +163,7 @@ Task<float> TrainLoop::train_step(int step) {
   r.pool_bytes = memory.pool_bytes;
   progress_.step(r.step, r.loss, r.tokens_per_s, r.exposed / r.step_s, r.val);
   log_.write(r);
-  co_return r.loss;
+  co_return StepEnd{.loss = r.loss, .stop = stop > 0};
 }
 
 // The local loss of the step's micro-batches; only the last one reduces gradients (no_sync).
@@ -178,10 +185,11 @@ Task<float> TrainLoop::forward_backward(gpt2::Batch b, bool sync, bool last) {
   co_return co_await model_.loss();
 }
 
-Task<void> TrainLoop::checkpoint(int steps_done) {
+Task<void> TrainLoop::checkpoint(int steps_done, bool now) {
   if (!checkpoints_) co_return;
   co_await finish_checkpoint();  // usually finished already, by this step's optimizer_step
-  const bool due = steps_done == o_.steps || (o_.checkpoint_every > 0 && steps_done % o_.checkpoint_every == 0);
+  const bool due =
+      now || steps_done == o_.steps || (o_.checkpoint_every > 0 && steps_done % o_.checkpoint_every == 0);
   if (!due) co_return;
   const std::string dir = checkpoints_->step_dir(steps_done).string();
   const auto state = training_state(o_, pg_.size(), steps_done);
@@ -211,13 +219,14 @@ Task<float> TrainLoop::validation_loss() {
   co_await model_.forward(engine_);
   co_await engine_.finish_backward();  // releases what forward left unsharded
   const float local = co_await model_.loss();
-  co_return co_await mean_over_ranks(local);
+  co_return (co_await mean_over_ranks(local, 0)).first;
 }
 
-Task<float> TrainLoop::mean_over_ranks(float v) {
-  upload(compute_, scalar_, std::vector<float>{v});
-  compute_.wait(pg_.world().all_reduce(scalar_, transport::Reduction::avg(), compute_));
-  co_return (co_await download<float>(compute_, scalar_))[0];
+Task<std::pair<float, float>> TrainLoop::mean_over_ranks(float v, float flag) {
+  upload(compute_, scalars_, std::vector<float>{v, flag});
+  compute_.wait(pg_.world().all_reduce(scalars_, transport::Reduction::avg(), compute_));
+  const std::vector<float> means = co_await download<float>(compute_, scalars_);
+  co_return std::pair{means[0], means[1]};
 }
 
 }  // namespace coshard::train

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/data.hpp"
@@ -57,6 +58,13 @@ struct StepMetrics {
 struct TrainSummary {
   float first_loss = NAN, loss = NAN;
   double seconds = 0;
+  std::optional<int> stopped_after;  // the step after which a stop request (SIGUSR2) ended the run
+};
+
+// What every rank agrees on at the end of a step.
+struct StepEnd {
+  float loss = NAN;   // the mean over ranks
+  bool stop = false;  // some rank was asked to stop (transport::StopSignal)
 };
 
 // Loads the checkpoint --resume names into the engine (collective), checks that every rank
@@ -72,15 +80,17 @@ class TrainLoop {
   Task<TrainSummary> run();
 
  private:
-  // One optimizer step; returns its loss (the mean over ranks).
-  Task<float> train_step(int step);
+  // One optimizer step.
+  Task<StepEnd> train_step(int step);
   Task<float> micro_batches();
   Task<float> forward_backward(gpt2::Batch b, bool sync, bool last);
   Task<float> validation_loss();
-  Task<float> mean_over_ranks(float v);
+  // The means over ranks of `v` and of `flag` (0 or 1; more than 0 when any rank's is 1), in one
+  // all-reduce.
+  Task<std::pair<float, float>> mean_over_ranks(float v, float flag);
   bool validation_due(int step) const;
-  // After `steps_done` steps: finishes the previous save, and saves when one is due.
-  Task<void> checkpoint(int steps_done);
+  // After `steps_done` steps: finishes the previous save, and saves when one is due or `now`.
+  Task<void> checkpoint(int steps_done, bool now);
   Task<void> finish_checkpoint();
 
   Runtime& rt_;
@@ -94,12 +104,13 @@ class TrainLoop {
   StepLog log_;
   StepMetrics metrics_;
   Stream& compute_;
-  Tensor scalar_;  // the all-reduced loss
+  Tensor scalars_;  // the all-reduced loss and stop flag
   Progress progress_;
   const double tokens_per_step_;
   fsdp::CommStats before_;  // at the end of the previous step
   const int first_step_;
   CheckpointDir* checkpoints_;
+  const transport::StopSignal* stop_;  // null: no stop requests (no --checkpoint-dir)
   std::optional<int> saving_;  // the step of a checkpoint being written
 };
 

@@ -114,7 +114,8 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
 
 void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
-                 "sharded checkpoints of the whole training state in DIR/step-NNNNNNNN (DIR/latest names the newest)");
+                 "sharded checkpoints of the whole training state in DIR/step-NNNNNNNN (DIR/latest names the newest); "
+                 "SIGUSR2 then stops every rank after a checkpoint, with exit code 75");
   app.add_option("--checkpoint-every", o.checkpoint_every, "a checkpoint every N steps, and one at the end")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-keep", o.checkpoint_keep, "complete checkpoints kept (older ones are removed)")

@@ -5,10 +5,12 @@
 // are written even when the scheduler thread is stuck.
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "coshard/runtime/runtime.hpp"
+#include "coshard/transport/signal_marker.hpp"
 
 namespace coshard::transport {
 
@@ -58,7 +60,7 @@ class DiagnosticsSignal {
 
  private:
   int wake_[2] = {-1, -1};  // the handler writes a byte to wake_[1]
-  std::string marker_;      // the file that says this process takes SIGUSR1; empty: none
+  std::optional<SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR1
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
