@@ -153,6 +153,21 @@ TwoNodes two_nodes(const std::string& name, const std::string& script, const std
   return out;
 }
 
+// A file the ranks of a two_nodes script append their RANK to ("echo $RANK >> FILE"), emptied.
+std::string rank_log(const std::string& name) {
+  const std::string path = ::testing::TempDir() + "/coshard-run-" + name + ".started";
+  std::remove(path.c_str());
+  return path;
+}
+
+// Waits up to 30 s for rank 2 to write to `rank_log`: node 1's ranks run, and its launcher has
+// joined and beaten by then.
+void await_node_1_ranks(const std::string& log) {
+  for (int i = 0; i < 600 && run("cat " + log + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // Rank 3 (on node 1) fails in the first attempt; the other ranks would sleep for a minute.
 const std::string kFailsOnceOnNode1 =
     "echo attempt $COSHARD_RESTART_COUNT rank $RANK after $COSHARD_RESTART_EXIT_CODE from $COSHARD_RESTART_FAILED_RANK\n"
@@ -243,14 +258,10 @@ int launcher_pid(const std::string& token, int node) {
 // without noticing: node 0 finds it silent, stops its own ranks, waits --rejoin-timeout for it to
 // come back (it might only be cut off), and ends the job, not restarting it without that node.
 TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
-  const std::string started = ::testing::TempDir() + "/coshard-run-silent.started";
-  std::remove(started.c_str());
+  const std::string started = rank_log("silent");
   auto r = two_nodes("silent", "echo $RANK >> " + started + "; sleep 120\n",
                      "--max-restarts 2 --grace 3 --rejoin-timeout 5", [&] {
-    // Once node 1's ranks run (its launcher has joined and beaten by then).
-    for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    await_node_1_ranks(started);
     const int pid = launcher_pid("silent", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
     ::kill(pid, SIGKILL);
@@ -270,15 +281,12 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
 // crashed. Started again (the host is back), it waits 15 s for the old one to beat, takes its
 // place, and both nodes restart: the second attempt's ranks end at once.
 TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
-  const std::string started = ::testing::TempDir() + "/coshard-run-back.started";
-  std::remove(started.c_str());
+  const std::string started = rank_log("back");
   const std::string script = "echo $RANK >> " + started + "; if [ $COSHARD_RESTART_COUNT = 0 ]; then sleep 120; fi\n";
   std::vector<std::string> command;
   coshard::testing::CommandResult again;
   auto r = two_nodes("back", script, "--max-restarts 1 --grace 3", [&] {
-    for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    await_node_1_ranks(started);
     const int pid = launcher_pid("back", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
     ::kill(pid, SIGKILL);
@@ -302,12 +310,9 @@ TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
 // --max-restarts its launcher keeps trying instead of stopping its ranks, reaches the store once
 // node 0 runs again, and the job ends as if nothing happened.
 TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
-  const std::string started = ::testing::TempDir() + "/coshard-run-outage.started";
-  std::remove(started.c_str());
+  const std::string started = rank_log("outage");
   auto r = two_nodes("outage", "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts 1 --grace 3", [&] {
-    for (int i = 0; i < 600 && run("cat " + started + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    await_node_1_ranks(started);
     const int pid = launcher_pid("outage", 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
     ::kill(pid, SIGSTOP);
