@@ -144,7 +144,7 @@ void Supervisor::take_signals(int sigfd) {
     if (sig == SIGUSR2 && !stop_requested_) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks that stop after a checkpoint on it\n",
                    strsignal(sig));
-      stop_requested_ = true;
+      stop_requested_ = Clock::now();
     }
     if (sig == SIGINT || sig == SIGTERM) {
       std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
@@ -165,10 +165,18 @@ void Supervisor::take_signals(int sigfd) {
 // started ending: a failure or an interrupt is already stopping the ranks.
 void Supervisor::pass_on_stop_request() {
   if (exit_code_ || interrupted_by_) return;
+  bool any = false;
   for (auto& c : children_) {
     if (c.running && !c.asked_to_stop && takes_signal(c.pid, flight_dir_, SIGUSR2)) {
       c.asked_to_stop = ::kill(c.pid, SIGUSR2) == 0;
     }
+    any |= c.asked_to_stop;
+  }
+  // A rank says it takes SIGUSR2 once it has started: give the ranks time before saying none does.
+  if (!any && !said_none_stops_ && Clock::now() - *stop_requested_ >= std::chrono::seconds(10)) {
+    said_none_stops_ = true;
+    std::fprintf(stderr, "coshard-run: no local rank takes SIGUSR2 (gpt2-train does with --checkpoint-dir), so none "
+                         "was asked to stop: the job goes on (SIGTERM ends it without a checkpoint)\n");
   }
 }
 

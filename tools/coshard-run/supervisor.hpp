@@ -62,7 +62,8 @@ class Supervisor {
   Clock::time_point next_check_{};  // when to ask again whether another node failed
   bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
   bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first
-  bool stop_requested_ = false;  // got SIGUSR2: passed on to each rank once it takes it
+  std::optional<Clock::time_point> stop_requested_;  // got SIGUSR2 then: passed on to each rank once it takes it
+  bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
 };
 
