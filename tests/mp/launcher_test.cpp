@@ -406,4 +406,43 @@ TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {
   EXPECT_NE(r.output.find("start it with --master 127.0.0.1:9"), std::string::npos) << r.output;
 }
 
+
+// Exit code 75 means "stopped on request" only from a rank that takes SIGUSR2 (a StopSignal's
+// marker); from any other program it is a failure like any other, and restarted.
+TEST(Launcher, AnExit75FromARankThatDoesNotTakeSigusr2IsAFailure) {
+  const std::string file = ::testing::TempDir() + "/coshard-run-exit75.sh";
+  std::ofstream(file) << "if [ $COSHARD_RESTART_COUNT = 0 ]; then if [ $RANK = 1 ]; then exit 75; fi; sleep 60; fi\n";
+  auto r = run(kRun + " --nproc-per-node 2 --max-restarts 1 --grace 3 -- sh " + file);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exited with status 75; stopping the other ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+// SIGUSR2 to node 1's launcher, whose ranks take it (a marker and a trap, as a StopSignal would)
+// but fail while stopping (exit 5, as a save that fails would): with restarts left, nothing is
+// restarted, since the allocation is ending, and every launcher exits 75 naming the failure.
+TEST(LauncherNodes, AFailureAfterAStopRequestEndsTheJobWithoutARestart) {
+  const std::string started = rank_log("stop-fail");
+  const std::string script = "[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\ntrap 'exit 5' USR2\n"
+                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho $RANK >> " + started +
+                             "\nwhile true; do sleep 0.1; done\n";
+  auto r = two_nodes("stop-fail", script, "--max-restarts 2 --grace 3", [&] {
+    await_node_1_ranks(started);
+    const int pid = launcher_pid("stop-fail", 1);
+    ASSERT_GT(pid, 0) << "node 1's launcher not found";
+    ::kill(pid, SIGUSR2);
+  });
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 75) << node.output;
+    EXPECT_NE(node.output.find("exited with status 5; not restarted: a stop was requested (SIGUSR2)"),
+              std::string::npos) << node.output;
+    EXPECT_EQ(node.output.find("restart 1"), std::string::npos) << node.output;
+    EXPECT_LT(node.seconds, 30) << node.output;
+  }
+  EXPECT_NE(r.node[1].output.find("coshard-run: got User defined signal 2, passing it to the ranks"), std::string::npos)
+      << r.node[1].output;
+}
+
 }  // namespace

@@ -42,6 +42,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
+  bool takes_stop = false;     // seen taking SIGUSR2 (transport::StopSignal): its exit code 75 is no failure
   bool asked_to_stop = false;  // SIGUSR2 passed on to it
   Output out, err;
 };

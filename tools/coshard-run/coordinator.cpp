@@ -110,9 +110,9 @@ Failure Coordinator::report(int attempt, Failure f) {
   return f;
 }
 
-Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
-  const int code = rc ? rc : 1;
-  if (interrupted && cut_since_) {  // no restart can follow an interrupt: nothing to wait for
+Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
+  const int code = end.rc ? end.rc : 1;
+  if (end.interrupted && cut_since_) {  // no restart can follow an interrupt: nothing to wait for
     return Verdict{.code = code, .reason = "interrupted while the store at " + where_ + " did not answer"};
   }
   Verdict v;
@@ -124,7 +124,8 @@ Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
     if (lost_) return Verdict{.code = code, .reason = lost_failure().what};
     try {
       sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
-                                    std::to_string(rc) + (interrupted ? " interrupted" : "")));
+                                    std::to_string(end.rc) + (end.interrupted ? " interrupted" : "") +
+                                        (end.stop_requested ? " stop" : "")));
       if (o_.node_rank == 0) return decide(attempt);
       v = await_verdict(attempt);
       break;
@@ -145,22 +146,23 @@ Verdict Coordinator::finish(int attempt, int rc, bool interrupted) {
 // --rejoin-timeout more: it may be cut off rather than gone), until --join-timeout passed with
 // the missing nodes never heard from, or until this launcher is told to stop; then decides.
 Verdict Coordinator::decide(int attempt) {
-  std::vector<int> missing;
+  NodesEnded ended;
+  std::vector<int>& missing = ended.missing;
   for (int n = 0; n < o_.nnodes; ++n) missing.push_back(n);
   std::vector<int> done;
   std::optional<Clock::time_point> deadline;  // set by a failure; before one, liveness bounds the wait
   std::optional<Failure> failed;
-  std::vector<int> interrupted;  // nodes whose launcher was told to stop: no restart then
   std::vector<int> rejoining;    // nodes that fell silent, given --rejoin-timeout to come back
-  bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (SIGUSR2)
   int stop = 0;
   const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
     heartbeat();  // the others, awaiting the verdict, judge node 0 by it
     std::erase_if(missing, [&](int n) {
       if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
-        if (said->ends_with(" interrupted")) interrupted.push_back(n);
-        stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
+        // "<rc>[ interrupted][ stop]"
+        if (said->find(" interrupted") != std::string::npos) ended.interrupted.push_back(n);
+        ended.stop_requested |= said->find(" stop") != std::string::npos;
+        ended.stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
         if (n != 0) done.push_back(n);
         return true;
       }
@@ -196,21 +198,23 @@ Verdict Coordinator::decide(int attempt) {
   }
   if (!stop && (stop = pending_stop())) failed = stopped(attempt, stop);  // also when node 0 ended last
   if (!failed) failed = failure(attempt);
+  auto& interrupted = ended.interrupted;
   if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
-  Verdict v = verdict(attempt, failed, missing, interrupted, stopped_on_request);
+  Verdict v = verdict(attempt, failed, ended);
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
   return v;
 }
 
-Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
-                             const std::vector<int>& interrupted, bool stopped_on_request) const {
+Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
+  const auto& [missing, interrupted, stopped_on_request, stop_requested] = ended;
   Verdict v;
   if (failed) {
     v.code = failed->code;
     v.failed_rank = failed->rank;
     v.reason = (failed->node >= 0 ? "node " + std::to_string(failed->node) + ": " : "") + failed->what;
-    v.restart = failed->restartable && attempt < o_.max_restarts && missing.empty() && interrupted.empty();
+    v.restart = failed->restartable && attempt < o_.max_restarts && missing.empty() && interrupted.empty() &&
+                !stop_requested;
   } else if (stopped_on_request) {  // not a failure: no restart, on a signal meant to end the job here
     v.code = transport::StopSignal::kExitCode;
     v.reason = "the ranks stopped on request (SIGUSR2) after a checkpoint; run the job again (with --resume auto) "
@@ -218,13 +222,18 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, 
   }
   if (!interrupted.empty() && failed && failed->restartable) {
     v.reason += "; not restarted: the launcher of node(s) " + node_list(interrupted) + " was told to stop";
+  } else if (stop_requested && failed && failed->restartable && missing.empty()) {
+    // The allocation is ending: a restart would be cut short. A new one continues (exit code 75).
+    v.code = transport::StopSignal::kExitCode;
+    v.reason += "; not restarted: a stop was requested (SIGUSR2), so the job stops here; run it again (with "
+                "--resume auto) to continue from the latest complete checkpoint";
   }
   if (!missing.empty()) {
     v.code = failed ? failed->code : 1;
     v.reason += (v.reason.empty() ? "" : "; ") + std::string("node(s) ") + node_list(missing) +
                 " did not say in time that their ranks ended (their coshard-run is gone, stuck, or cut off from the "
                 "store), so the job is not restarted";
-  } else if (failed && !v.restart && failed->restartable && interrupted.empty()) {
+  } else if (failed && !v.restart && failed->restartable && interrupted.empty() && !stop_requested) {
     v.reason += "; no restarts left (--max-restarts " + std::to_string(o_.max_restarts) + ")";
   }
   return v;

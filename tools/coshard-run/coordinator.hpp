@@ -51,6 +51,21 @@ struct Verdict {
   std::string reason;  // why it ends unsuccessfully or restarts; empty after success
 };
 
+// How one attempt ended on this node.
+struct AttemptEnd {
+  int rc = 1;                   // the local exit code (Supervisor::result)
+  bool interrupted = false;     // the launcher got SIGINT/SIGTERM
+  bool stop_requested = false;  // it got SIGUSR2 (or a local rank stopped on request): no restart
+};
+
+// What the nodes said when their ranks ended, as node 0 reads it.
+struct NodesEnded {
+  std::vector<int> missing;       // did not say in time
+  std::vector<int> interrupted;   // their launcher was told to stop: no restart then
+  bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (exit code 75)
+  bool stop_requested = false;      // a node's launcher got SIGUSR2: no restart then either
+};
+
 class Coordinator {
  public:
   // Connects to the store (retrying until --join-timeout), checks on other nodes than 0 that node 0
@@ -79,8 +94,9 @@ class Coordinator {
   Failure report(int attempt, Failure f);
   // Once every local rank of `attempt` has ended with `rc`: says so, and returns node 0's verdict
   // (node 0 waits for every node that joined while it beats, and decides; the others wait while
-  // node 0 beats). No node restarts when one launcher was `interrupted` (SIGINT/SIGTERM).
-  Verdict finish(int attempt, int rc, bool interrupted);
+  // node 0 beats). No node restarts when one launcher was interrupted (SIGINT/SIGTERM) or asked
+  // to stop after a checkpoint (SIGUSR2).
+  Verdict finish(int attempt, const AttemptEnd& end);
 
  private:
   void connect(transport::StoreClient::Options so);
@@ -100,8 +116,7 @@ class Coordinator {
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
-  Verdict verdict(int attempt, const std::optional<Failure>& failed, const std::vector<int>& missing,
-                  const std::vector<int>& interrupted, bool stopped_on_request) const;
+  Verdict verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
   Verdict await_verdict(int attempt);
   void await_readers(int attempt, const std::vector<int>& nodes);
   Failure report_silent(int attempt, int node);

@@ -109,7 +109,8 @@ struct FlightDir {
   ~FlightDir() {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(path, ec)) {  // markers of killed ranks
-      if (e.path().filename().string().starts_with("coshard-sigusr1-")) fs::remove(e.path(), ec);
+      const std::string name = e.path().filename().string();
+      if (name.starts_with("coshard-sigusr1-") || name.starts_with("coshard-sigusr2-")) fs::remove(e.path(), ec);
     }
     fs::remove(path, ec);  // only when empty: records of a failure are kept for the user
   }
@@ -167,9 +168,9 @@ std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::
   return children;
 }
 
-// One attempt of every local rank; returns the local exit code.
-int run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
-              Coordinator& coordinator, int attempt, const LastFailure& last, bool& interrupted) {
+// One attempt of every local rank.
+AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
+                     Coordinator& coordinator, int attempt, const LastFailure& last) {
   coordinator.begin(attempt);
   const FlightDir flight(attempt);
   std::vector<Child> children = start_ranks(o, port, token, signals.old_mask, attempt, last, flight.path);
@@ -177,7 +178,6 @@ int run_ranks(const Options& o, std::uint16_t port, const std::string& token, Bl
                o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
   Supervisor supervisor(o, children, flight.path, coordinator, attempt);
   supervisor.watch(signals.fd.get());
-  interrupted = supervisor.interrupted();
   const int rc = supervisor.result();
   if (rc != 0) {
     std::vector<int> local;
@@ -186,7 +186,7 @@ int run_ranks(const Options& o, std::uint16_t port, const std::string& token, Bl
     if (!report.empty()) std::fprintf(stderr, "coshard-run: flight records (in %s):\n", flight.path.c_str());
     for (const auto& line : report) std::fprintf(stderr, "coshard-run:   %s\n", line.c_str());
   }
-  return rc;
+  return AttemptEnd{.rc = rc, .interrupted = supervisor.interrupted(), .stop_requested = supervisor.stop_requested()};
 }
 
 }  // namespace
@@ -204,14 +204,13 @@ int launch(const Options& o) {
   Coordinator coordinator(o, store->port, token);
   LastFailure last;
   for (int attempt = coordinator.first_attempt();; ++attempt) {
-    bool interrupted = false;
-    int rc = 1;
+    AttemptEnd end;
     if (attempt == coordinator.first_attempt() && coordinator.took_over()) {
       coordinator.begin(attempt);  // no ranks of this node run in it: it ends now
     } else {
-      rc = run_ranks(o, store->port, token, signals, coordinator, attempt, last, interrupted);
+      end = run_ranks(o, store->port, token, signals, coordinator, attempt, last);
     }
-    const Verdict v = coordinator.finish(attempt, rc, interrupted);
+    const Verdict v = coordinator.finish(attempt, end);
     if (!v.restart) {
       if (v.code != 0) {
         std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n",

@@ -54,6 +54,7 @@ void Supervisor::watch(int sigfd) {
     ::poll(fds.data(), fds.size(), timeout_ms);
 
     if (fds[0].revents & POLLIN) take_signals(sigfd);
+    note_stop_takers();
     if (stop_requested_) pass_on_stop_request();  // also to a rank that takes SIGUSR2 only now
     for (std::size_t i = 1; i < fds.size(); ++i) {
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
@@ -160,6 +161,14 @@ void Supervisor::take_signals(int sigfd) {
   }
 }
 
+// Which ranks take SIGUSR2, noted while they run (the marker goes when the rank ends): only from
+// those is exit code 75 a stop on request rather than a failure.
+void Supervisor::note_stop_takers() {
+  for (auto& c : children_) {
+    if (c.running && !c.takes_stop) c.takes_stop = takes_signal(c.pid, flight_dir_, SIGUSR2);
+  }
+}
+
 // Each rank that takes SIGUSR2 gets it once; the others (a program without transport::StopSignal,
 // gpt2-train without --checkpoint-dir) would die of it and get nothing. Not after the attempt
 // started ending: a failure or an interrupt is already stopping the ranks.
@@ -167,7 +176,7 @@ void Supervisor::pass_on_stop_request() {
   if (exit_code_ || interrupted_by_) return;
   bool any = false;
   for (auto& c : children_) {
-    if (c.running && !c.asked_to_stop && takes_signal(c.pid, flight_dir_, SIGUSR2)) {
+    if (c.running && !c.asked_to_stop && c.takes_stop) {
       c.asked_to_stop = ::kill(c.pid, SIGUSR2) == 0;
     }
     any |= c.asked_to_stop;
@@ -205,9 +214,10 @@ void Supervisor::reap() {
     if (r != c.pid) continue;
     c.running = false;
     c.status = status;
-    // Exit code 75: the ranks agreed to stop after a checkpoint (transport::StopSignal), the others
-    // follow at the same step.
-    const bool stopped = WIFEXITED(status) && WEXITSTATUS(status) == transport::StopSignal::kExitCode;
+    // Exit code 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
+    // (transport::StopSignal), the others follow at the same step. From any other program, a failure.
+    const bool stopped =
+        c.takes_stop && WIFEXITED(status) && WEXITSTATUS(status) == transport::StopSignal::kExitCode;
     stopped_on_request_ |= stopped;
     bool ok = stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!ok && !exit_code_ && !interrupted_by_) {

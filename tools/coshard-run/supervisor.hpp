@@ -32,6 +32,8 @@ class Supervisor {
   int result() const;
   // True when the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
   bool interrupted() const noexcept { return interrupted_by_ != 0; }
+  // True when the launcher got SIGUSR2 or a rank stopped on request: no restart then either.
+  bool stop_requested() const noexcept { return stop_requested_.has_value() || stopped_on_request_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -41,6 +43,7 @@ class Supervisor {
   void stop_all(int sig);
   void ask_for_flight_records();
   void take_signals(int sigfd);
+  void note_stop_takers();
   void pass_on_stop_request();
   void relay(Output& out);
   void reap();

@@ -219,6 +219,10 @@ void choose_threads(const train::Job& job) {
 
 int prepare_and_run(train::Job& job) {
   transport::DiagnosticsSignal diagnostics;  // SIGUSR1 writes the flight records
+  // With somewhere to save to, SIGUSR2 stops after a checkpoint. Taken first: under Slurm it reaches
+  // a rank still reading its data too, whose default action would end it.
+  std::optional<transport::StopSignal> stop;
+  if (!job.o.checkpoint_dir.empty()) job.stop = &stop.emplace();
   job.in = prepare(job.o);
   choose_threads(job);
   if (job.env.rank == 0) describe_data(job.o, job.in);
@@ -227,8 +231,6 @@ int prepare_and_run(train::Job& job) {
     if (job.env.rank == 0) job.checkpoints->lock();
   }
   job.resume = train::checkpoint_to_resume(job.o);
-  std::optional<transport::StopSignal> stop;  // with somewhere to save to, SIGUSR2 stops after a checkpoint
-  if (job.checkpoints) job.stop = &stop.emplace();
   std::unique_ptr<metrics::Timeline> timeline;
   if (!job.o.trace.empty()) timeline = std::make_unique<metrics::Timeline>();
   job.timeline = timeline.get();

@@ -1,11 +1,11 @@
 #pragma once
 // SIGUSR2 asks a training job to stop at a step boundary after a checkpoint, to be continued
-// later: what Slurm sends ahead of a time limit or a preemption with `--signal=USR2@SECONDS`
-// (`--signal=B:USR2@SECONDS` to a batch script's coshard-run, which passes it on to its ranks).
-// The handler only records the request. The ranks must then agree on the step, because a signal
-// reaches them at different times and may reach only some of them: gpt2-train reduces the flag
-// with each step's loss, and every rank stops after the first step whose reduction carries it.
-#include <atomic>
+// later: what Slurm sends ahead of a time limit with `--signal=USR2@SECONDS` (and at a preemption
+// where PreemptParameters=send_user_signal), to every process of the job's steps, ranks and any
+// coshard-run alike; coshard-run also passes its own SIGUSR2 on to its ranks. The handler only
+// records the request. The ranks must then agree on the step, because a signal reaches them at
+// different times and may reach only some of them: gpt2-train reduces the flag with each step's
+// loss, and every rank stops after the first step whose reduction carries it.
 #include <optional>
 
 #include "coshard/transport/signal_marker.hpp"
@@ -28,10 +28,9 @@ class StopSignal {
   StopSignal& operator=(const StopSignal&) = delete;
 
   /// Whether SIGUSR2 arrived since construction.
-  bool requested() const noexcept { return requested_.load(); }
+  bool requested() const noexcept;
 
  private:
-  std::atomic<bool> requested_{false};
   std::optional<SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR2
 };
 
