@@ -418,6 +418,10 @@ TEST(Launcher, AnExit75FromARankThatDoesNotTakeSigusr2IsAFailure) {
   EXPECT_NE(r.output.find("exited with status 75; stopping the other ranks"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
+  auto last = run(kRun + " --nproc-per-node 2 --grace 3 -- sh " + file);  // no restarts: the job fails with it
+  EXPECT_EQ(last.rc, 75) << last.output;
+  EXPECT_NE(last.output.find("coshard-run: the job failed (exit code 75): node 0: rank 1 (pid"), std::string::npos)
+      << last.output;
 }
 
 // SIGUSR2 to node 1's launcher, whose ranks take it (a marker and a trap, as a StopSignal would)

@@ -40,10 +40,10 @@ Failure decode(const std::string& s) {
   return f;
 }
 
-// "restart|exit <code> <failed rank>\n<reason>"
+// "restart|stop|exit <code> <failed rank>\n<reason>"
 std::string encode(const Verdict& v) {
-  return std::string(v.restart ? "restart " : "exit ") + std::to_string(v.code) + " " + std::to_string(v.failed_rank) +
-         "\n" + v.reason;
+  return std::string(v.restart ? "restart " : v.stopped ? "stop " : "exit ") + std::to_string(v.code) + " " +
+         std::to_string(v.failed_rank) + "\n" + v.reason;
 }
 
 Verdict decode_verdict(const std::string& s) {
@@ -53,6 +53,7 @@ Verdict decode_verdict(const std::string& s) {
   v.code = 1;
   in >> what >> v.code >> v.failed_rank;
   v.restart = what == "restart";
+  v.stopped = what == "stop";
   if (const auto nl = s.find('\n'); nl != std::string::npos) v.reason = s.substr(nl + 1);
   return v;
 }
@@ -125,7 +126,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
     try {
       sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
                                     std::to_string(end.rc) + (end.interrupted ? " interrupted" : "") +
-                                        (end.stop_requested ? " stop" : "")));
+                                        (end.stop_requested || stop_pending() ? " stop" : "")));
       if (o_.node_rank == 0) return decide(attempt);
       v = await_verdict(attempt);
       break;
@@ -161,8 +162,9 @@ Verdict Coordinator::decide(int attempt) {
       if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
         // "<rc>[ interrupted][ stop]"
         if (said->find(" interrupted") != std::string::npos) ended.interrupted.push_back(n);
-        ended.stop_requested |= said->find(" stop") != std::string::npos;
-        ended.stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
+        const bool asked = said->find(" stop") != std::string::npos;
+        ended.stop_requested |= asked;
+        ended.stopped_on_request |= asked && std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
         if (n != 0) done.push_back(n);
         return true;
       }
@@ -198,6 +200,7 @@ Verdict Coordinator::decide(int attempt) {
   }
   if (!stop && (stop = pending_stop())) failed = stopped(attempt, stop);  // also when node 0 ended last
   if (!failed) failed = failure(attempt);
+  ended.stop_requested |= stop_pending();  // SIGUSR2 while no rank ran here: the job is to end all the same
   auto& interrupted = ended.interrupted;
   if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
   Verdict v = verdict(attempt, failed, ended);
@@ -217,6 +220,7 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, 
                 !stop_requested;
   } else if (stopped_on_request) {  // not a failure: no restart, on a signal meant to end the job here
     v.code = transport::StopSignal::kExitCode;
+    v.stopped = true;
     v.reason = "the ranks stopped on request (SIGUSR2) after a checkpoint; run the job again (with --resume auto) "
                "to continue from it";
   }
@@ -225,6 +229,7 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, 
   } else if (stop_requested && failed && failed->restartable && missing.empty()) {
     // The allocation is ending: a restart would be cut short. A new one continues (exit code 75).
     v.code = transport::StopSignal::kExitCode;
+    v.stopped = true;
     v.reason += "; not restarted: a stop was requested (SIGUSR2), so the job stops here; run it again (with "
                 "--resume auto) to continue from the latest complete checkpoint";
   }

@@ -5,8 +5,9 @@
 //   attempt               the attempt node 0 runs now, for a launcher that joins late
 //   alive/K               a count node K's launcher raises every second while its ranks run
 //   attempt/A/failure     the first failure of attempt A: every launcher then stops its ranks
-//   attempt/A/done/K      node K's ranks of attempt A have all ended
-//   attempt/A/verdict     node 0's decision once every node is done: restart, or exit with a code
+//   attempt/A/done/K      node K's ranks of attempt A have all ended: "<rc>[ interrupted][ stop]"
+//   attempt/A/verdict     node 0's decision once every node is done: restart, stop (on request), or
+//                         exit with a code
 //   attempt/A/read/K      node K read a verdict that ends the job: node 0 may stop the store
 // A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
 // (transport::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
@@ -48,6 +49,7 @@ struct Verdict {
   bool restart = false;
   int code = 0;        // the launcher's exit code when not restarting; the failure's when restarting
   int failed_rank = -1;  // the rank whose failure ended the attempt, if a rank's did
+  bool stopped = false;  // the job ends on a stop request (SIGUSR2): code is 75, to be continued
   std::string reason;  // why it ends unsuccessfully or restarts; empty after success
 };
 
@@ -55,7 +57,7 @@ struct Verdict {
 struct AttemptEnd {
   int rc = 1;                   // the local exit code (Supervisor::result)
   bool interrupted = false;     // the launcher got SIGINT/SIGTERM
-  bool stop_requested = false;  // it got SIGUSR2 (or a local rank stopped on request): no restart
+  bool stop_requested = false;  // a local rank was asked to stop (SIGUSR2) or stopped: no restart
 };
 
 // What the nodes said when their ranks ended, as node 0 reads it.
@@ -63,7 +65,7 @@ struct NodesEnded {
   std::vector<int> missing;       // did not say in time
   std::vector<int> interrupted;   // their launcher was told to stop: no restart then
   bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (exit code 75)
-  bool stop_requested = false;      // a node's launcher got SIGUSR2: no restart then either
+  bool stop_requested = false;      // a node's ranks were asked to stop (SIGUSR2): no restart then either
 };
 
 class Coordinator {

@@ -29,6 +29,13 @@ inline int pending_stop() {
   return 0;
 }
 
+// Whether SIGUSR2 waits for the launcher (its supervisor takes it while ranks run): a stop request
+// that came between attempts still ends the job rather than letting it restart.
+inline bool stop_pending() {
+  sigset_t pending;
+  return ::sigpending(&pending) == 0 && sigismember(&pending, SIGUSR2) == 1;
+}
+
 inline long long seconds_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
 }

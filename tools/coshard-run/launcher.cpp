@@ -213,8 +213,8 @@ int launch(const Options& o) {
     const Verdict v = coordinator.finish(attempt, end);
     if (!v.restart) {
       if (v.code != 0) {
-        std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n",
-                     v.code == transport::StopSignal::kExitCode ? "stopped" : "failed", v.code, v.reason.c_str());
+        std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n", v.stopped ? "stopped" : "failed", v.code,
+                     v.reason.c_str());
       }
       return v.code;
     }

@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -27,6 +28,12 @@ int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// Exit code 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
+// (transport::StopSignal), the others follow at the same step. From any other program, a failure.
+bool stopped_on_request(const Child& c) {
+  return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == transport::StopSignal::kExitCode;
 }
 
 void emit_lines(Output& o, int rank, bool flush_partial) {
@@ -78,12 +85,17 @@ void Supervisor::watch(int sigfd) {
   }
 }
 
+bool Supervisor::stop_requested() const noexcept {
+  return stopped_on_request_ ||
+         std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; });
+}
+
 int Supervisor::result() const {
   if (interrupted_by_) return 128 + interrupted_by_;
   if (!exit_code_ && stopped_on_request_) return transport::StopSignal::kExitCode;
   if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
-      if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
+      if (!stopped_on_request(c) && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
         std::fprintf(stderr, "coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
       }
     }
@@ -214,10 +226,7 @@ void Supervisor::reap() {
     if (r != c.pid) continue;
     c.running = false;
     c.status = status;
-    // Exit code 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
-    // (transport::StopSignal), the others follow at the same step. From any other program, a failure.
-    const bool stopped =
-        c.takes_stop && WIFEXITED(status) && WEXITSTATUS(status) == transport::StopSignal::kExitCode;
+    const bool stopped = stopped_on_request(c);
     stopped_on_request_ |= stopped;
     bool ok = stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!ok && !exit_code_ && !interrupted_by_) {

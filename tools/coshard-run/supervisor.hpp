@@ -32,8 +32,9 @@ class Supervisor {
   int result() const;
   // True when the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
   bool interrupted() const noexcept { return interrupted_by_ != 0; }
-  // True when the launcher got SIGUSR2 or a rank stopped on request: no restart then either.
-  bool stop_requested() const noexcept { return stop_requested_.has_value() || stopped_on_request_; }
+  // True when a rank was passed SIGUSR2 or stopped on request: no restart then either. (A SIGUSR2
+  // that no rank takes changes nothing: the job goes on, restarts included.)
+  bool stop_requested() const noexcept;
 
  private:
   using Clock = std::chrono::steady_clock;
