@@ -15,8 +15,10 @@ std::string signal_marker_name(int sig, long pid);
 /// writable: the process still serves a signal sent by hand), removed when destroyed.
 class SignalMarker {
  public:
+  /// Makes the marker for `sig` (SIGUSR1 or SIGUSR2; throws Error(internal) for another); install
+  /// the handler first, since coshard-run may send the signal from then on.
   explicit SignalMarker(int sig);
-  ~SignalMarker();
+  ~SignalMarker();  ///< removes the marker
   SignalMarker(const SignalMarker&) = delete;
   SignalMarker& operator=(const SignalMarker&) = delete;
 
