@@ -54,6 +54,15 @@ struct Stored {
   double at(std::size_t r, std::size_t c) const {
     return rounded(f32[(transposed ? c * rows + r : r * cols + c) * gap]);
   }
+  // Every rounded element, row-major: the reference reads each one M or N times, and rounding it
+  // each time made this test take a minute under ASan.
+  std::vector<double> dense() const {
+    std::vector<double> out(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = at(r, c);
+    }
+    return out;
+  }
 };
 
 // Checks C against the float64 reference (plus C0 when accumulating); returns the worst error in
@@ -62,13 +71,17 @@ double worst(const std::vector<float>& c, const std::vector<float>& c0, const St
              bool accumulate, std::size_t ldc) {
   const std::size_t M = a.rows, K = a.cols, N = b.cols;
   const double unit = std::ldexp(static_cast<double>(K + 2), -24);
+  const std::vector<double> da = a.dense(), db = b.dense();
   double w = 0;
   for (std::size_t i = 0; i < M; ++i) {
-    std::vector<double> s(N, 0.0), mag(N, 0.0);
+    std::vector<double> sums(N, 0.0), mags(N, 0.0);
+    // Raw pointers: the sanitized build is -O0, where each vector subscript is a call.
+    double *s = sums.data(), *mag = mags.data();
     for (std::size_t k = 0; k < K; ++k) {
-      const double aik = a.at(i, k);
+      const double aik = da[i * K + k];
+      const double* bk = db.data() + k * N;
       for (std::size_t j = 0; j < N; ++j) {
-        const double p = aik * b.at(k, j);
+        const double p = aik * bk[j];
         s[j] += p;
         mag[j] += std::fabs(p);
       }
@@ -94,7 +107,7 @@ TEST_P(GemmBf16, EveryImplementationSumsTheRoundedProductsInF32) {
   if (static_cast<std::size_t>(which) >= list.size) GTEST_SKIP() << "this CPU has no avx512_bf16";
   const auto& impl = list.impls[which];
   const Shape shapes[] = {{1, 1, 1},     {1, 1, 2},     {13, 33, 7},   {12, 32, 512},  {25, 65, 513},
-                          {193, 40, 17}, {5, 3105, 3},  {197, 70, 1031}, {37, 3100, 515}};
+                          {193, 40, 17}, {5, 3105, 3},  {197, 70, 1031}, {13, 3100, 515}};
   std::uint32_t seed = 1;
   for (const Shape& s : shapes) {
     for (int variant = 0; variant < 10; ++variant) {
