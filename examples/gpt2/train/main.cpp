@@ -283,6 +283,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto& e = env.value();
+  if (auto why = train::fit_global_batch(*parsed.options, e.world_size); !why.empty()) {
+    std::fprintf(stderr, "%s\n", why.c_str());
+    return 2;
+  }
   train::Job job{*parsed.options, e, {}, nullptr, nullptr, std::nullopt};
   try {
     return prepare_and_run(job);

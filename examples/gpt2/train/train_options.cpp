@@ -31,8 +31,12 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--batch", o.batch, "sequences per rank per micro-batch")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--seq", o.seq, "tokens per sequence (at most the model's context)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (no_sync on all but the last)")
-      ->capture_default_str()->check(CLI::Range(1, 4096));
+  auto* accum = app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (no_sync on all but the last)")
+                    ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--global-batch", o.global_batch,
+                 "sequences per step over every rank: --grad-accum becomes G / (ranks x --batch), so that a job that "
+                 "goes on with fewer or more ranks (coshard-run --nnodes MIN:MAX) keeps its data and losses")
+      ->check(CLI::Range(1, 1 << 30))->excludes(accum);
 }
 
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, Words& w) {
@@ -203,6 +207,23 @@ ParseResult parse_train_options(int argc, char** argv) {
   apply_words(o, w);
   if (auto why = conflicts(o); !why.empty()) return {std::nullopt, 2, why};
   return {o, 0, {}};
+}
+
+std::string fit_global_batch(TrainOptions& o, int world) {
+  if (o.global_batch == 0) return {};
+  const long long per_micro_batch = static_cast<long long>(world) * o.batch;
+  const std::string what = "gpt2-train: --global-batch " + std::to_string(o.global_batch);
+  const std::string per = "the ranks (" + std::to_string(world) + ") x --batch (" + std::to_string(o.batch) +
+                          ") = " + std::to_string(per_micro_batch);
+  if (o.global_batch % per_micro_batch != 0) {
+    return what + " is not a multiple of " + per + ": give a --global-batch that is, at every world size the job "
+                  "may run at, or another --batch";
+  }
+  if (o.global_batch / per_micro_batch > 4096) {
+    return what + " needs more than 4096 micro-batches of " + per + ": raise --batch";
+  }
+  o.grad_accum = static_cast<int>(o.global_batch / per_micro_batch);
+  return {};
 }
 
 double learning_rate(const TrainOptions& o, int step) {

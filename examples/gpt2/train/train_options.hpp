@@ -20,6 +20,7 @@ struct TrainOptions {
   int batch = 8;     // sequences per rank per micro-batch
   int seq = 64;
   int grad_accum = 1;
+  int global_batch = 0;  // sequences per step over every rank; sets grad_accum (fit_global_batch)
   double lr = 3e-3;
   std::string lr_schedule = "constant";  // constant | cosine
   int warmup_steps = 0;
@@ -65,6 +66,11 @@ struct ParseResult {
 };
 
 ParseResult parse_train_options(int argc, char** argv);
+
+// With --global-batch G: sets grad_accum to G / (world x batch), so that a job that goes on at
+// another world size (coshard-run --nnodes MIN:MAX) keeps its global batch, and with it its data
+// and losses. Returns the error, naming the flags, when G is not a multiple of world x batch.
+std::string fit_global_batch(TrainOptions& o, int world);
 
 // The learning rate of `step` (0-based): linear warmup, then constant or cosine to 10% at the end.
 double learning_rate(const TrainOptions& o, int step);
