@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "mp/launcher_nodes.hpp"
 #include "support/loopback.hpp"
 #include "support/run_command.hpp"
 
@@ -24,11 +25,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using coshard::testing::free_loopback_port;
 
+using coshard::testing::await_node_1_ranks;
+using coshard::testing::kCheck;
+using coshard::testing::kRun;
+using coshard::testing::launcher_pid;
+using coshard::testing::rank_log;
+using coshard::testing::run;
+using coshard::testing::two_nodes;
 using Run = coshard::testing::CommandResult;
-Run run(const std::string& cmd) { return coshard::testing::run_command(cmd); }
-
-const std::string kRun = COSHARD_RUN_BIN;
-const std::string kCheck = RENDEZVOUS_CHECK_BIN;
 
 class Ranks : public ::testing::TestWithParam<int> {};
 
@@ -125,49 +129,6 @@ TEST(Launcher, APortInUseIsNamed) {
   EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:"), std::string::npos) << r.output;
 }
 
-// Two launchers of one job on this host (nodes 0 and 1 of --nnodes 2, each with 2 ranks of
-// `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do;
-// `command`, when given, is set to the command line of node `n`'s launcher before it starts.
-struct TwoNodes {
-  Run node[2];
-};
-
-TwoNodes two_nodes(const std::string& name, const std::string& script, const std::string& flags,
-                   const std::function<void()>& during = {}, std::vector<std::string>* command = nullptr) {
-  const std::string file = ::testing::TempDir() + "/coshard-run-" + name + ".sh";
-  std::ofstream(file) << script;
-  const std::string master = "--master 127.0.0.1:" + std::to_string(free_loopback_port()) + " --token " + name;
-  std::vector<std::string> lines;
-  for (int n = 0; n < 2; ++n) {
-    lines.push_back(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 2 " + master + " " + flags +
-                    " -- sh " + file);
-  }
-  if (command) *command = lines;
-  TwoNodes out;
-  std::thread nodes[2];
-  for (int n = 0; n < 2; ++n) {
-    nodes[n] = std::thread([&, n] { out.node[n] = run(lines[static_cast<std::size_t>(n)]); });
-  }
-  if (during) during();
-  for (auto& t : nodes) t.join();
-  return out;
-}
-
-// A file the ranks of a two_nodes script append their RANK to ("echo $RANK >> FILE"), emptied.
-std::string rank_log(const std::string& name) {
-  const std::string path = ::testing::TempDir() + "/coshard-run-" + name + ".started";
-  std::remove(path.c_str());
-  return path;
-}
-
-// Waits up to 30 s for rank 2 to write to `rank_log`: node 1's ranks run, and its launcher has
-// joined and beaten by then.
-void await_node_1_ranks(const std::string& log) {
-  for (int i = 0; i < 600 && run("cat " + log + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
 // Rank 3 (on node 1) fails in the first attempt; the other ranks would sleep for a minute.
 const std::string kFailsOnceOnNode1 =
     "echo attempt $COSHARD_RESTART_COUNT rank $RANK after $COSHARD_RESTART_EXIT_CODE from $COSHARD_RESTART_FAILED_RANK\n"
@@ -244,14 +205,6 @@ TEST(LauncherNodes, ANodeSlowToStopItsRanksIsWaitedForNotTakenForLost) {
     EXPECT_NE(node.output.find("restart 1 of 1: node 0: rank 1 (pid"), std::string::npos) << node.output;
   }
   EXPECT_NE(r.node[1].output.find("did not stop within 20 s; killing it"), std::string::npos) << r.node[1].output;
-}
-
-// The pid of the launcher of node `node` in the job of token `token`, or 0.
-int launcher_pid(const std::string& token, int node) {
-  // Anchored on the program, so that the shell which runs it (sh -c 'coshard-run ...') is not it.
-  auto ps = run("pgrep -f '^[^ ]*coshard-run --nnodes 2 --node-rank " + std::to_string(node) + " .*--token " + token +
-                " ' | head -1");
-  return std::atoi(ps.output.c_str());
 }
 
 // A launcher killed outright (its host crashed) while its ranks, like node 0's, would sleep on
@@ -365,7 +318,7 @@ TEST(LauncherNodes, ANodeThatJoinsAfterTheRendezvousDeadlineIsNamedOrJoinsTheNex
 }
 
 TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
-  ::Run twin, other_size, other_restarts;
+  ::Run twin, other_size, other_restarts, other_min;
   auto r = two_nodes("twice", "sleep 4\n", "--max-restarts 1", [&] {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     // Find the job's --master from node 0's command line, and join it wrongly three times.
@@ -377,6 +330,7 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
     twin = run(join + "--nproc-per-node 2 --max-restarts 1 -- true");
     other_size = run(join + "--nproc-per-node 3 --max-restarts 1 -- true");
     other_restarts = run(join + "--nproc-per-node 2 --max-restarts 0 -- true");
+    other_min = run(join + "--nproc-per-node 2 --max-restarts 1 --nnodes 1:2 -- true");
   });
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
   // Which of node 1's two launchers claimed it first is a race: one runs the job, the other is refused.
@@ -393,6 +347,9 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
   EXPECT_NE(other_restarts.rc, 0) << other_restarts.output;
   EXPECT_NE(other_restarts.output.find("give every node the same --max-restarts"), std::string::npos)
       << other_restarts.output;
+  EXPECT_NE(other_min.rc, 0) << other_min.output;
+  EXPECT_NE(other_min.output.find("--nnodes MIN (of MIN:MAX) is 1 on node 1 but 2 on node 0"), std::string::npos)
+      << other_min.output;
 }
 
 TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {

@@ -40,10 +40,10 @@ Failure decode(const std::string& s) {
   return f;
 }
 
-// "restart|stop|exit <code> <failed rank>\n<reason>"
+// "restart|stop|exit <code> <failed rank>[ <node>...]\n<reason>": a restart names its nodes.
 std::string encode(const Verdict& v) {
   return std::string(v.restart ? "restart " : v.stopped ? "stop " : "exit ") + std::to_string(v.code) + " " +
-         std::to_string(v.failed_rank) + "\n" + v.reason;
+         std::to_string(v.failed_rank) + (v.nodes.empty() ? "" : " " + node_words(v.nodes)) + "\n" + v.reason;
 }
 
 Verdict decode_verdict(const std::string& s) {
@@ -54,7 +54,11 @@ Verdict decode_verdict(const std::string& s) {
   in >> what >> v.code >> v.failed_rank;
   v.restart = what == "restart";
   v.stopped = what == "stop";
-  if (const auto nl = s.find('\n'); nl != std::string::npos) v.reason = s.substr(nl + 1);
+  const auto nl = s.find('\n');
+  std::string nodes;
+  std::getline(in, nodes);
+  v.nodes = parse_nodes(nodes);
+  if (nl != std::string::npos) v.reason = s.substr(nl + 1);
   return v;
 }
 
@@ -77,9 +81,7 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
     next_watch_ = Clock::now() + std::chrono::seconds(1);
-    std::vector<int> others;
-    for (int n = 1; n < o_.nnodes; ++n) others.push_back(n);
-    const auto n = silent_node(attempt, others);
+    const auto n = silent_node(attempt, nodes_);
     if (!n) return std::nullopt;
     return report_silent(attempt, *n);
   } catch (const Error& e) {
@@ -127,8 +129,9 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
       sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
                                     std::to_string(end.rc) + (end.interrupted ? " interrupted" : "") +
                                         (end.stop_requested || stop_pending() ? " stop" : "")));
-      if (o_.node_rank == 0) return decide(attempt);
-      v = await_verdict(attempt);
+      v = o_.node_rank == 0 ? decide(attempt) : await_verdict(attempt);
+      if (v.restart) nodes_ = v.nodes;
+      if (o_.node_rank == 0) return v;
       break;
     } catch (const Error& e) {
       broke(e);
@@ -149,11 +152,12 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
 Verdict Coordinator::decide(int attempt) {
   NodesEnded ended;
   std::vector<int>& missing = ended.missing;
-  for (int n = 0; n < o_.nnodes; ++n) missing.push_back(n);
+  missing = nodes_;
   std::vector<int> done;
   std::optional<Clock::time_point> deadline;  // set by a failure; before one, liveness bounds the wait
   std::optional<Failure> failed;
   std::vector<int> rejoining;    // nodes that fell silent, given --rejoin-timeout to come back
+  std::optional<Clock::time_point> rejoin_by;  // the last of them to fall silent has until then
   int stop = 0;
   const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
@@ -172,6 +176,12 @@ Verdict Coordinator::decide(int attempt) {
       return failed && !sched_->sync_wait(store_->get("node/" + std::to_string(n)));
     });
     if (missing.empty() || (deadline && Clock::now() >= *deadline)) break;
+    // Nodes that fell silent have --rejoin-timeout, not the minute a beating node gets to stop its ranks.
+    if (rejoin_by && Clock::now() >= *rejoin_by && std::all_of(missing.begin(), missing.end(), [&](int n) {
+          return std::find(rejoining.begin(), rejoining.end(), n) != rejoining.end();
+        })) {
+      break;
+    }
     if (Clock::now() >= join_deadline && std::none_of(missing.begin(), missing.end(), [&](int n) { return heard_.count(n); })) {
       break;
     }
@@ -182,7 +192,8 @@ Verdict Coordinator::decide(int attempt) {
       failed = report_silent(attempt, *n);  // the attempt's first failure, which may be another
       if (attempt >= o_.max_restarts) break;  // no restart could follow: nothing to wait for
       rejoining.push_back(*n);
-      deadline = std::max(deadline.value_or(Clock::now()), Clock::now() + Clock::duration(o_.rejoin_timeout));
+      rejoin_by = Clock::now() + Clock::duration(o_.rejoin_timeout);
+      deadline = std::max(deadline.value_or(Clock::now()), *rejoin_by);
       std::fprintf(stderr, "coshard-run: node %d fell silent; waiting up to %lld s (--rejoin-timeout) for it to come "
                    "back\n", *n, static_cast<long long>(o_.rejoin_timeout.count()));
       continue;
@@ -203,6 +214,11 @@ Verdict Coordinator::decide(int attempt) {
   ended.stop_requested |= stop_pending();  // SIGUSR2 while no rank ran here: the job is to end all the same
   auto& interrupted = ended.interrupted;
   if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
+  std::copy_if(rejoining.begin(), rejoining.end(), std::back_inserter(ended.silent), [&](int n) {
+    return std::find(missing.begin(), missing.end(), n) != missing.end();
+  });
+  ended.rejoined = rejoined(attempt);
+  done.insert(done.end(), ended.rejoined.begin(), ended.rejoined.end());
   Verdict v = verdict(attempt, failed, ended);
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
@@ -210,7 +226,7 @@ Verdict Coordinator::decide(int attempt) {
 }
 
 Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
-  const auto& [missing, interrupted, stopped_on_request, stop_requested] = ended;
+  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined] = ended;
   Verdict v;
   if (failed) {
     v.code = failed->code;
@@ -233,7 +249,10 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, 
     v.reason += "; not restarted: a stop was requested (SIGUSR2), so the job stops here; run it again (with "
                 "--resume auto) to continue from the latest complete checkpoint";
   }
-  if (!missing.empty()) {
+  if (v.restart || dropped(attempt, failed, ended)) {
+    v.restart = true;
+    v.nodes = next_nodes(ended, v.reason);
+  } else if (!missing.empty()) {
     v.code = failed ? failed->code : 1;
     v.reason += (v.reason.empty() ? "" : "; ") + std::string("node(s) ") + node_list(missing) +
                 " did not say in time that their ranks ended (their coshard-run is gone, stuck, or cut off from the "
@@ -242,6 +261,48 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, 
     v.reason += "; no restarts left (--max-restarts " + std::to_string(o_.max_restarts) + ")";
   }
   return v;
+}
+
+// Nodes not in `attempt` whose launcher, started again after they were dropped, said it ended
+// (Coordinator::join): they rejoin at the restart.
+std::vector<int> Coordinator::rejoined(int attempt) {
+  std::vector<int> out;
+  for (int n = 0; n < o_.nnodes; ++n) {
+    if (std::find(nodes_.begin(), nodes_.end(), n) == nodes_.end() &&
+        sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
+// Whether the job goes on without the nodes missing at the end of `attempt` (--nnodes MIN:MAX):
+// a restart would follow but for them, each fell silent and stayed so for --rejoin-timeout, and
+// at least MIN nodes are left. Node 0 serves the store, so it is never among them.
+bool Coordinator::dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
+  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined] = ended;
+  if (!failed || !failed->restartable || attempt >= o_.max_restarts || !interrupted.empty() || stop_requested) return false;
+  if (missing.empty() || nodes_.size() - missing.size() < static_cast<std::size_t>(o_.min_nodes)) return false;
+  return std::all_of(missing.begin(), missing.end(),
+                     [&](int n) { return std::find(silent.begin(), silent.end(), n) != silent.end(); });
+}
+
+// The nodes of the next attempt: this one's less those missing (dropped), and those that rejoin.
+std::vector<int> Coordinator::next_nodes(const NodesEnded& ended, std::string& reason) const {
+  std::vector<int> next;
+  std::copy_if(nodes_.begin(), nodes_.end(), std::back_inserter(next), [&](int n) {
+    return std::find(ended.missing.begin(), ended.missing.end(), n) == ended.missing.end();
+  });
+  if (!ended.missing.empty()) {
+    reason += "; node(s) " + node_list(ended.missing) + " did not come back within " +
+              std::to_string(o_.rejoin_timeout.count()) + " s (--rejoin-timeout), so the job goes on without them (" +
+              std::to_string(next.size()) + " of " + std::to_string(o_.nnodes) + " nodes, --nnodes " +
+              std::to_string(o_.min_nodes) + ":" + std::to_string(o_.nnodes) + ")";
+  }
+  if (!ended.rejoined.empty()) reason += "; node(s) " + node_list(ended.rejoined) + " rejoin the job";
+  next.insert(next.end(), ended.rejoined.begin(), ended.rejoined.end());
+  std::sort(next.begin(), next.end());
+  return next;
 }
 
 // A node among `nodes` (not 0) whose count has not changed for kSilentFor and that has not said

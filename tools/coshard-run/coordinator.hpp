@@ -3,6 +3,7 @@
 // for the whole job (keys under "coshard/launch/"):
 //   node/K                which launcher holds node rank K, with its flags (a second one is refused)
 //   attempt               the attempt node 0 runs now, for a launcher that joins late
+//   attempt/A/nodes       the node ranks that run ranks in attempt A ("0 1 3"; every node before a drop)
 //   alive/K               a count node K's launcher raises every second while its ranks run
 //   attempt/A/failure     the first failure of attempt A: every launcher then stops its ranks
 //   attempt/A/done/K      node K's ranks of attempt A have all ended: "<rc>[ interrupted][ stop]"
@@ -17,6 +18,11 @@
 // --rejoin-timeout: its launcher keeps trying to reach the store and reports what happened
 // meanwhile once it does; node 0 records it as a restartable failure and waits for its ranks to
 // end. Without restarts left nothing can follow, so the job ends as soon as one side gives up.
+//
+// With --nnodes MIN:MAX a node that fell silent and did not come back within --rejoin-timeout is
+// dropped instead: the others restart without it, down to MIN nodes, with ranks numbered afresh
+// over the nodes left. A launcher started again for a dropped node takes its place (as after a
+// crash) and rejoins at the restart that its arrival causes.
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -51,6 +57,7 @@ struct Verdict {
   int failed_rank = -1;  // the rank whose failure ended the attempt, if a rank's did
   bool stopped = false;  // the job ends on a stop request (SIGUSR2): code is 75, to be continued
   std::string reason;  // why it ends unsuccessfully or restarts; empty after success
+  std::vector<int> nodes = {};  // the nodes that run ranks in the next attempt, after a restart
 };
 
 // How one attempt ended on this node.
@@ -66,6 +73,8 @@ struct NodesEnded {
   std::vector<int> interrupted;   // their launcher was told to stop: no restart then
   bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (exit code 75)
   bool stop_requested = false;      // a node's ranks were asked to stop (SIGUSR2): no restart then either
+  std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
+  std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
 };
 
 class Coordinator {
@@ -84,8 +93,11 @@ class Coordinator {
   // back, and this is its launcher started again): it has no ranks in first_attempt(), whose
   // failure it reported, and ends that attempt at once so that every node restarts.
   bool took_over() const noexcept { return took_over_; }
-  // The attempt this launcher starts now; node 0 also publishes it (for late joiners).
+  // The attempt this launcher starts now; node 0 also publishes it, with its nodes (for late joiners).
   void begin(int attempt);
+  // The node ranks that run ranks in the current attempt, ascending: every node, unless some were
+  // dropped (--nnodes MIN:MAX). A restart's verdict gives the next attempt's.
+  const std::vector<int>& nodes() const noexcept { return nodes_; }
   // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
   void heartbeat();
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
@@ -119,6 +131,9 @@ class Coordinator {
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
   Verdict verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
+  std::vector<int> rejoined(int attempt);
+  bool dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
+  std::vector<int> next_nodes(const NodesEnded& ended, std::string& reason) const;
   Verdict await_verdict(int attempt);
   void await_readers(int attempt, const std::vector<int>& nodes);
   Failure report_silent(int attempt, int node);
@@ -132,6 +147,7 @@ class Coordinator {
   transport::StoreClient::Options options_;  // to reach the store again
   int first_attempt_ = 0;
   int attempt_ = 0;
+  std::vector<int> nodes_;
   std::string claim_;  // this launcher's claim of its node rank
   bool took_over_ = false;
   bool replaced_ = false;  // another launcher took this one's place: lost_, and cut_reason_ says who

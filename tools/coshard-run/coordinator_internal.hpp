@@ -7,6 +7,7 @@
 #include <chrono>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace coshard::run::coord {
 
@@ -36,13 +37,27 @@ inline bool stop_pending() {
   return ::sigpending(&pending) == 0 && sigismember(&pending, SIGUSR2) == 1;
 }
 
+// "0 1 3"
+inline std::string node_words(const std::vector<int>& nodes) {
+  std::string out;
+  for (int n : nodes) out += (out.empty() ? "" : " ") + std::to_string(n);
+  return out;
+}
+
+inline std::vector<int> parse_nodes(const std::string& s) {
+  std::vector<int> out;
+  std::istringstream in(s);
+  for (int n; in >> n;) out.push_back(n);
+  return out;
+}
+
 inline long long seconds_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
 }
 
-// A claim is "<nproc> <max restarts> <host> <pid>".
+// A claim is "<nproc> <max restarts> <min nodes> <host> <pid>".
 struct Claim {
-  int nproc = 0, max_restarts = 0;
+  int nproc = 0, max_restarts = 0, min_nodes = 0;
   std::string host, pid;
   std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
 };
@@ -50,7 +65,7 @@ struct Claim {
 inline Claim parse_claim(const std::string& s) {
   Claim c;
   std::istringstream in(s);
-  in >> c.nproc >> c.max_restarts >> c.host >> c.pid;
+  in >> c.nproc >> c.max_restarts >> c.min_nodes >> c.host >> c.pid;
   return c;
 }
 

@@ -86,11 +86,12 @@ void Coordinator::connect(transport::StoreClient::Options so) {
 // node 0 judges it from now on.
 void Coordinator::join() {
   const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
-                         this_host() + " " + std::to_string(::getpid());
+                         std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid());
   if (o_.node_rank != 0) {
     const Claim zero = parse_claim(await_node_zero());
     for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o_.nproc_per_node, zero.nproc},
-                                            std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts}}) {
+                                            std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts},
+                                            std::tuple{"--nnodes MIN (of MIN:MAX)", o_.min_nodes, zero.min_nodes}}) {
       if (here != there) {
         throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on node " +
                                           std::to_string(o_.node_rank) + " but " + std::to_string(there) +
@@ -115,7 +116,14 @@ void Coordinator::join() {
   // After the claim, so that node 0 waits for this node in any attempt it begins from now on.
   if (o_.node_rank != 0) first_attempt_ = node_zeros_attempt();
   attempt_ = first_attempt_;
+  // Node 0 writes an attempt's nodes before the attempt itself; none yet: the first, on every node.
+  const auto nodes = sched_->sync_wait(store_->get("attempt/" + std::to_string(first_attempt_) + "/nodes"));
+  for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
+  if (nodes) nodes_ = parse_nodes(*nodes);
   if (took_over_) {
+    // Before the report, so that node 0, which decides once the report ended the attempt, counts a
+    // dropped node's successor among those that rejoin.
+    sched_->sync_wait(store_->set("attempt/" + std::to_string(first_attempt_) + "/done/" + std::to_string(o_.node_rank), "1"));
     std::fprintf(stderr, "coshard-run: node %d's launcher fell silent: this one takes its place, and attempt %d ends "
                  "so that every node restarts\n", o_.node_rank, first_attempt_);
     report(first_attempt_, Failure{.node = o_.node_rank, .code = 1, .restartable = true,
@@ -178,6 +186,7 @@ void Coordinator::begin(int attempt) {
   attempt_ = attempt;
   if (o_.node_rank != 0) return;
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
+  sched_->sync_wait(store_->set("attempt/" + std::to_string(attempt) + "/nodes", node_words(nodes_)));
   sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
 }
 

@@ -5,6 +5,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -123,8 +124,20 @@ struct LastFailure {
   int code = 0, rank = -1;
 };
 
+// Where this node's ranks stand in an attempt: the nodes that run ranks in it are numbered afresh
+// (the same as node ranks until one is dropped, --nnodes MIN:MAX).
+struct Place {
+  int group = 0;   // this node's index among the attempt's nodes
+  int groups = 1;  // how many nodes run ranks
+};
+
+Place place_of(const Options& o, const std::vector<int>& nodes) {
+  const auto at = std::find(nodes.begin(), nodes.end(), o.node_rank);
+  return Place{static_cast<int>(at - nodes.begin()), static_cast<int>(nodes.size())};
+}
+
 // What a rank learns from its environment (torchrun's names, and the store's token).
-std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, std::uint16_t port,
+std::vector<std::string> rank_env(const Options& o, const Place& at, int local_rank, std::uint16_t port,
                                   const std::string& token, int restart, const LastFailure& last,
                                   const std::string& flight_dir) {
   return {
@@ -132,11 +145,11 @@ std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, st
       "COSHARD_RESTART_FAILED_RANK=" + std::to_string(last.rank),
       "COSHARD_FLIGHT_DIR=" + flight_dir,
       "COSHARD_RESTART_COUNT=" + std::to_string(restart),
-      "RANK=" + std::to_string(rank),
-      "WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc_per_node),
+      "RANK=" + std::to_string(at.group * o.nproc_per_node + local_rank),
+      "WORLD_SIZE=" + std::to_string(at.groups * o.nproc_per_node),
       "LOCAL_RANK=" + std::to_string(local_rank),
       "LOCAL_WORLD_SIZE=" + std::to_string(o.nproc_per_node),
-      "GROUP_RANK=" + std::to_string(o.node_rank),
+      "GROUP_RANK=" + std::to_string(at.group),
       "MASTER_ADDR=" + o.master_addr,
       "MASTER_PORT=" + std::to_string(port),
       "COSHARD_TOKEN=" + token,
@@ -144,13 +157,13 @@ std::vector<std::string> rank_env(const Options& o, int rank, int local_rank, st
   };
 }
 
-std::vector<Child> start_ranks(const Options& o, std::uint16_t port, const std::string& token,
+std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t port, const std::string& token,
                                const sigset_t& old_mask, int restart, const LastFailure& last,
                                const std::string& flight_dir) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-    const int rank = o.node_rank * o.nproc_per_node + lr;
-    const ChildCommand command(o.command, rank_env(o, rank, lr, port, token, restart, last, flight_dir));
+    const int rank = at.group * o.nproc_per_node + lr;
+    const ChildCommand command(o.command, rank_env(o, at, lr, port, token, restart, last, flight_dir));
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
@@ -173,9 +186,10 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
                      Coordinator& coordinator, int attempt, const LastFailure& last) {
   coordinator.begin(attempt);
   const FlightDir flight(attempt);
-  std::vector<Child> children = start_ranks(o, port, token, signals.old_mask, attempt, last, flight.path);
+  const Place at = place_of(o, coordinator.nodes());
+  std::vector<Child> children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight.path);
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
-               o.nnodes * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
+               at.groups * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
   Supervisor supervisor(o, children, flight.path, coordinator, attempt);
   supervisor.watch(signals.fd.get());
   const int rc = supervisor.result();
@@ -217,6 +231,12 @@ int launch(const Options& o) {
                      v.reason.c_str());
       }
       return v.code;
+    }
+    const auto& nodes = coordinator.nodes();
+    if (std::find(nodes.begin(), nodes.end(), o.node_rank) == nodes.end()) {
+      std::fprintf(stderr, "coshard-run: node %d is left out of the job, which restarts without it: %s. Start its "
+                   "coshard-run again to have it rejoin\n", o.node_rank, v.reason.c_str());
+      return 1;
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
                  o.max_restarts, v.reason.c_str());

@@ -49,6 +49,7 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
     throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " but Slurm runs this task on " + here +
                                 ", node " + std::to_string(s.node_id) + " of the step: drop --node-rank");
   }
+  if (!given.nnodes) o.min_nodes = hosts;
   o.nnodes = hosts;
   o.node_rank = s.node_id;
   if (!given.master) {
@@ -61,7 +62,7 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
 }  // namespace
 
 std::string usage() {
-  return "usage: coshard-run --nproc-per-node N [--nnodes M --node-rank K] [--master ADDR:PORT] [--token T]\n"
+  return "usage: coshard-run --nproc-per-node N [--nnodes [MIN:]M --node-rank K] [--master ADDR:PORT] [--token T]\n"
          "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
          "                   -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
@@ -72,7 +73,9 @@ std::string usage() {
          "  fails on any node, every node stops its ranks and starts them again (COSHARD_RESTART_COUNT set, a\n"
          "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
          "  checkpoint. A node cut off from node 0's store meanwhile has --rejoin-timeout (60 s) to reach it\n"
-         "  again, and the job restarts once it has. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
+         "  again, and the job restarts once it has; with --nnodes MIN:M the others restart without it instead,\n"
+         "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at a restart once its\n"
+         "  coshard-run is started again. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
          "  ...) the step gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
 }
 
@@ -94,7 +97,11 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
     if (a == "--nproc-per-node") {
       o.nproc_per_node = static_cast<int>(parse_int(a, value(a), 1, 1024));
     } else if (a == "--nnodes") {
-      o.nnodes = static_cast<int>(parse_int(a, value(a), 1, 65536));
+      const std::string v = value(a);
+      const auto colon = v.find(':');
+      o.nnodes = static_cast<int>(parse_int(a, v.substr(colon == std::string::npos ? 0 : colon + 1), 1, 65536));
+      o.min_nodes = colon == std::string::npos ? o.nnodes
+                                               : static_cast<int>(parse_int("--nnodes MIN", v.substr(0, colon), 1, o.nnodes));
       given.nnodes = true;
     } else if (a == "--node-rank") {
       o.node_rank = static_cast<int>(parse_int(a, value(a), 0, 65535));
@@ -127,6 +134,10 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
   if (o.node_rank >= o.nnodes) {
     throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                                 std::to_string(o.nnodes));
+  }
+  if (o.min_nodes < o.nnodes && o.max_restarts == 0) {
+    throw std::invalid_argument("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.nnodes) +
+                                " goes on without a lost node by restarting the others: give --max-restarts N (N >= 1)");
   }
   if (o.nnodes > 1) {
     if (o.master_port == 0) {

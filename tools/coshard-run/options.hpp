@@ -11,6 +11,9 @@ namespace coshard::run {
 struct Options {
   int nproc_per_node = 1;
   int nnodes = 1;
+  // --nnodes MIN:MAX: the job starts on nnodes (MAX) nodes and, while restarts remain, goes on
+  // without nodes that fell silent and did not come back within --rejoin-timeout, down to MIN.
+  int min_nodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 0;  // 0: pick a free port (node 0 only)
