@@ -1,5 +1,6 @@
 // Failures across hosts of a real (namespace) cluster: a host that crashes mid-step, a link cut
-// mid-step (for good, or until a restart recovers once it is back), Slurm's SIGUSR2 ahead of a time
+// mid-step (for good, or until a restart recovers once it is back, or for good with the job going
+// on without that host under --nnodes MIN:MAX), Slurm's SIGUSR2 ahead of a time
 // limit (a checkpoint, then exit code 75), and launches that cannot work
 // (flags that contradict the Slurm step, a master that does not answer, two hosts claiming the
 // same node rank). Each that cannot recover ends with every launcher exiting non-zero within its
@@ -127,6 +128,32 @@ TEST_F(Cluster, ACutLinkThatComesBackRestartsBothHostsFromTheLastCheckpoint) {
   for (const auto& log : {node1, node2}) {
     EXPECT_NE(log.find("coshard-run: restart 1 of 1: node "), std::string::npos) << log;
   }
+  EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
+  expect_the_uninterrupted_losses(whole, node1);
+}
+
+// The link to node2 cut for good under --nnodes 1:2: every rank fails at its 8 s collective
+// timeout, node2's launcher gives up on the store after --rejoin-timeout and exits naming it,
+// and node1 restarts alone from the last checkpoint: 2 ranks that take two micro-batches a step
+// (--global-batch 32) end the job with the uninterrupted 4-rank run's losses.
+TEST_F(Cluster, ACutLinkThatStaysCutLeavesTheJobToTheHostLeftUnderNnodesMinMax) {
+  auto dir = train::temp_dir("cluster-elastic");
+  const std::string common = kRestartArgs + "--collective-timeout 8 --global-batch 32 --checkpoint-dir ";
+  const std::string whole = uninterrupted_run(dir, common);
+  const std::string ckpt = (dir / "cut").string(), d = dir.string();
+  const std::string train = common + ckpt + " --resume auto";
+  const std::string flags = " --nnodes 1:2 --max-restarts 1 --rejoin-timeout 5";
+  auto r = run_script(by_hand(0, train, flags) + " > " + d + "/node1.log 2>&1 & a=$!; " + by_hand(1, train, flags) +
+                      " > " + d + "/node2.log 2>&1 & b=$!; " + after_step_8(ckpt) + cluster("link", "node2 down") +
+                      " && echo cut; wait $a; echo rc1=$?; wait $b; echo rc2=$?");
+  const std::string node1 = read_file(dir / "node1.log"), node2 = read_file(dir / "node2.log");
+  ASSERT_NE(r.output.find("cut"), std::string::npos) << r.output << node1 << node2;
+  EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
+  EXPECT_NE(r.output.find("rc2=1"), std::string::npos) << r.output << node2;
+  EXPECT_NE(node2.find("lost the store at node1:29400 (node 0's coshard-run): not reached for "), std::string::npos)
+      << node2;
+  EXPECT_NE(node1.find("so the job goes on without them (1 of 2 nodes, --nnodes 1:2)"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("started 2 rank(s) of 2"), std::string::npos) << node1;
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   expect_the_uninterrupted_losses(whole, node1);
 }
