@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,10 +31,11 @@ TEST(LauncherElastic, BadNodeRangesAreUsageErrors) {
   EXPECT_NE(r.output.find("--nnodes needs an integer in [1, 65536], got 'x'"), std::string::npos) << r.output;
 }
 
-// Node 1's host crashes (its launcher and ranks killed outright) while every rank would sleep on.
-// Node 0 finds it silent, gives it --rejoin-timeout, then restarts without it: its own two ranks
-// become the whole job (ranks 0 and 1 of 2). Node 1's launcher, started again, takes its place,
-// and the restart that this causes takes node 1 back: ranks 0..3 of 4 again, which end the job.
+// Node 1's launcher frozen (SIGSTOP) while every rank would sleep on: to node 0 it is a host that
+// crashed. Node 0 finds it silent, gives it --rejoin-timeout, then restarts without it: its own two
+// ranks become the whole job (ranks 0 and 1 of 2). Thawed, node 1's launcher finds itself left
+// out, stops its ranks and exits 1; started again, it takes its old place, and the restart that
+// this causes takes node 1 back: ranks 0..3 of 4 again, which end the job.
 TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherReturns) {
   const std::string started = rank_log("elastic");
   const std::string log = rank_log("elastic-world");
@@ -48,19 +48,23 @@ TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherR
     await_node_1_ranks(started);
     const int pid = launcher_pid("elastic", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
-    const std::string ranks = run("pgrep -P " + std::to_string(pid)).output;
-    ::kill(pid, SIGKILL);  // first, so that it does not report its ranks' end
-    std::istringstream in(ranks);
-    for (int rank; in >> rank;) ::kill(rank, SIGKILL);
+    ::kill(pid, SIGSTOP);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (run("cat " + log).output.find("attempt 1 rank 1 of 2") == std::string::npos &&
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
+    ::kill(pid, SIGCONT);
     ASSERT_NE(run("cat " + log).output.find("attempt 1 rank 1 of 2"), std::string::npos) << "no restart without node 1";
+    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {  // left out, it ends
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     again = run(command.at(1));
   }, &command);
-  EXPECT_EQ(r.node[1].rc, 128 + SIGKILL) << r.node[1].output;
+  EXPECT_EQ(r.node[1].rc, 1) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("coshard-run: node 1 is left out of the job, which restarts without it: node 1: its "
+                                  "coshard-run fell silent"),
+            std::string::npos) << r.node[1].output;
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
   EXPECT_EQ(again.rc, 0) << again.output;
   EXPECT_NE(r.node[0].output.find("restart 1 of 2: node 1: its coshard-run fell silent"), std::string::npos)
