@@ -177,8 +177,9 @@ Verdict Coordinator::decide(int attempt) {
     });
     if (missing.empty() || (deadline && Clock::now() >= *deadline)) break;
     // Nodes that fell silent have --rejoin-timeout, not the minute a beating node gets to stop its ranks.
+    // One that beats again (it came back and stops its ranks) is waited for as any other.
     if (rejoin_by && Clock::now() >= *rejoin_by && std::all_of(missing.begin(), missing.end(), [&](int n) {
-          return std::find(rejoining.begin(), rejoining.end(), n) != rejoining.end();
+          return std::find(rejoining.begin(), rejoining.end(), n) != rejoining.end() && silent(n);
         })) {
       break;
     }
@@ -282,7 +283,9 @@ std::vector<int> Coordinator::rejoined(int attempt) {
 bool Coordinator::dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
   const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined] = ended;
   if (!failed || !failed->restartable || attempt >= o_.max_restarts || !interrupted.empty() || stop_requested) return false;
-  if (missing.empty() || nodes_.size() - missing.size() < static_cast<std::size_t>(o_.min_nodes)) return false;
+  if (missing.empty() || nodes_.size() - missing.size() + rejoined.size() < static_cast<std::size_t>(o_.min_nodes)) {
+    return false;
+  }
   return std::all_of(missing.begin(), missing.end(),
                      [&](int n) { return std::find(silent.begin(), silent.end(), n) != silent.end(); });
 }

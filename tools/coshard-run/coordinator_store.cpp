@@ -103,7 +103,10 @@ void Coordinator::join() {
   const std::string key = "node/" + std::to_string(o_.node_rank);
   std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
   // Only while a restart may follow: on the last attempt taking over would only end the job.
-  if (holder != me && o_.node_rank != 0 && node_zeros_attempt() < o_.max_restarts && holder_gone(holder)) {
+  // Asked again after the wait, in which node 0 may have begun its last attempt.
+  const std::string gone = holder;
+  if (holder != me && o_.node_rank != 0 && node_zeros_attempt() < o_.max_restarts && holder_gone(holder) &&
+      node_zeros_attempt() < o_.max_restarts) {
     took_over_ = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
@@ -116,6 +119,12 @@ void Coordinator::join() {
   // After the claim, so that node 0 waits for this node in any attempt it begins from now on.
   if (o_.node_rank != 0) first_attempt_ = node_zeros_attempt();
   attempt_ = first_attempt_;
+  if (took_over_ && first_attempt_ >= o_.max_restarts) {  // node 0 began its last attempt meanwhile
+    sched_->sync_wait(store_->compare_set(key, me, gone));  // the place stays the silent one's
+    throw Error(Errc::bad_config, "node " + std::to_string(o_.node_rank) + "'s launcher fell silent, but node 0 "
+                                  "runs the job's last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
+                                  "): no restart is left to take node " + std::to_string(o_.node_rank) + " back");
+  }
   // Node 0 writes an attempt's nodes before the attempt itself; none yet: the first, on every node.
   const auto nodes = sched_->sync_wait(store_->get("attempt/" + std::to_string(first_attempt_) + "/nodes"));
   for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);

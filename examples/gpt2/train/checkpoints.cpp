@@ -178,7 +178,7 @@ int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, in
     return 0;
   }
   static const std::map<std::string, std::string> fix{
-      {"global_batch", "ranks x --batch x --grad-accum"}, {"seq", "--seq"},     {"seed", "--seed"},
+      {"global_batch", "ranks x --batch x --grad-accum (or --global-batch)"}, {"seq", "--seq"},     {"seed", "--seed"},
       {"shuffle", "--shuffle"},   {"data", "--data"},   {"lr", "--lr"},        {"lr_schedule", "--lr-schedule"},
       {"warmup_steps", "--warmup-steps"}, {"steps", "--steps"}, {"model", "--model"}};
   for (const auto& [key, flag] : fix) {

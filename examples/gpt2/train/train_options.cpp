@@ -35,7 +35,8 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
                     ->capture_default_str()->check(CLI::Range(1, 4096));
   app.add_option("--global-batch", o.global_batch,
                  "sequences per step over every rank: --grad-accum becomes G / (ranks x --batch), so that a job that "
-                 "goes on with fewer or more ranks (coshard-run --nnodes MIN:MAX) keeps its data and losses")
+                 "goes on with fewer or more ranks (coshard-run --nnodes MIN:MAX) keeps its data and losses; G must "
+                 "be a multiple of ranks x --batch at every world size the job may run at")
       ->check(CLI::Range(1, 1 << 30))->excludes(accum);
 }
 
