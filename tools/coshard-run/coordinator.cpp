@@ -281,9 +281,15 @@ std::vector<int> Coordinator::rejoined(int attempt) {
 // a restart would follow but for them, each fell silent and stayed so for --rejoin-timeout, and
 // at least MIN nodes are left. Node 0 serves the store, so it is never among them.
 bool Coordinator::dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
-  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined] = ended;
-  if (!failed || !failed->restartable || attempt >= o_.max_restarts || !interrupted.empty() || stop_requested) return false;
-  if (missing.empty() || nodes_.size() - missing.size() + rejoined.size() < static_cast<std::size_t>(o_.min_nodes)) {
+  // Named through `ended`, not bound: clang 14 lambdas cannot capture structured bindings.
+  const auto& missing = ended.missing;
+  const auto& silent = ended.silent;
+  if (!failed || !failed->restartable || attempt >= o_.max_restarts || !ended.interrupted.empty() ||
+      ended.stop_requested) {
+    return false;
+  }
+  if (missing.empty() ||
+      nodes_.size() - missing.size() + ended.rejoined.size() < static_cast<std::size_t>(o_.min_nodes)) {
     return false;
   }
   return std::all_of(missing.begin(), missing.end(),
