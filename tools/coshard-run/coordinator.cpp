@@ -21,8 +21,6 @@ namespace {
 
 using namespace coord;
 
-std::string attempt_key(int attempt, const std::string& what) { return "attempt/" + std::to_string(attempt) + "/" + what; }
-
 // "<node> <rank> <code> <restartable> <what>"
 std::string encode(const Failure& f) {
   return std::to_string(f.node) + " " + std::to_string(f.rank) + " " + std::to_string(f.code) + " " +

@@ -37,6 +37,11 @@ inline bool stop_pending() {
   return ::sigpending(&pending) == 0 && sigismember(&pending, SIGUSR2) == 1;
 }
 
+// The store key of `what` in `attempt` (coordinator.hpp lists them).
+inline std::string attempt_key(int attempt, const std::string& what) {
+  return "attempt/" + std::to_string(attempt) + "/" + what;
+}
+
 // "0 1 3"
 inline std::string node_words(const std::vector<int>& nodes) {
   std::string out;

@@ -126,13 +126,13 @@ void Coordinator::join() {
                                   "): no restart is left to take node " + std::to_string(o_.node_rank) + " back");
   }
   // Node 0 writes an attempt's nodes before the attempt itself; none yet: the first, on every node.
-  const auto nodes = sched_->sync_wait(store_->get("attempt/" + std::to_string(first_attempt_) + "/nodes"));
+  const auto nodes = sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes")));
   for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
   if (nodes) nodes_ = parse_nodes(*nodes);
   if (took_over_) {
     // Before the report, so that node 0, which decides once the report ended the attempt, counts a
     // dropped node's successor among those that rejoin.
-    sched_->sync_wait(store_->set("attempt/" + std::to_string(first_attempt_) + "/done/" + std::to_string(o_.node_rank), "1"));
+    sched_->sync_wait(store_->set(attempt_key(first_attempt_, "done/" + std::to_string(o_.node_rank)), "1"));
     std::fprintf(stderr, "coshard-run: node %d's launcher fell silent: this one takes its place, and attempt %d ends "
                  "so that every node restarts\n", o_.node_rank, first_attempt_);
     report(first_attempt_, Failure{.node = o_.node_rank, .code = 1, .restartable = true,
@@ -195,7 +195,7 @@ void Coordinator::begin(int attempt) {
   attempt_ = attempt;
   if (o_.node_rank != 0) return;
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
-  sched_->sync_wait(store_->set("attempt/" + std::to_string(attempt) + "/nodes", node_words(nodes_)));
+  sched_->sync_wait(store_->set(attempt_key(attempt, "nodes"), node_words(nodes_)));
   sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
 }
 
