@@ -1,4 +1,5 @@
-// coshard-run --nnodes MIN:MAX: a job that goes on without a lost node and takes it back.
+// coshard-run --nnodes MIN:MAX: a job that starts without every node, goes on without a lost
+// node, and takes a node in when its launcher comes.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -8,15 +9,29 @@
 #include <vector>
 
 #include "mp/launcher_nodes.hpp"
+#include "support/loopback.hpp"
 
 namespace {
 
+using coshard::testing::await_line;
 using coshard::testing::await_node_1_ranks;
 using coshard::testing::kRun;
 using coshard::testing::launcher_pid;
 using coshard::testing::rank_log;
 using coshard::testing::run;
 using coshard::testing::two_nodes;
+
+// Each rank appends "attempt A rank R of W node G" to `log`; the ranks of attempts up to `last`
+// sleep on (until a restart stops them), the others end at once.
+std::string world_script(const std::string& log, const std::string& sleepers) {
+  return "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+         "\ncase $COSHARD_RESTART_COUNT in " + sleepers + ") exec sleep 120;; esac\n";
+}
+
+void expect_lines(const std::string& log, const std::vector<std::string>& lines) {
+  const std::string world = run("cat " + log).output;
+  for (const auto& line : lines) EXPECT_NE(world.find(line), std::string::npos) << line << " missing in\n" << world;
+}
 
 TEST(LauncherElastic, BadNodeRangesAreUsageErrors) {
   auto r = run(kRun + " --nnodes 1:2 --node-rank 0 --nproc-per-node 1 --master 127.0.0.1:29400 --token t -- true");
@@ -29,63 +44,143 @@ TEST(LauncherElastic, BadNodeRangesAreUsageErrors) {
   r = run(kRun + " --nnodes 1:x --max-restarts 1 --nproc-per-node 1 -- true");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.output.find("--nnodes needs an integer in [1, 65536], got 'x'"), std::string::npos) << r.output;
+  r = run(kRun + " --nnodes 2 --node-rank 0 --nproc-per-node 1 --master 127.0.0.1:29400 --token t --last-call 5 -- "
+                 "true");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("with --nnodes 2 every node must join: drop --last-call, or give --nnodes MIN:2"),
+            std::string::npos) << r.output;
+}
+
+// Fewer than MIN nodes by --join-timeout: node 0 names the nodes that did not come. A node that
+// comes when node 0 runs its last attempt cannot be taken in: it says so and leaves the job be.
+TEST(LauncherElastic, TooFewNodesOrNoRestartLeftToTakeOneInAreNamed) {
+  const std::string master = "--master 127.0.0.1:" + std::to_string(coshard::testing::free_loopback_port());
+  auto r = run(kRun + " --nnodes 2:3 --node-rank 0 --nproc-per-node 1 " + master + " --token few --max-restarts 1 "
+               "--join-timeout 1 -- true");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("only node(s) 0 joined within 1 s (--join-timeout), fewer than the 2 that --nnodes 2:3 "
+                          "needs: start coshard-run on node(s) 1 2 with " + master + ", or lower MIN"),
+            std::string::npos) << r.output;
+
+  const std::string log = rank_log("last-call");
+  std::vector<std::string> command;
+  coshard::testing::CommandResult late;
+  // Attempt 0 fails on node 0 alone, attempt 1 (the last) runs 6 s: node 1 comes during it.
+  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK >> " + log +
+                             "\ncase $COSHARD_RESTART_COUNT in 0) exit 3;; esac; sleep 6\n";
+  auto job = two_nodes("last-call", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
+                       [&] {
+                         ASSERT_TRUE(await_line(log, "attempt 1 rank 1")) << "node 0 did not restart";
+                         late = run(command.at(1));
+                       }, &command, /*node_1_later=*/true);
+  EXPECT_EQ(job.node[0].rc, 0) << job.node[0].output;
+  EXPECT_EQ(late.rc, 1) << late.output;
+  EXPECT_NE(late.output.find("node 1: its coshard-run joined after the job started on node(s) 0 (--nnodes 1:2), but "
+                             "node 0 runs the job's last attempt (--max-restarts 1): no restart is left to take node "
+                             "1 in"),
+            std::string::npos) << late.output;
+}
+
+// Node 0 starts alone after --last-call: its two ranks are the job (0 and 1 of 2). Node 1's
+// launcher, started later, asks to be taken in, and the restart that this causes runs ranks 0..3
+// of 4, which end the job.
+TEST(LauncherElastic, AJobStartsOnTheNodesThatJoinedAndTakesInOneThatJoinsLater) {
+  const std::string log = rank_log("late");
+  std::vector<std::string> command;
+  coshard::testing::CommandResult late;
+  auto r = two_nodes("late", world_script(log, "0"), "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 1 "
+                     "--join-timeout 30", [&] {
+    ASSERT_TRUE(await_line(log, "attempt 0 rank 1 of 2 node 0")) << "node 0 did not start alone";
+    late = run(command.at(1));
+  }, &command, /*node_1_later=*/true);
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(late.rc, 0) << late.output;
+  EXPECT_NE(r.node[0].output.find("1 of 2 nodes joined (--nnodes 1:2); the job starts in 1 s (--last-call)"),
+            std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("the job starts on node(s) 0 of 2; node(s) 1 are taken in"), std::string::npos)
+      << r.node[0].output;
+  for (const auto& out : {r.node[0].output, late.output}) {
+    EXPECT_NE(out.find("restart 1 of 1: node 1: its coshard-run joined after the job started on node(s) 0 (--nnodes "
+                       "1:2); node(s) 1 rejoin the job"),
+              std::string::npos) << out;
+  }
+  expect_lines(log, {"attempt 0 rank 0 of 2 node 0", "attempt 0 rank 1 of 2 node 0", "attempt 1 rank 0 of 4 node 0",
+                     "attempt 1 rank 3 of 4 node 1"});
+  EXPECT_EQ(run("cat " + log).output.find("attempt 0 rank 2"), std::string::npos);
 }
 
 // Node 1's launcher frozen (SIGSTOP) while every rank would sleep on: to node 0 it is a host that
 // crashed. Node 0 finds it silent, gives it --rejoin-timeout, then restarts without it: its own two
 // ranks become the whole job (ranks 0 and 1 of 2). Thawed, node 1's launcher finds itself left
-// out, stops its ranks and exits 1; started again, it takes its old place, and the restart that
-// this causes takes node 1 back: ranks 0..3 of 4 again, which end the job.
-TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherReturns) {
+// out of that restart, stops its ranks and asks to be taken in, and the restart that this causes
+// runs ranks 0..3 of 4 again, which end the job.
+TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherRunsAgain) {
   const std::string started = rank_log("elastic");
   const std::string log = rank_log("elastic-world");
-  const std::string script = "echo $RANK >> " + started + "; echo attempt $COSHARD_RESTART_COUNT rank $RANK of " +
-                             "$WORLD_SIZE node $GROUP_RANK >> " + log +
-                             "\ncase $COSHARD_RESTART_COUNT in 0|1) exec sleep 120;; esac\n";
-  std::vector<std::string> command;
-  coshard::testing::CommandResult again;
+  const std::string script = "echo $RANK >> " + started + "\n" + world_script(log, "0|1");
   auto r = two_nodes("elastic", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid("elastic", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
     ::kill(pid, SIGSTOP);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (run("cat " + log).output.find("attempt 1 rank 1 of 2") == std::string::npos &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    const bool without = await_line(log, "attempt 1 rank 1 of 2");
     ::kill(pid, SIGCONT);
-    ASSERT_NE(run("cat " + log).output.find("attempt 1 rank 1 of 2"), std::string::npos) << "no restart without node 1";
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < deadline) {  // left out, it ends
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    again = run(command.at(1));
-  }, &command);
-  EXPECT_EQ(r.node[1].rc, 1) << r.node[1].output;
-  EXPECT_NE(r.node[1].output.find("coshard-run: node 1 is left out of the job, which restarts without it: node 1: its "
-                                  "coshard-run fell silent"),
-            std::string::npos) << r.node[1].output;
+    ASSERT_TRUE(without) << "no restart without node 1";
+  });
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
-  EXPECT_EQ(again.rc, 0) << again.output;
+  EXPECT_EQ(r.node[1].rc, 0) << r.node[1].output;
   EXPECT_NE(r.node[0].output.find("restart 1 of 2: node 1: its coshard-run fell silent"), std::string::npos)
       << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("; node(s) 1 did not come back within 1 s (--rejoin-timeout), so the job goes on "
                                   "without them (1 of 2 nodes, --nnodes 1:2)"),
             std::string::npos) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("started 2 rank(s) of 2"), std::string::npos) << r.node[0].output;
-  for (const auto& out : {r.node[0].output, again.output}) {
-    EXPECT_NE(out.find("restart 2 of 2: node 1: its coshard-run fell silent and coshard-run pid"), std::string::npos)
-        << out;
-    EXPECT_NE(out.find("; node(s) 1 rejoin the job"), std::string::npos) << out;
+  EXPECT_NE(r.node[1].output.find("coshard-run: node 1 is left out of restart 1: node 1: its coshard-run fell silent"),
+            std::string::npos) << r.node[1].output;
+  for (const auto& out : {r.node[0].output, r.node[1].output}) {
+    EXPECT_NE(out.find("restart 2 of 2: node 1: its coshard-run was left out of restart 1 and asks to rejoin; node(s) "
+                       "1 rejoin the job"),
+              std::string::npos) << out;
   }
-  const std::string world = run("cat " + log).output;
-  for (const char* line : {"attempt 0 rank 3 of 4 node 1", "attempt 1 rank 0 of 2 node 0",
-                           "attempt 1 rank 1 of 2 node 0", "attempt 2 rank 1 of 4 node 0",
-                           "attempt 2 rank 3 of 4 node 1"}) {
-    EXPECT_NE(world.find(line), std::string::npos) << line << " missing in\n" << world;
-  }
-  EXPECT_EQ(world.find("attempt 1 rank 2"), std::string::npos) << world;
+  expect_lines(log, {"attempt 0 rank 3 of 4 node 1", "attempt 1 rank 0 of 2 node 0", "attempt 1 rank 1 of 2 node 0",
+                     "attempt 2 rank 1 of 4 node 0", "attempt 2 rank 3 of 4 node 1"});
+  EXPECT_EQ(run("cat " + log).output.find("attempt 1 rank 2"), std::string::npos);
   EXPECT_LT(r.node[0].seconds, 90) << r.node[0].output;
+}
+
+// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 12 s: node 1 is cut off from the
+// store for longer than its --rejoin-timeout, so it stops its ranks and gives the attempt up. Under
+// --nnodes 1:2 it keeps trying to reach the store, joins again once node 0 runs, and asks to be
+// taken in rather than run ranks in the attempt it gave up. Thawed, node 0 may find node 1 silent
+// first and go on alone for an attempt: either way the job ends on both nodes (the ranks sleep
+// on in attempt 0 and while node 0 is alone, and end in a later attempt of 4).
+TEST(LauncherElastic, ANodeCutOffForLongerThanTheRejoinTimeoutJoinsAgain) {
+  const std::string started = rank_log("cut-off");
+  const std::string log = rank_log("cut-off-world");
+  const std::string script = "echo $RANK >> " + started + "\necho attempt $COSHARD_RESTART_COUNT rank $RANK of " +
+                             "$WORLD_SIZE node $GROUP_RANK >> " + log + "\ncase \"$COSHARD_RESTART_COUNT $WORLD_SIZE\" " +
+                             "in \"0 \"*|*\" 2\") exec sleep 120;; esac\n";
+  auto r = two_nodes("cut-off", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30", [&] {
+    await_node_1_ranks(started);
+    const int pid = launcher_pid("cut-off", 0);
+    ASSERT_GT(pid, 0) << "node 0's launcher not found";
+    ::kill(pid, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    ::kill(pid, SIGCONT);
+  });
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(r.node[1].rc, 0) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("coshard-run: node 1 lost the store at 127.0.0.1:"), std::string::npos)
+      << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("; trying to reach the store for up to 30 s (--join-timeout) to be taken back in"),
+            std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("node 1: its coshard-run, cut off from the store in attempt 0 for longer than "
+                                  "--rejoin-timeout, reached it again (--nnodes 1:2); attempt "),
+            std::string::npos) << r.node[1].output;
+  const std::string world = run("cat " + log).output;
+  const auto first = world.find("rank 3 of 4 node 1");
+  ASSERT_NE(first, std::string::npos) << world;
+  EXPECT_NE(world.find("rank 3 of 4 node 1", first + 1), std::string::npos) << "node 1 was not taken back in\n" << world;
 }
 
 }  // namespace

@@ -24,13 +24,15 @@ inline const std::string kCheck = RENDEZVOUS_CHECK_BIN;
 
 // Two launchers of one job on this host (nodes 0 and 1 of --nnodes 2, each with 2 ranks of
 // `script`, a shell script): the multi-node protocol on loopback. `during` runs while they do;
-// `command`, when given, is set to the command line of node `n`'s launcher before it starts.
+// `command`, when given, is set to the command line of node `n`'s launcher before it starts. With
+// `node_1_later` only node 0 is started: `during` starts node 1 from `command` when it will.
 struct TwoNodes {
   CommandResult node[2];
 };
 
 inline TwoNodes two_nodes(const std::string& name, const std::string& script, const std::string& flags,
-                          const std::function<void()>& during = {}, std::vector<std::string>* command = nullptr) {
+                          const std::function<void()>& during = {}, std::vector<std::string>* command = nullptr,
+                          bool node_1_later = false) {
   const std::string file = ::testing::TempDir() + "/coshard-run-" + name + ".sh";
   std::ofstream(file) << script;
   const std::string master = "--master 127.0.0.1:" + std::to_string(free_loopback_port()) + " --token " + name;
@@ -42,11 +44,13 @@ inline TwoNodes two_nodes(const std::string& name, const std::string& script, co
   if (command) *command = lines;
   TwoNodes out;
   std::thread nodes[2];
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < (node_1_later ? 1 : 2); ++n) {
     nodes[n] = std::thread([&, n] { out.node[n] = run(lines[static_cast<std::size_t>(n)]); });
   }
   if (during) during();
-  for (auto& t : nodes) t.join();
+  for (auto& t : nodes) {
+    if (t.joinable()) t.join();
+  }
   return out;
 }
 
@@ -63,6 +67,16 @@ inline void await_node_1_ranks(const std::string& log) {
   for (int i = 0; i < 600 && run("cat " + log + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+// Waits up to `seconds` for `text` in the file `log`; whether it came.
+inline bool await_line(const std::string& log, const std::string& text, int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (run("cat " + log + " 2>/dev/null").output.find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return true;
 }
 
 // The pid of the launcher of node `node` in the job of token `token`, or 0.

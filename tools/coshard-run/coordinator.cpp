@@ -111,6 +111,18 @@ Failure Coordinator::report(int attempt, Failure f) {
   return f;
 }
 
+void Coordinator::ask_in(int attempt, const std::string& why) {
+  asked_in_ = attempt;
+  try {  // before the report, which node 0 may act on at once
+    if (usable()) sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
+  } catch (const Error& e) {
+    broke(e);  // finish() says it once the store answers again, and the report goes out then too
+  }
+  std::fprintf(stderr, "coshard-run: node %d: %s; attempt %d ends so that every node restarts, taking node %d in\n",
+               o_.node_rank, why.c_str(), attempt, o_.node_rank);
+  report(attempt, Failure{.node = o_.node_rank, .code = 1, .restartable = true, .what = why});
+}
+
 Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
   const int code = end.rc ? end.rc : 1;
   if (end.interrupted && cut_since_) {  // no restart can follow an interrupt: nothing to wait for

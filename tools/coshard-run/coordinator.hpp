@@ -21,8 +21,12 @@
 //
 // With --nnodes MIN:MAX a node that fell silent and did not come back within --rejoin-timeout is
 // dropped instead: the others restart without it, down to MIN nodes, with ranks numbered afresh
-// over the nodes left. A launcher started again for a dropped node takes its place (as after a
-// crash) and rejoins at the restart that its arrival causes.
+// over the nodes left. The job also starts without every node: on all MAX as soon as they joined,
+// else on those that joined by --last-call after the MIN-th did. A node outside the current
+// attempt asks to be taken in (Coordinator::ask_in), and the restart that this causes takes it:
+// one that joins late, a dropped one's launcher that runs again (it was frozen) or that reached
+// the store again after it gave up (cut off), and one started again in a dropped one's place (as
+// after a crash).
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -82,17 +86,28 @@ class Coordinator {
   // Connects to the store (retrying until --join-timeout), checks on other nodes than 0 that node 0
   // runs with the same --nproc-per-node and --max-restarts, and claims this node rank. Throws
   // Error naming the flag that differs, or the launcher that holds the node rank already.
-  Coordinator(const Options& o, std::uint16_t port, const std::string& token);
+  // `cut_off_in`: the attempt in which this launcher, cut off from the store for longer than
+  // --rejoin-timeout, stopped its ranks (may_rejoin): it asks to be taken in rather than run ranks
+  // in that attempt again.
+  Coordinator(const Options& o, std::uint16_t port, const std::string& token, int cut_off_in = -1);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
   // The attempt to start with: 0 on node 0, node 0's current one on a node that joins later.
   int first_attempt() const noexcept { return first_attempt_; }
-  // Whether this launcher took the node rank of one that fell silent (the host crashed and came
-  // back, and this is its launcher started again): it has no ranks in first_attempt(), whose
-  // failure it reported, and ends that attempt at once so that every node restarts.
-  bool took_over() const noexcept { return took_over_; }
+  // Whether this node runs ranks in `attempt`. It runs none in one it asked to be taken in at
+  // (ask_in): it took the node rank of a launcher that fell silent (the host crashed and came back,
+  // and this is its launcher started again), or it is not among the attempt's nodes.
+  bool runs_ranks(int attempt) const noexcept { return attempt != asked_in_; }
+  // Whether this launcher, having lost the store in `attempt` after --rejoin-timeout without
+  // reaching it, may join again (a new Coordinator) and be taken in: under --nnodes MIN:MAX, on a
+  // node other than 0, while node 0 has a restart left after the one that drops this node.
+  bool may_rejoin(int attempt) const noexcept;
+  // Ends `attempt`, in which this node runs no ranks, so that every node restarts and the restart
+  // takes this node in (node 0 counts it among the nodes that rejoin): says that its ranks ended,
+  // then reports `why` as the attempt's failure.
+  void ask_in(int attempt, const std::string& why);
   // The attempt this launcher starts now; node 0 also publishes it, with its nodes (for late joiners).
   void begin(int attempt);
   // The node ranks that run ranks in the current attempt, ascending: every node, unless some were
@@ -123,7 +138,10 @@ class Coordinator {
   // Until the store is usable again or lost; returns SIGINT or SIGTERM if one ended the wait, else 0.
   int await_store();
   Failure lost_failure() const;
-  void join();
+  void join(int cut_off_in);
+  void gather();
+  void await_attempt();
+  bool member() const;
   bool holder_gone(const std::string& holder);
   bool replaced();
   std::string await_node_zero();
@@ -149,7 +167,7 @@ class Coordinator {
   int attempt_ = 0;
   std::vector<int> nodes_;
   std::string claim_;  // this launcher's claim of its node rank
-  bool took_over_ = false;
+  int asked_in_ = -1;  // the attempt this node asked to be taken in at, where it runs no ranks
   bool replaced_ = false;  // another launcher took this one's place: lost_, and cut_reason_ says who
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
   bool lost_told_ = false;  // failure() has said so

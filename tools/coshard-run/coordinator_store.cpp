@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
@@ -39,7 +41,7 @@ std::string this_host() {
   return host;
 }
 
-Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token)
+Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, int cut_off_in)
     : o_(o), where_(o.master_addr + ":" + std::to_string(port)) {
   sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
   sched_->start();
@@ -52,7 +54,7 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   options_ = so;
   try {
     connect(std::move(so));
-    join();
+    join(cut_off_in);
   } catch (...) {
     close();  // no destructor runs for a constructor that throws
     throw;
@@ -84,7 +86,7 @@ void Coordinator::connect(transport::StoreClient::Options so) {
 
 // Checks this node's flags against node 0's, then claims the node rank and beats once, so that
 // node 0 judges it from now on.
-void Coordinator::join() {
+void Coordinator::join(int cut_off_in) {
   const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
                          std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid());
   if (o_.node_rank != 0) {
@@ -105,9 +107,10 @@ void Coordinator::join() {
   // Only while a restart may follow: on the last attempt taking over would only end the job.
   // Asked again after the wait, in which node 0 may have begun its last attempt.
   const std::string gone = holder;
+  bool took_over = false;
   if (holder != me && o_.node_rank != 0 && node_zeros_attempt() < o_.max_restarts && holder_gone(holder) &&
       node_zeros_attempt() < o_.max_restarts) {
-    took_over_ = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
+    took_over = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
     throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
@@ -117,29 +120,114 @@ void Coordinator::join() {
   claim_ = me;
   heartbeat();
   // After the claim, so that node 0 waits for this node in any attempt it begins from now on.
-  if (o_.node_rank != 0) first_attempt_ = node_zeros_attempt();
-  attempt_ = first_attempt_;
-  if (took_over_ && first_attempt_ >= o_.max_restarts) {  // node 0 began its last attempt meanwhile
-    sched_->sync_wait(store_->compare_set(key, me, gone));  // the place stays the silent one's
-    throw Error(Errc::bad_config, "node " + std::to_string(o_.node_rank) + "'s launcher fell silent, but node 0 "
-                                  "runs the job's last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
-                                  "): no restart is left to take node " + std::to_string(o_.node_rank) + " back");
+  if (o_.node_rank == 0) {
+    if (o_.min_nodes < o_.nnodes) {
+      gather();
+    } else {
+      for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
+    }
+  } else {
+    await_attempt();
   }
-  // Node 0 writes an attempt's nodes before the attempt itself; none yet: the first, on every node.
-  const auto nodes = sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes")));
-  for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
-  if (nodes) nodes_ = parse_nodes(*nodes);
-  if (took_over_) {
-    // Before the report, so that node 0, which decides once the report ended the attempt, counts a
-    // dropped node's successor among those that rejoin.
-    sched_->sync_wait(store_->set(attempt_key(first_attempt_, "done/" + std::to_string(o_.node_rank)), "1"));
-    std::fprintf(stderr, "coshard-run: node %d's launcher fell silent: this one takes its place, and attempt %d ends "
-                 "so that every node restarts\n", o_.node_rank, first_attempt_);
-    report(first_attempt_, Failure{.node = o_.node_rank, .code = 1, .restartable = true,
-                                   .what = "its coshard-run fell silent and " + parse_claim(me).describe() +
-                                           " took its place"});
+  attempt_ = first_attempt_;
+  const bool again = first_attempt_ <= cut_off_in;  // its ranks of that attempt were stopped
+  if (!took_over && !again && member()) return;
+  const std::string range = "(--nnodes " + std::to_string(o_.min_nodes) + ":" + std::to_string(o_.nnodes) + ")";
+  const std::string why =
+      took_over ? "its coshard-run fell silent and " + parse_claim(me).describe() + " took its place"
+      : cut_off_in >= 0 ? "its coshard-run, cut off from the store in attempt " + std::to_string(cut_off_in) +
+                              " for longer than --rejoin-timeout, reached it again " + range
+                        : "its coshard-run joined after the job started on node(s) " + node_words(nodes_) + " " + range;
+  if (first_attempt_ >= o_.max_restarts) {  // node 0 began its last attempt meanwhile
+    // The place stays the silent one's, or free for a later job.
+    if (took_over) {
+      sched_->sync_wait(store_->compare_set(key, me, gone));
+    } else {
+      sched_->sync_wait(store_->erase(key));
+    }
+    throw Error(Errc::bad_config, "node " + std::to_string(o_.node_rank) + ": " + why + ", but node 0 runs the job's "
+                                  "last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
+                                  "): no restart is left to take node " + std::to_string(o_.node_rank) + " in");
+  }
+  ask_in(first_attempt_, why);
+}
+
+// Node 0 under --nnodes MIN:MAX: the first attempt runs on every node as soon as all have joined,
+// else on those that joined by --last-call after the MIN-th did. Fewer than MIN by --join-timeout
+// end the job.
+void Coordinator::gather() {
+  const auto deadline = Clock::now() + o_.join_timeout;
+  std::optional<Clock::time_point> last_call;
+  const std::string range = std::to_string(o_.min_nodes) + ":" + std::to_string(o_.nnodes);
+  for (;;) {
+    heartbeat();
+    nodes_.clear();
+    std::vector<int> absent;
+    for (int n = 0; n < o_.nnodes; ++n) {
+      (sched_->sync_wait(store_->get("node/" + std::to_string(n))) ? nodes_ : absent).push_back(n);
+    }
+    if (absent.empty()) return;
+    if (!last_call && nodes_.size() >= static_cast<std::size_t>(o_.min_nodes)) {
+      last_call = Clock::now() + o_.last_call;
+      std::fprintf(stderr, "coshard-run: %zu of %d nodes joined (--nnodes %s); the job starts in %lld s (--last-call) "
+                   "on those that have joined by then\n", nodes_.size(), o_.nnodes, range.c_str(),
+                   static_cast<long long>(o_.last_call.count()));
+    }
+    if (last_call && Clock::now() >= *last_call) {
+      std::fprintf(stderr, "coshard-run: the job starts on node(s) %s of %d; node(s) %s are taken in at the restart "
+                   "that their coshard-run causes when it joins\n", node_words(nodes_).c_str(), o_.nnodes,
+                   node_words(absent).c_str());
+      return;
+    }
+    if (!last_call && Clock::now() >= deadline) {
+      throw Error(Errc::timeout, "only node(s) " + node_words(nodes_) + " joined within " +
+                                     std::to_string(o_.join_timeout.count()) + " s (--join-timeout), fewer than the " +
+                                     std::to_string(o_.min_nodes) + " that --nnodes " + range +
+                                     " needs: start coshard-run on node(s) " + node_words(absent) + " with --master " +
+                                     where_ + ", or lower MIN");
+    }
+    if (const int sig = pending_stop()) {
+      throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while the nodes joined");
+    }
+    std::this_thread::sleep_for(kPoll);
   }
 }
+
+// Other nodes: node 0's current attempt and its nodes (written before the attempt). Under
+// --nnodes MIN:MAX node 0 may still be gathering the first attempt's nodes.
+void Coordinator::await_attempt() {
+  const auto limit = o_.join_timeout + o_.last_call + std::chrono::seconds(10);
+  const auto deadline = Clock::now() + limit;
+  for (;;) {
+    std::optional<std::string> attempt;
+    try {
+      attempt = sched_->sync_wait(store_->get("attempt"));
+    } catch (const Error& e) {
+      throw Error(e.code(), "node " + std::to_string(o_.node_rank) + " lost the store at " + where_ +
+                                " before node 0 started the job (" + e.message() + "); node 0's output says why");
+    }
+    if (attempt) {
+      first_attempt_ = std::stoi(*attempt);
+      nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
+      return;
+    }
+    if (Clock::now() >= deadline) {
+      throw Error(Errc::timeout, "node " + std::to_string(o_.node_rank) + " joined, but node 0's coshard-run did not "
+                                 "start the job within " + std::to_string(limit.count()) + " s");
+    }
+    if (const int sig = pending_stop()) {
+      throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+bool Coordinator::may_rejoin(int attempt) const noexcept {
+  return o_.node_rank != 0 && o_.min_nodes < o_.nnodes && lost_ && !replaced_ && cut_since_ &&
+         attempt + 1 < o_.max_restarts;
+}
+
+bool Coordinator::member() const { return std::find(nodes_.begin(), nodes_.end(), o_.node_rank) != nodes_.end(); }
 
 // The node rank is held: by a live launcher (this one was started twice), or by one whose host
 // crashed and whose beat count stands still (this one is its host's launcher started again).

@@ -220,16 +220,26 @@ int launch(const Options& o) {
   BlockedSignals signals = block_signals();
   const std::string token = o.token.empty() ? random_token() : o.token;
   const auto store = host_store(o, token);
-  Coordinator coordinator(o, store->port, token);
+  auto coordinator = std::make_unique<Coordinator>(o, store->port, token);
   LastFailure last;
-  for (int attempt = coordinator.first_attempt();; ++attempt) {
+  for (int attempt = coordinator->first_attempt();; ++attempt) {
     AttemptEnd end;
-    if (attempt == coordinator.first_attempt() && coordinator.took_over()) {
-      coordinator.begin(attempt);  // no ranks of this node run in it: it ends now
+    if (!coordinator->runs_ranks(attempt)) {
+      coordinator->begin(attempt);  // no ranks of this node run in it: it ends now
     } else {
-      end = run_ranks(o, store->port, token, signals, coordinator, attempt, last);
+      end = run_ranks(o, store->port, token, signals, *coordinator, attempt, last);
     }
-    const Verdict v = coordinator.finish(attempt, end);
+    const Verdict v = coordinator->finish(attempt, end);
+    if (!v.restart && !end.interrupted && !end.stop_requested && coordinator->may_rejoin(attempt)) {
+      // Node 0 goes on without this node: it joins again, as a launcher that comes late, once
+      // the store answers (--join-timeout), and is taken in at the restart that this causes.
+      std::fprintf(stderr, "coshard-run: node %d %s; trying to reach the store for up to %lld s (--join-timeout) to "
+                   "be taken back in\n", o.node_rank, v.reason.c_str(), static_cast<long long>(o.join_timeout.count()));
+      coordinator.reset();
+      coordinator = std::make_unique<Coordinator>(o, store->port, token, attempt);
+      attempt = coordinator->first_attempt() - 1;
+      continue;
+    }
     if (!v.restart) {
       if (v.code != 0) {
         std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n", v.stopped ? "stopped" : "failed", v.code,
@@ -237,11 +247,21 @@ int launch(const Options& o) {
       }
       return v.code;
     }
-    const auto& nodes = coordinator.nodes();
+    const auto& nodes = coordinator->nodes();
     if (std::find(nodes.begin(), nodes.end(), o.node_rank) == nodes.end()) {
-      std::fprintf(stderr, "coshard-run: node %d is left out of the job, which restarts without it: %s. Start its "
-                   "coshard-run again to have it rejoin\n", o.node_rank, v.reason.c_str());
-      return 1;
+      // It was dropped, having been silent (frozen, or cut off) for longer than --rejoin-timeout,
+      // or it asked in too late for this restart: the next one takes it in.
+      if (attempt + 1 >= o.max_restarts) {
+        std::fprintf(stderr, "coshard-run: node %d is left out of the job, which restarts without it: %s; no restart "
+                     "is left to take it back in (--max-restarts %d)\n", o.node_rank, v.reason.c_str(),
+                     o.max_restarts);
+        return 1;
+      }
+      std::fprintf(stderr, "coshard-run: node %d is left out of restart %d: %s\n", o.node_rank, attempt + 1,
+                   v.reason.c_str());
+      coordinator->ask_in(attempt + 1, "its coshard-run was left out of restart " + std::to_string(attempt + 1) +
+                                          " and asks to rejoin");
+      continue;
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
                  o.max_restarts, v.reason.c_str());

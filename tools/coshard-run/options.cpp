@@ -23,7 +23,7 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi) 
 }
 
 struct Given {
-  bool nnodes = false, node_rank = false, master = false;
+  bool nnodes = false, node_rank = false, master = false, last_call = false;
 };
 
 // One coshard-run per host of the step, the step's first host serving the store.
@@ -64,6 +64,7 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes [MIN:]M --node-rank K] [--master ADDR:PORT] [--token T]\n"
          "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
+         "                   [--last-call SECONDS]\n"
          "                   -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
@@ -74,8 +75,10 @@ std::string usage() {
          "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
          "  checkpoint. A node cut off from node 0's store meanwhile has --rejoin-timeout (60 s) to reach it\n"
          "  again, and the job restarts once it has; with --nnodes MIN:M the others restart without it instead,\n"
-         "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at a restart once its\n"
-         "  coshard-run is started again. Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
+         "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at the restart that its\n"
+         "  coshard-run causes when it comes back. With MIN:M the job also starts without all M nodes: once\n"
+         "  MIN have joined, node 0 waits --last-call (30 s) for more, and a node that joins later is taken\n"
+         "  in at the restart its arrival causes (each such restart counts against --max-restarts). Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
          "  ...) the step gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
 }
 
@@ -122,6 +125,9 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
       o.join_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
     } else if (a == "--rejoin-timeout") {
       o.rejoin_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
+    } else if (a == "--last-call") {
+      o.last_call = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
+      given.last_call = true;
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {
@@ -138,6 +144,12 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
   if (o.min_nodes < o.nnodes && o.max_restarts == 0) {
     throw std::invalid_argument("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.nnodes) +
                                 " goes on without a lost node by restarting the others: give --max-restarts N (N >= 1)");
+  }
+  if (given.last_call && o.min_nodes == o.nnodes) {
+    throw std::invalid_argument("--last-call is how long a job of --nnodes MIN:MAX waits for more nodes once MIN "
+                                "have joined; with --nnodes " + std::to_string(o.nnodes) +
+                                " every node must join: drop --last-call, or give --nnodes MIN:" +
+                                std::to_string(o.nnodes));
   }
   if (o.nnodes > 1) {
     if (o.master_port == 0) {

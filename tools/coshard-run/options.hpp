@@ -24,6 +24,9 @@ struct Options {
   // While restarts remain: how long a node cut off from node 0's store (its link down, its host
   // unreachable) may take to come back before the job ends, on node 0 and on that node alike.
   std::chrono::seconds rejoin_timeout{60};
+  // With --nnodes MIN:MAX, how long node 0 waits for more nodes once MIN have joined before the
+  // job starts on those (torchrun's last_call_timeout); every MAX node joined starts it at once.
+  std::chrono::seconds last_call{30};
   std::vector<std::string> command;
 };
 
