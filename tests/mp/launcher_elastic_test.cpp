@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,13 +66,17 @@ TEST(LauncherElastic, TooFewNodesOrNoRestartLeftToTakeOneInAreNamed) {
   const std::string log = rank_log("last-call");
   std::vector<std::string> command;
   coshard::testing::CommandResult late;
-  // Attempt 0 fails on node 0 alone, attempt 1 (the last) runs 6 s: node 1 comes during it.
+  // Attempt 0 fails on node 0 alone, attempt 1 (the last) runs until node 1 has come and gone.
+  const std::string gone = log + ".gone";
+  std::remove(gone.c_str());
   const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK >> " + log +
-                             "\ncase $COSHARD_RESTART_COUNT in 0) exit 3;; esac; sleep 6\n";
+                             "\ncase $COSHARD_RESTART_COUNT in 0) exit 3;; esac\nfor i in $(seq 600); do [ -e " + gone +
+                             " ] && exit 0; sleep 0.1; done\n";
   auto job = two_nodes("last-call", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
                        [&] {
                          ASSERT_TRUE(await_line(log, "attempt 1 rank 1")) << "node 0 did not restart";
                          late = run(command.at(1));
+                         run("touch " + gone);
                        }, &command, /*node_1_later=*/true);
   EXPECT_EQ(job.node[0].rc, 0) << job.node[0].output;
   EXPECT_EQ(late.rc, 1) << late.output;
@@ -79,6 +84,32 @@ TEST(LauncherElastic, TooFewNodesOrNoRestartLeftToTakeOneInAreNamed) {
                              "node 0 runs the job's last attempt (--max-restarts 1): no restart is left to take node "
                              "1 in"),
             std::string::npos) << late.output;
+}
+
+// Under --nnodes 2:3 node 0 waits --last-call (60 s) for node 2 with node 1 joined. Node 1's
+// launcher beats while it waits, so a second launcher for node rank 1 is refused rather than
+// taken for its successor; SIGTERM ends node 0's wait, and node 1 then names the store it lost.
+TEST(LauncherElastic, ALauncherWaitingForTheStartBeatsSoThatASecondOneIsRefused) {
+  std::vector<std::string> command;
+  coshard::testing::CommandResult twice;
+  auto r = two_nodes("waiting", "true\n", "--nnodes 2:3 --max-restarts 1 --last-call 60 --join-timeout 30", [&] {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    twice = run(command.at(1));
+    const int pid = launcher_pid("waiting", 0);
+    ASSERT_GT(pid, 0) << "node 0's launcher not found";
+    ::kill(pid, SIGTERM);
+  }, &command);
+  EXPECT_EQ(twice.rc, 1) << twice.output;
+  EXPECT_NE(twice.output.find("node rank 1 was started twice: coshard-run pid"), std::string::npos) << twice.output;
+  EXPECT_EQ(r.node[0].rc, 1) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("2 of 3 nodes joined (--nnodes 2:3); the job starts in 60 s (--last-call)"),
+            std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("node 0 got Terminated while the nodes joined"), std::string::npos)
+      << r.node[0].output;
+  EXPECT_EQ(r.node[1].rc, 1) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("node 1 lost the store at 127.0.0.1:"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find(" before node 0 started the job"), std::string::npos) << r.node[1].output;
+  EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
 }
 
 // Node 0 starts alone after --last-call: its two ranks are the job (0 and 1 of 2). Node 1's
@@ -135,6 +166,8 @@ TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherR
                                   "without them (1 of 2 nodes, --nnodes 1:2)"),
             std::string::npos) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("started 2 rank(s) of 2"), std::string::npos) << r.node[0].output;
+  EXPECT_EQ(r.node[0].output.find("the job starts on node(s)"), std::string::npos)
+      << "every node joined: the job starts without waiting for the last call\n" << r.node[0].output;
   EXPECT_NE(r.node[1].output.find("coshard-run: node 1 is left out of restart 1: node 1: its coshard-run fell silent"),
             std::string::npos) << r.node[1].output;
   for (const auto& out : {r.node[0].output, r.node[1].output}) {

@@ -111,16 +111,25 @@ Failure Coordinator::report(int attempt, Failure f) {
   return f;
 }
 
+void Coordinator::say_ended(int attempt) {
+  sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
+}
+
 void Coordinator::ask_in(int attempt, const std::string& why) {
   asked_in_ = attempt;
-  try {  // before the report, which node 0 may act on at once
-    if (usable()) sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
-  } catch (const Error& e) {
-    broke(e);  // finish() says it once the store answers again, and the report goes out then too
-  }
   std::fprintf(stderr, "coshard-run: node %d: %s; attempt %d ends so that every node restarts, taking node %d in\n",
                o_.node_rank, why.c_str(), attempt, o_.node_rank);
-  report(attempt, Failure{.node = o_.node_rank, .code = 1, .restartable = true, .what = why});
+  const Failure f{.node = o_.node_rank, .code = 1, .restartable = true, .what = why};
+  try {  // the end before the report, which node 0 may act on at once
+    if (usable()) {
+      say_ended(attempt);
+      report(attempt, f);
+      return;
+    }
+  } catch (const Error& e) {
+    broke(e);
+  }
+  if (!lost_ && !unsent_) unsent_.emplace(attempt, f);  // both go out once the store answers (usable)
 }
 
 Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
@@ -155,7 +164,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
   return v;
 }
 
-// Node 0: waits until every node that joined has said its ranks ended (after a failure, for the
+// Node 0: waits until every node of the attempt has said its ranks ended (after a failure, for the
 // grace period and a minute more), until one falls silent (while restarts remain, for
 // --rejoin-timeout more: it may be cut off rather than gone), until --join-timeout passed with
 // the missing nodes never heard from, or until this launcher is told to stop; then decides.
@@ -179,6 +188,7 @@ Verdict Coordinator::decide(int attempt) {
         const bool asked = said->find(" stop") != std::string::npos;
         ended.stop_requested |= asked;
         ended.stopped_on_request |= asked && std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
+        ended.succeeded &= std::atoi(said->c_str()) == 0;
         if (n != 0) done.push_back(n);
         return true;
       }
@@ -236,8 +246,12 @@ Verdict Coordinator::decide(int attempt) {
   return v;
 }
 
-Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const {
-  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined] = ended;
+Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const {
+  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined, succeeded] = ended;
+  // A node asked in (Coordinator::ask_in) as every rank ended well: the job is done, not restarted.
+  const bool finished = reported && succeeded && missing.empty() && reported->rank < 0 &&
+                        std::find(nodes_.begin(), nodes_.end(), reported->node) == nodes_.end();
+  const std::optional<Failure> failed = finished ? std::nullopt : reported;
   Verdict v;
   if (failed) {
     v.code = failed->code;

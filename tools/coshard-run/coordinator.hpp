@@ -3,7 +3,8 @@
 // for the whole job (keys under "coshard/launch/"):
 //   node/K                which launcher holds node rank K, with its flags (a second one is refused)
 //   attempt               the attempt node 0 runs now, for a launcher that joins late
-//   attempt/A/nodes       the node ranks that run ranks in attempt A ("0 1 3"; every node before a drop)
+//   attempt/A/nodes       the node ranks that run ranks in attempt A ("0 1 3"; every node, unless
+//                         some were dropped or had not joined, --nnodes MIN:MAX)
 //   alive/K               a count node K's launcher raises every second while its ranks run
 //   attempt/A/failure     the first failure of attempt A: every launcher then stops its ranks
 //   attempt/A/done/K      node K's ranks of attempt A have all ended: "<rc>[ interrupted][ stop]"
@@ -79,6 +80,7 @@ struct NodesEnded {
   bool stop_requested = false;      // a node's ranks were asked to stop (SIGUSR2): no restart then either
   std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
   std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
+  bool succeeded = true;          // every node's ranks ended with 0
 };
 
 class Coordinator {
@@ -111,7 +113,7 @@ class Coordinator {
   // The attempt this launcher starts now; node 0 also publishes it, with its nodes (for late joiners).
   void begin(int attempt);
   // The node ranks that run ranks in the current attempt, ascending: every node, unless some were
-  // dropped (--nnodes MIN:MAX). A restart's verdict gives the next attempt's.
+  // dropped or had not joined (--nnodes MIN:MAX). A restart's verdict gives the next attempt's.
   const std::vector<int>& nodes() const noexcept { return nodes_; }
   // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
   void heartbeat();
@@ -122,7 +124,7 @@ class Coordinator {
   // while the store does not answer, `f`, which goes out once it does (the first such report only).
   Failure report(int attempt, Failure f);
   // Once every local rank of `attempt` has ended with `rc`: says so, and returns node 0's verdict
-  // (node 0 waits for every node that joined while it beats, and decides; the others wait while
+  // (node 0 waits for every node of the attempt while it beats, and decides; the others wait while
   // node 0 beats). No node restarts when one launcher was interrupted (SIGINT/SIGTERM) or asked
   // to stop after a checkpoint (SIGUSR2).
   Verdict finish(int attempt, const AttemptEnd& end);
@@ -139,6 +141,8 @@ class Coordinator {
   int await_store();
   Failure lost_failure() const;
   void join(int cut_off_in);
+  // Says that this node's ranks of `attempt` ended (it has none there: ask_in).
+  void say_ended(int attempt);
   void gather();
   void await_attempt();
   bool member() const;
@@ -148,7 +152,7 @@ class Coordinator {
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
-  Verdict verdict(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
+  Verdict verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const;
   std::vector<int> rejoined(int attempt);
   bool dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
   std::vector<int> next_nodes(const NodesEnded& ended, std::string& reason) const;

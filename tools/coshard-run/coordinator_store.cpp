@@ -127,7 +127,16 @@ void Coordinator::join(int cut_off_in) {
       for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
     }
   } else {
-    await_attempt();
+    try {
+      await_attempt();
+    } catch (const Error&) {
+      try {  // a claim left behind would count as a node that joined (gather)
+        if (!replaced_) sched_->sync_wait(store_->erase(key));
+      } catch (const Error&) {
+        // the store is gone: nothing is left to count it
+      }
+      throw;
+    }
   }
   attempt_ = first_attempt_;
   const bool again = first_attempt_ <= cut_off_in;  // its ranks of that attempt were stopped
@@ -194,30 +203,32 @@ void Coordinator::gather() {
 }
 
 // Other nodes: node 0's current attempt and its nodes (written before the attempt). Under
-// --nnodes MIN:MAX node 0 may still be gathering the first attempt's nodes.
+// --nnodes MIN:MAX node 0 may still be gathering the first attempt's nodes: waited for while it
+// beats (its own --join-timeout and --last-call bound that).
 void Coordinator::await_attempt() {
-  const auto limit = o_.join_timeout + o_.last_call + std::chrono::seconds(10);
-  const auto deadline = Clock::now() + limit;
+  const std::string who = "node " + std::to_string(o_.node_rank);
   for (;;) {
+    heartbeat();  // so that a second launcher for this node rank is refused, not taken for a successor
+    if (lost_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
     std::optional<std::string> attempt;
+    bool zero_silent = false;
     try {
       attempt = sched_->sync_wait(store_->get("attempt"));
+      if (attempt) {
+        first_attempt_ = std::stoi(*attempt);
+        nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
+        return;
+      }
+      zero_silent = silent(0);
     } catch (const Error& e) {
-      throw Error(e.code(), "node " + std::to_string(o_.node_rank) + " lost the store at " + where_ +
-                                " before node 0 started the job (" + e.message() + "); node 0's output says why");
+      throw Error(e.code(), who + " lost the store at " + where_ + " before node 0 started the job (" + e.message() +
+                                "); node 0's output says why");
     }
-    if (attempt) {
-      first_attempt_ = std::stoi(*attempt);
-      nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
-      return;
+    if (zero_silent) {
+      throw Error(Errc::timeout, who + " joined, but node 0's coshard-run fell silent " +
+                                     std::to_string(kSilentFor.count()) + " s ago, before it started the job");
     }
-    if (Clock::now() >= deadline) {
-      throw Error(Errc::timeout, "node " + std::to_string(o_.node_rank) + " joined, but node 0's coshard-run did not "
-                                 "start the job within " + std::to_string(limit.count()) + " s");
-    }
-    if (const int sig = pending_stop()) {
-      throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
-    }
+    if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + " got " + strsignal(sig) + " while joining");
     std::this_thread::sleep_for(kPoll);
   }
 }
@@ -324,6 +335,13 @@ bool Coordinator::usable() {
   }
   if (unsent_) {
     const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
+    try {  // an ask_in's end goes out before its report, as ask_in sends them
+      if (attempt == asked_in_) say_ended(attempt);
+    } catch (const Error& e) {
+      unsent_.emplace(attempt, f);
+      broke(e);
+      return false;
+    }
     report(attempt, f);
   }
   return !lost_ && !cut_since_;

@@ -133,10 +133,9 @@ struct Place {
 
 Place place_of(const Options& o, const std::vector<int>& nodes) {
   const auto at = std::find(nodes.begin(), nodes.end(), o.node_rank);
-  if (at == nodes.end()) {  // a launcher that took a dropped node's place has no ranks before the restart
-    throw Error(Errc::bad_config, "node " + std::to_string(o.node_rank) + " is not among the nodes of node 0's "
-                                  "current attempt (it was dropped, --nnodes MIN:MAX); start its coshard-run again "
-                                  "once the launcher that held it is gone, to have it rejoin at a restart");
+  if (at == nodes.end()) {  // a node outside the attempt asks in instead (Coordinator::ask_in)
+    throw Error(Errc::internal, "node " + std::to_string(o.node_rank) + " would start ranks in an attempt that "
+                                "does not include it");
   }
   return Place{static_cast<int>(at - nodes.begin()), static_cast<int>(nodes.size())};
 }

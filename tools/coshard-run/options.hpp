@@ -11,8 +11,9 @@ namespace coshard::run {
 struct Options {
   int nproc_per_node = 1;
   int nnodes = 1;
-  // --nnodes MIN:MAX: the job starts on nnodes (MAX) nodes and, while restarts remain, goes on
-  // without nodes that fell silent and did not come back within --rejoin-timeout, down to MIN.
+  // --nnodes MIN:MAX: the job starts on the MAX nodes once all joined, or on those joined by
+  // --last-call after MIN did; while restarts remain it goes on without nodes that fell silent and
+  // did not come back within --rejoin-timeout, down to MIN, and takes in nodes that come later.
   int min_nodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
