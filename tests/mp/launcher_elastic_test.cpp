@@ -50,6 +50,11 @@ TEST(LauncherElastic, BadNodeRangesAreUsageErrors) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.output.find("with --nnodes 2 every node must join: drop --last-call, or give --nnodes MIN:2"),
             std::string::npos) << r.output;
+  r = run(kRun + " --nnodes 2 --node-rank 0 --nproc-per-node 1 --master 127.0.0.1:29400 --token t --take-in-timeout 5 "
+                 "-- true");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("with --nnodes 2 no node is taken in: drop --take-in-timeout, or give --nnodes MIN:2"),
+            std::string::npos) << r.output;
 }
 
 // Fewer than MIN nodes by --join-timeout: node 0 names the nodes that did not come. A node that
@@ -214,6 +219,71 @@ TEST(LauncherElastic, ANodeCutOffForLongerThanTheRejoinTimeoutJoinsAgain) {
   const auto first = world.find("rank 3 of 4 node 1");
   ASSERT_NE(first, std::string::npos) << world;
   EXPECT_NE(world.find("rank 3 of 4 node 1", first + 1), std::string::npos) << "node 1 was not taken back in\n" << world;
+}
+
+// A node taken in while the ranks take SIGUSR2 (a marker and a trap, as a StopSignal would): they
+// are asked to stop after a checkpoint instead of being killed. Rank 0 stops (exit code 75, no
+// failure); rank 1 takes the signal but goes on, and is stopped at --take-in-timeout. The restart
+// takes node 1 in all the same.
+TEST(LauncherElastic, RanksAskedToStopAfterACheckpointForANodeTakenInAreStoppedAtTheTakeInTimeout) {
+  const std::string log = rank_log("take-in");
+  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
+                             "trap 'echo usr2 rank $RANK >> " + log + "; [ $RANK = 0 ] && exit 75' USR2\n"
+                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\nwhile true; do sleep 0.1; done\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult late;
+  auto r = two_nodes("take-in", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
+                     "--take-in-timeout 2", [&] {
+    ASSERT_TRUE(await_line(log, "attempt 0 rank 1 of 2 node 0")) << "node 0 did not start alone";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ranks' markers are seen
+    late = run(command.at(1));
+  }, &command, /*node_1_later=*/true);
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(late.rc, 0) << late.output;
+  EXPECT_LT(late.seconds, 20) << late.output;  // the timeout, and not a wait for the ranks
+  EXPECT_NE(r.node[0].output.find("asking the local ranks to stop after a checkpoint (SIGUSR2), so that the restart "
+                                  "loses no step (--take-in-timeout 2 s)"),
+            std::string::npos) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("the local ranks did not stop after a checkpoint within 2 s (--take-in-timeout); "
+                                  "stopping them"),
+            std::string::npos) << r.node[0].output;
+  EXPECT_NE(late.output.find("restart 1 of 1: node 1: its coshard-run joined after the job started"), std::string::npos)
+      << late.output;
+  expect_lines(log, {"usr2 rank 0", "usr2 rank 1", "attempt 1 rank 3 of 4 node 1"});
+}
+
+// Ranks stop after a checkpoint at the same step on every node, so a node's ranks may end (exit
+// code 75) before its launcher has seen why: here node 1's ranks stop on their own (as when they
+// follow node 0's), before node 2's launcher (--nnodes 2:3) even comes. Node 1 says its ranks
+// stopped, not that it was asked to stop; the take-in then restarts the job on all three nodes
+// rather than ending it as a stop request would.
+TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyStillRestartForANodeTakenIn) {
+  const std::string log = rank_log("stopped-first");
+  const std::string go = log + ".go";
+  std::remove(go.c_str());
+  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
+                             "trap 'echo usr2 rank $RANK >> " + log + "; exit 75' USR2\n"
+                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\n"
+                             "if [ $GROUP_RANK = 1 ]; then while [ ! -e " + go + " ]; do sleep 0.1; done; exit 75; fi\n"
+                             "while true; do sleep 0.1; done\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult third;
+  auto r = two_nodes("stopped-first", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
+                     [&] {
+    ASSERT_TRUE(await_line(log, "attempt 0 rank 3 of 4 node 1")) << "nodes 0 and 1 did not start";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ranks' markers are seen
+    run("touch " + go);
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // node 1's ranks have stopped, and it said so
+    std::string line = command.at(1);
+    line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
+    third = run(line);
+  }, &command);
+  for (const auto& out : {r.node[0], r.node[1], third}) EXPECT_EQ(out.rc, 0) << out.output;
+  EXPECT_NE(r.node[0].output.find("asking the local ranks to stop after a checkpoint (SIGUSR2)"), std::string::npos)
+      << r.node[0].output;
+  expect_lines(log, {"usr2 rank 0", "usr2 rank 1", "attempt 1 rank 5 of 6 node 2"});
 }
 
 }  // namespace

@@ -21,18 +21,19 @@ namespace {
 
 using namespace coord;
 
-// "<node> <rank> <code> <restartable> <what>"
+// "<node> <rank> <code> <restartable> <at checkpoint> <what>"
 std::string encode(const Failure& f) {
   return std::to_string(f.node) + " " + std::to_string(f.rank) + " " + std::to_string(f.code) + " " +
-         (f.restartable ? "1" : "0") + " " + f.what;
+         (f.restartable ? "1" : "0") + " " + (f.at_checkpoint ? "1" : "0") + " " + f.what;
 }
 
 Failure decode(const std::string& s) {
   Failure f;
   std::istringstream in(s);
-  int restartable = 0;
-  in >> f.node >> f.rank >> f.code >> restartable;
+  int restartable = 0, at_checkpoint = 0;
+  in >> f.node >> f.rank >> f.code >> restartable >> at_checkpoint;
   f.restartable = restartable != 0;
+  f.at_checkpoint = at_checkpoint != 0;
   in.get();
   std::getline(in, f.what, '\0');
   return f;
@@ -115,11 +116,11 @@ void Coordinator::say_ended(int attempt) {
   sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
 }
 
-void Coordinator::ask_in(int attempt, const std::string& why) {
+void Coordinator::ask_in(int attempt, const std::string& why, bool at_checkpoint) {
   asked_in_ = attempt;
   std::fprintf(stderr, "coshard-run: node %d: %s; attempt %d ends so that every node restarts, taking node %d in\n",
                o_.node_rank, why.c_str(), attempt, o_.node_rank);
-  const Failure f{.node = o_.node_rank, .code = 1, .restartable = true, .what = why};
+  const Failure f{.node = o_.node_rank, .code = 1, .restartable = true, .at_checkpoint = at_checkpoint, .what = why};
   try {  // the end before the report, which node 0 may act on at once
     if (usable()) {
       say_ended(attempt);
@@ -187,7 +188,8 @@ Verdict Coordinator::decide(int attempt) {
         if (said->find(" interrupted") != std::string::npos) ended.interrupted.push_back(n);
         const bool asked = said->find(" stop") != std::string::npos;
         ended.stop_requested |= asked;
-        ended.stopped_on_request |= asked && std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
+        // Without " stop" the ranks followed peers that were asked, or stopped for a node taken in.
+        ended.stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
         ended.succeeded &= std::atoi(said->c_str()) == 0;
         if (n != 0) done.push_back(n);
         return true;
@@ -224,8 +226,10 @@ Verdict Coordinator::decide(int attempt) {
       break;
     }
     if (!failed && (failed = failure(attempt))) {
+      // Ranks stopping after a checkpoint (a node taken in) may save for up to --take-in-timeout.
+      const auto saving = failed->at_checkpoint ? o_.take_in_timeout : std::chrono::seconds(0);
       deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(o_.grace_seconds + 60));
+                                    std::chrono::duration<double>(o_.grace_seconds + 60) + saving);
       continue;
     }
     std::this_thread::sleep_for(kPoll);

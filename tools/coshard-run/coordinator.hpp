@@ -52,6 +52,9 @@ struct Failure {
   int rank = -1;            // the job rank that failed; -1 when a launcher did
   int code = 1;             // the job's exit code when it is not restarted
   bool restartable = true;  // false when a launcher was interrupted or lost the store
+  // A node asks to be taken in while the attempt's ranks are well: they stop after a checkpoint
+  // (SIGUSR2, --take-in-timeout) rather than at once, so that the restart loses no step.
+  bool at_checkpoint = false;
   std::string what;         // "rank 3 (pid 812 on node2) exited with status 1"
 };
 
@@ -69,7 +72,7 @@ struct Verdict {
 struct AttemptEnd {
   int rc = 1;                   // the local exit code (Supervisor::result)
   bool interrupted = false;     // the launcher got SIGINT/SIGTERM
-  bool stop_requested = false;  // a local rank was asked to stop (SIGUSR2) or stopped: no restart
+  bool stop_requested = false;  // the launcher got SIGUSR2 and its ranks took it: no restart
 };
 
 // What the nodes said when their ranks ended, as node 0 reads it.
@@ -77,7 +80,7 @@ struct NodesEnded {
   std::vector<int> missing;       // did not say in time
   std::vector<int> interrupted;   // their launcher was told to stop: no restart then
   bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (exit code 75)
-  bool stop_requested = false;      // a node's ranks were asked to stop (SIGUSR2): no restart then either
+  bool stop_requested = false;      // a node's launcher got SIGUSR2 for its ranks: no restart then either
   std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
   std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
   bool succeeded = true;          // every node's ranks ended with 0
@@ -108,8 +111,10 @@ class Coordinator {
   bool may_rejoin(int attempt) const noexcept;
   // Ends `attempt`, in which this node runs no ranks, so that every node restarts and the restart
   // takes this node in (node 0 counts it among the nodes that rejoin): says that its ranks ended,
-  // then reports `why` as the attempt's failure.
-  void ask_in(int attempt, const std::string& why);
+  // then reports `why` as the attempt's failure. `at_checkpoint`: the attempt's nodes are all well,
+  // so their ranks stop after a checkpoint (Failure::at_checkpoint); not so after a take-over,
+  // whose silent node's ranks could not save theirs.
+  void ask_in(int attempt, const std::string& why, bool at_checkpoint);
   // The attempt this launcher starts now; node 0 also publishes it, with its nodes (for late joiners).
   void begin(int attempt);
   // The node ranks that run ranks in the current attempt, ascending: every node, unless some were

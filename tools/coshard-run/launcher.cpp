@@ -259,7 +259,7 @@ int launch(const Options& o) {
       std::fprintf(stderr, "coshard-run: node %d is left out of restart %d: %s\n", o.node_rank, attempt + 1,
                    v.reason.c_str());
       coordinator->ask_in(attempt + 1, "its coshard-run was left out of restart " + std::to_string(attempt + 1) +
-                                          " and asks to rejoin");
+                                          " and asks to rejoin", true);
       continue;
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,

@@ -23,7 +23,7 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi) 
 }
 
 struct Given {
-  bool nnodes = false, node_rank = false, master = false, last_call = false;
+  bool nnodes = false, node_rank = false, master = false, last_call = false, take_in_timeout = false;
 };
 
 // One coshard-run per host of the step, the step's first host serving the store.
@@ -59,12 +59,38 @@ void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup
   if (o.token.empty()) o.token = s.token;
 }
 
+// Flags that each parse but do not go together.
+void check_combinations(const Options& o, const Given& given) {
+  if (o.min_nodes < o.nnodes && o.max_restarts == 0) {
+    throw std::invalid_argument("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.nnodes) +
+                                " goes on without a lost node by restarting the others: give --max-restarts N (N >= 1)");
+  }
+  if (given.last_call && o.min_nodes == o.nnodes) {
+    throw std::invalid_argument("--last-call is how long a job of --nnodes MIN:MAX waits for more nodes once MIN "
+                                "have joined; with --nnodes " + std::to_string(o.nnodes) +
+                                " every node must join: drop --last-call, or give --nnodes MIN:" +
+                                std::to_string(o.nnodes));
+  }
+  if (given.take_in_timeout && o.min_nodes == o.nnodes) {
+    throw std::invalid_argument("--take-in-timeout bounds the stop after a checkpoint when a job of --nnodes MIN:MAX "
+                                "takes a node in; with --nnodes " + std::to_string(o.nnodes) +
+                                " no node is taken in: drop --take-in-timeout, or give --nnodes MIN:" +
+                                std::to_string(o.nnodes));
+  }
+  if (o.nnodes > 1) {
+    if (o.master_port == 0) {
+      throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
+    }
+    if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
+  }
+}
+
 }  // namespace
 
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes [MIN:]M --node-rank K] [--master ADDR:PORT] [--token T]\n"
          "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
-         "                   [--last-call SECONDS]\n"
+         "                   [--last-call SECONDS] [--take-in-timeout SECONDS]\n"
          "                   -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
@@ -78,8 +104,11 @@ std::string usage() {
          "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at the restart that its\n"
          "  coshard-run causes when it comes back. With MIN:M the job also starts without all M nodes: once\n"
          "  MIN have joined, node 0 waits --last-call (30 s) for more, and a node that joins later is taken\n"
-         "  in at the restart its arrival causes (each such restart counts against --max-restarts). Inside a Slurm step (srun --ntasks-per-node=1 coshard-run\n"
-         "  ...) the step gives --nnodes, --node-rank, --master and --token: its first host serves the store.\n";
+         "  in at the restart its arrival causes (each such restart counts against --max-restarts). Ranks that\n"
+         "  take SIGUSR2 (gpt2-train with --checkpoint-dir) stop after a checkpoint for that restart, so that\n"
+         "  it loses no step; after --take-in-timeout (300 s) they are stopped as after a failure.\n"
+         "  Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes,\n"
+         "  --node-rank, --master and --token: its first host serves the store.\n";
 }
 
 Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
@@ -128,6 +157,9 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
     } else if (a == "--last-call") {
       o.last_call = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
       given.last_call = true;
+    } else if (a == "--take-in-timeout") {
+      o.take_in_timeout = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
+      given.take_in_timeout = true;
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {
@@ -141,22 +173,7 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
     throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
                                 std::to_string(o.nnodes));
   }
-  if (o.min_nodes < o.nnodes && o.max_restarts == 0) {
-    throw std::invalid_argument("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.nnodes) +
-                                " goes on without a lost node by restarting the others: give --max-restarts N (N >= 1)");
-  }
-  if (given.last_call && o.min_nodes == o.nnodes) {
-    throw std::invalid_argument("--last-call is how long a job of --nnodes MIN:MAX waits for more nodes once MIN "
-                                "have joined; with --nnodes " + std::to_string(o.nnodes) +
-                                " every node must join: drop --last-call, or give --nnodes MIN:" +
-                                std::to_string(o.nnodes));
-  }
-  if (o.nnodes > 1) {
-    if (o.master_port == 0) {
-      throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
-    }
-    if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
-  }
+  check_combinations(o, given);
   return o;
 }
 

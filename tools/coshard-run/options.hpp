@@ -28,6 +28,10 @@ struct Options {
   // With --nnodes MIN:MAX, how long node 0 waits for more nodes once MIN have joined before the
   // job starts on those (torchrun's last_call_timeout); every MAX node joined starts it at once.
   std::chrono::seconds last_call{30};
+  // With --nnodes MIN:MAX, when a node is taken in: how long the ranks that take SIGUSR2 get to
+  // stop after a checkpoint (so that the restart loses no step) before they are stopped as after a
+  // failure. 0 stops them at once.
+  std::chrono::seconds take_in_timeout{300};
   std::vector<std::string> command;
 };
 

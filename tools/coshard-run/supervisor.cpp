@@ -70,11 +70,15 @@ void Supervisor::watch(int sigfd) {
     if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
-      if (!exit_code_ && !interrupted_by_ && !lost_store_) check_other_nodes();
+      if (!exit_code_ && !interrupted_by_ && !lost_store_ && !taking_in_) check_other_nodes();
     }
     if (ask_at_ && Clock::now() >= *ask_at_) {
       ask_at_.reset();
       if (!exit_code_) exit_code_ = 1;
+      if (taking_in_ && any_running()) {
+        std::fprintf(stderr, "coshard-run: the local ranks did not stop after a checkpoint within %lld s "
+                     "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
+      }
       if (any_running()) ask_for_flight_records();
     }
     if (stop_at_ && Clock::now() >= *stop_at_) {
@@ -86,7 +90,7 @@ void Supervisor::watch(int sigfd) {
 }
 
 bool Supervisor::stop_requested() const noexcept {
-  return stopped_on_request_ ||
+  return (stop_requested_ && stopped_on_request_) ||
          std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; });
 }
 
@@ -248,7 +252,7 @@ void Supervisor::check_other_nodes() {
   // Only reached before this node reported anything: a failure naming this node is node 0's
   // verdict that it fell silent, and its ranks stop too.
   auto f = coordinator_.failure(attempt_);
-  if (!f) return;
+  if (!f || (f->at_checkpoint && stop_at_checkpoint(*f))) return;
   if (f->node < 0) {
     // This launcher lost the store. Its ranks likely meet the same fault (a cut link, node 0's host
     // down) and name the peer they miss when their collectives time out: give them that time. A
@@ -264,6 +268,26 @@ void Supervisor::check_other_nodes() {
   const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";
   std::fprintf(stderr, "coshard-run: %s%s; stopping the local ranks\n", who.c_str(), f->what.c_str());
   ask_for_flight_records();
+}
+
+// Another node asks to be taken in while this attempt's ranks are well: when every local rank
+// takes SIGUSR2, they stop after a checkpoint (exit code 75, the same step on every rank), and
+// the restart resumes from it with no step lost. They are stopped as after a failure when one does
+// not take it, or at --take-in-timeout.
+bool Supervisor::stop_at_checkpoint(const Failure& f) {
+  const bool all_take_it = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
+    return !c.running || c.takes_stop;
+  });
+  if (o_.take_in_timeout.count() == 0 || !any_running() || !all_take_it) return false;
+  taking_in_ = true;
+  for (const auto& c : children_) {
+    if (c.running) ::kill(c.pid, SIGUSR2);
+  }
+  ask_at_ = Clock::now() + o_.take_in_timeout;
+  std::fprintf(stderr, "coshard-run: node %d: %s; asking the local ranks to stop after a checkpoint (SIGUSR2), so "
+               "that the restart loses no step (--take-in-timeout %lld s)\n", f.node, f.what.c_str(),
+               static_cast<long long>(o_.take_in_timeout.count()));
+  return true;
 }
 
 void Supervisor::kill_late_ranks() {

@@ -4,7 +4,8 @@
 // checkpoint on it, whose exit code 75 is no failure), and when a rank fails here or another
 // node reports a failure, stops the others: SIGUSR1 first to the ranks that take it (they write
 // their flight records; a second later SIGTERM, then SIGKILL after the grace period). A failure
-// here is reported to the other nodes.
+// here is reported to the other nodes. When another node asks to be taken in, ranks that take
+// SIGUSR2 are asked to stop after a checkpoint instead, and get --take-in-timeout to do so.
 #include <poll.h>
 
 #include <chrono>
@@ -32,8 +33,10 @@ class Supervisor {
   int result() const;
   // True when the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
   bool interrupted() const noexcept { return interrupted_by_ != 0; }
-  // True when a rank was passed SIGUSR2 or stopped on request: no restart then either. (A SIGUSR2
-  // that no rank takes changes nothing: the job goes on, restarts included.)
+  // True when this launcher got SIGUSR2 and passed it on, or its ranks stopped on it: no restart
+  // then either. (A SIGUSR2 that no rank takes changes nothing: the job goes on, restarts included.
+  // Ranks that stop after a checkpoint with no SIGUSR2 here followed their peers elsewhere, or a
+  // node taken in: result() says 75, and node 0 tells which.)
   bool stop_requested() const noexcept;
 
  private:
@@ -50,6 +53,7 @@ class Supervisor {
   void reap();
   void kill_late_ranks();
   void check_other_nodes();
+  bool stop_at_checkpoint(const Failure& f);
 
   const Options& o_;
   std::vector<Child>& children_;
@@ -57,7 +61,7 @@ class Supervisor {
   Coordinator& coordinator_;
   int attempt_;
   static constexpr std::chrono::seconds kLostStoreWait{10};
-  std::optional<Clock::time_point> ask_at_;   // after losing the store: stop the ranks then
+  std::optional<Clock::time_point> ask_at_;   // after losing the store, or taking a node in: stop the ranks then
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
   bool killed_ = false;
@@ -69,6 +73,7 @@ class Supervisor {
   std::optional<Clock::time_point> stop_requested_;  // got SIGUSR2 then: passed on to each rank once it takes it
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
+  bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
 };
 
 }  // namespace coshard::run
