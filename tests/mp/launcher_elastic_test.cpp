@@ -106,7 +106,7 @@ TEST(LauncherElastic, ALauncherWaitingForTheStartBeatsSoThatASecondOneIsRefused)
   }, &command);
   EXPECT_EQ(twice.rc, 1) << twice.output;
   EXPECT_NE(twice.output.find("node rank 1 was started twice: coshard-run pid"), std::string::npos) << twice.output;
-  EXPECT_EQ(r.node[0].rc, 1) << r.node[0].output;
+  EXPECT_EQ(r.node[0].rc, 128 + SIGTERM) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("2 of 3 nodes joined (--nnodes 2:3); the job starts in 60 s (--last-call)"),
             std::string::npos) << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("node 0 got Terminated while the nodes joined"), std::string::npos)

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
 #include "launcher.hpp"
 #include "options.hpp"
@@ -20,6 +21,11 @@ int main(int argc, char** argv) {
   }
   try {
     return coshard::run::launch(options);
+  } catch (const coshard::Error& e) {
+    std::fprintf(stderr, "coshard-run: %s\n", e.what());
+    // SIGINT or SIGTERM ended a join (they stay pending, blocked): 128 + the signal, as after ranks ran.
+    const int sig = e.code() == coshard::Errc::cancelled ? coshard::run::coord::pending_stop() : 0;
+    return sig ? 128 + sig : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "coshard-run: %s\n", e.what());
     return 1;
