@@ -230,13 +230,14 @@ TEST(LauncherElastic, RanksAskedToStopAfterACheckpointForANodeTakenInAreStoppedA
   const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
                              "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
                              "trap 'echo usr2 rank $RANK >> " + log + "; [ $RANK = 0 ] && exit 75' USR2\n"
-                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\nwhile true; do sleep 0.1; done\n";
+                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
+                             "\nwhile true; do sleep 0.1; done\n";
   std::vector<std::string> command;
   coshard::testing::CommandResult late;
   auto r = two_nodes("take-in", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
                      "--take-in-timeout 2", [&] {
-    ASSERT_TRUE(await_line(log, "attempt 0 rank 1 of 2 node 0")) << "node 0 did not start alone";
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ranks' markers are seen
+    for (const char* line : {"ready rank 0", "ready rank 1"}) ASSERT_TRUE(await_line(log, line)) << line;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launcher polls the markers every 200 ms
     late = run(command.at(1));
   }, &command, /*node_1_later=*/true);
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
@@ -265,17 +266,20 @@ TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyS
   const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
                              "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
                              "trap 'echo usr2 rank $RANK >> " + log + "; exit 75' USR2\n"
-                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\n"
-                             "if [ $GROUP_RANK = 1 ]; then while [ ! -e " + go + " ]; do sleep 0.1; done; exit 75; fi\n"
-                             "while true; do sleep 0.1; done\n";
+                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log + "\n"
+                             "if [ $GROUP_RANK = 1 ]; then while [ ! -e " + go + " ]; do sleep 0.1; done; echo early rank "
+                             "$RANK >> " + log + "; exit 75; fi\nwhile true; do sleep 0.1; done\n";
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("stopped-first", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
                      [&] {
-    ASSERT_TRUE(await_line(log, "attempt 0 rank 3 of 4 node 1")) << "nodes 0 and 1 did not start";
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the ranks' markers are seen
+    for (const char* line : {"ready rank 0", "ready rank 1", "ready rank 2", "ready rank 3"}) {
+      ASSERT_TRUE(await_line(log, line)) << line;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launchers poll the markers every 200 ms
     run("touch " + go);
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // node 1's ranks have stopped, and it said so
+    for (const char* line : {"early rank 2", "early rank 3"}) ASSERT_TRUE(await_line(log, line)) << line;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 1's launcher reaped them, and said so
     std::string line = command.at(1);
     line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
     third = run(line);
@@ -284,6 +288,36 @@ TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyS
   EXPECT_NE(r.node[0].output.find("asking the local ranks to stop after a checkpoint (SIGUSR2)"), std::string::npos)
       << r.node[0].output;
   expect_lines(log, {"usr2 rank 0", "usr2 rank 1", "attempt 1 rank 5 of 6 node 2"});
+}
+
+// A node whose ranks do not take SIGUSR2 (here node 1's, under --nnodes 2:3) stops them at once
+// when node 2 asks in, and says so: node 0's ranks, which take SIGUSR2 but could not finish a step
+// without node 1's, are stopped then too, not at --take-in-timeout (60 s).
+TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOnce) {
+  const std::string log = rank_log("stop-now");
+  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\nif [ $GROUP_RANK = 0 ]; then trap 'echo usr2 "
+                             "rank $RANK >> " + log + "' USR2; touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"; fi\n"
+                             "echo ready rank $RANK >> " + log + "\nwhile true; do sleep 0.1; done\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult third;
+  auto r = two_nodes("stop-now", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
+                     "--take-in-timeout 60", [&] {
+    for (const char* line : {"ready rank 0", "ready rank 1", "ready rank 2", "ready rank 3"}) {
+      ASSERT_TRUE(await_line(log, line)) << line;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launchers poll the markers every 200 ms
+    std::string line = command.at(1);
+    line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
+    third = run(line);
+  }, &command);
+  for (const auto& out : {r.node[0], r.node[1], third}) EXPECT_EQ(out.rc, 0) << out.output;
+  EXPECT_LT(r.node[0].seconds, 40) << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("asking the local ranks to stop after a checkpoint (SIGUSR2)"), std::string::npos)
+      << r.node[0].output;
+  EXPECT_NE(r.node[0].output.find("node 1 stopped its ranks without a checkpoint; stopping the local ranks"),
+            std::string::npos) << r.node[0].output;
+  expect_lines(log, {"usr2 rank 0", "attempt 1 rank 5 of 6 node 2"});
 }
 
 }  // namespace

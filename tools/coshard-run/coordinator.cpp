@@ -89,6 +89,24 @@ std::optional<Failure> Coordinator::failure(int attempt) {
   }
 }
 
+void Coordinator::stop_now(int attempt) {
+  try {
+    if (usable()) sched_->sync_wait(store_->set(attempt_key(attempt, "stop-now"), std::to_string(o_.node_rank)));
+  } catch (const Error& e) {
+    broke(e);
+  }
+}
+
+std::optional<int> Coordinator::stopping_now(int attempt) {
+  try {
+    if (!usable()) return std::nullopt;
+    if (auto node = sched_->sync_wait(store_->get(attempt_key(attempt, "stop-now")))) return std::atoi(node->c_str());
+  } catch (const Error& e) {
+    broke(e);
+  }
+  return std::nullopt;
+}
+
 // This launcher was told to stop (`sig`): no node restarts `attempt`.
 Failure Coordinator::stopped(int attempt, int sig) {
   return report(attempt, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
@@ -216,7 +234,7 @@ Verdict Coordinator::decide(int attempt) {
       if (attempt >= o_.max_restarts) break;  // no restart could follow: nothing to wait for
       rejoining.push_back(*n);
       rejoin_by = Clock::now() + Clock::duration(o_.rejoin_timeout);
-      deadline = std::max(deadline.value_or(Clock::now()), *rejoin_by);
+      deadline = std::max({deadline.value_or(Clock::now()), *rejoin_by, ending_by(*failed)});
       std::fprintf(stderr, "coshard-run: node %d fell silent; waiting up to %lld s (--rejoin-timeout) for it to come "
                    "back\n", *n, static_cast<long long>(o_.rejoin_timeout.count()));
       continue;
@@ -226,10 +244,7 @@ Verdict Coordinator::decide(int attempt) {
       break;
     }
     if (!failed && (failed = failure(attempt))) {
-      // Ranks stopping after a checkpoint (a node taken in) may save for up to --take-in-timeout.
-      const auto saving = failed->at_checkpoint ? o_.take_in_timeout : std::chrono::seconds(0);
-      deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(o_.grace_seconds + 60) + saving);
+      deadline = ending_by(*failed);
       continue;
     }
     std::this_thread::sleep_for(kPoll);
@@ -248,6 +263,14 @@ Verdict Coordinator::decide(int attempt) {
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
   return v;
+}
+
+// Until when the nodes may take to stop their ranks once `f` ended the attempt: --grace and a
+// minute more, and --take-in-timeout more while they stop after a checkpoint for a node taken in.
+Clock::time_point Coordinator::ending_by(const Failure& f) const {
+  const auto saving = f.at_checkpoint ? o_.take_in_timeout : std::chrono::seconds(0);
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(o_.grace_seconds + 60) + saving);
 }
 
 Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const {

@@ -11,6 +11,8 @@
 //   attempt/A/verdict     node 0's decision once every node is done: restart, stop (on request), or
 //                         exit with a code
 //   attempt/A/read/K      node K read a verdict that ends the job: node 0 may stop the store
+//   attempt/A/stop-now    while ranks stop after a checkpoint for a node taken in: node K stopped
+//                         its ranks without one, and the others stop theirs too
 // A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
 // (transport::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
 //
@@ -125,6 +127,12 @@ class Coordinator {
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
   // and on node 0 so is another node's launcher that fell silent (it is then reported).
   std::optional<Failure> failure(int attempt);
+  // While the ranks stop after a checkpoint for a node taken in (Failure::at_checkpoint): says that
+  // this node stopped its ranks without one (they do not take SIGUSR2, one failed, the launcher
+  // was interrupted, or --take-in-timeout passed), since the others' ranks cannot finish a step
+  // without them; stopping_now names such a node.
+  void stop_now(int attempt);
+  std::optional<int> stopping_now(int attempt);
   // Reports this node's failure and returns the one that stands (another node's may be first);
   // while the store does not answer, `f`, which goes out once it does (the first such report only).
   Failure report(int attempt, Failure f);
@@ -157,6 +165,7 @@ class Coordinator {
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
+  std::chrono::steady_clock::time_point ending_by(const Failure& f) const;
   Verdict verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const;
   std::vector<int> rejoined(int attempt);
   bool dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;

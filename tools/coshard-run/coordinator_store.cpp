@@ -158,7 +158,7 @@ void Coordinator::join(int cut_off_in) {
                                   "last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
                                   "): no restart is left to take node " + std::to_string(o_.node_rank) + " in");
   }
-  ask_in(first_attempt_, why, !took_over);
+  ask_in(first_attempt_, why, !took_over && !again);  // else some of the attempt's ranks are gone
 }
 
 // Node 0 under --nnodes MIN:MAX: the first attempt runs on every node as soon as all have joined,

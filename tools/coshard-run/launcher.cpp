@@ -258,8 +258,9 @@ int launch(const Options& o) {
       }
       std::fprintf(stderr, "coshard-run: node %d is left out of restart %d: %s\n", o.node_rank, attempt + 1,
                    v.reason.c_str());
+      // The restart's ranks have only just resumed from a checkpoint: nothing to save yet.
       coordinator->ask_in(attempt + 1, "its coshard-run was left out of restart " + std::to_string(attempt + 1) +
-                                          " and asks to rejoin", true);
+                                          " and asks to rejoin", false);
       continue;
     }
     std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,

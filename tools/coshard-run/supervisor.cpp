@@ -70,7 +70,7 @@ void Supervisor::watch(int sigfd) {
     if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
-      if (!exit_code_ && !interrupted_by_ && !lost_store_ && !taking_in_) check_other_nodes();
+      if (!exit_code_ && !interrupted_by_ && !lost_store_) taking_in_ ? check_stop_now() : check_other_nodes();
     }
     if (ask_at_ && Clock::now() >= *ask_at_) {
       ask_at_.reset();
@@ -78,6 +78,7 @@ void Supervisor::watch(int sigfd) {
       if (taking_in_ && any_running()) {
         std::fprintf(stderr, "coshard-run: the local ranks did not stop after a checkpoint within %lld s "
                      "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
+        coordinator_.stop_now(attempt_);
       }
       if (any_running()) ask_for_flight_records();
     }
@@ -90,8 +91,8 @@ void Supervisor::watch(int sigfd) {
 }
 
 bool Supervisor::stop_requested() const noexcept {
-  return (stop_requested_ && stopped_on_request_) ||
-         std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; });
+  return std::any_of(children_.begin(), children_.end(),
+                     [&](const Child& c) { return c.asked_to_stop || (stop_requested_ && c.takes_stop); });
 }
 
 int Supervisor::result() const {
@@ -170,6 +171,7 @@ void Supervisor::take_signals(int sigfd) {
         interrupted_by_ = sig;
         coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
                                               .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
+        if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       }
       stop_at_.reset();
       stop_all(sig);
@@ -241,6 +243,7 @@ void Supervisor::reap() {
                                             .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
                                                     " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());
+      if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       ask_at_.reset();  // stopping now
       ask_for_flight_records();
     }
@@ -265,6 +268,7 @@ void Supervisor::check_other_nodes() {
   }
   exit_code_ = f->code;
   stopped_for_other_node_ = true;
+  if (f->at_checkpoint) coordinator_.stop_now(attempt_);  // ranks elsewhere may be stopping after a checkpoint
   const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";
   std::fprintf(stderr, "coshard-run: %s%s; stopping the local ranks\n", who.c_str(), f->what.c_str());
   ask_for_flight_records();
@@ -278,16 +282,29 @@ bool Supervisor::stop_at_checkpoint(const Failure& f) {
   const bool all_take_it = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
     return !c.running || c.takes_stop;
   });
-  if (o_.take_in_timeout.count() == 0 || !any_running() || !all_take_it) return false;
+  if (o_.take_in_timeout.count() == 0 || !all_take_it) return false;
   taking_in_ = true;
+  ask_at_ = Clock::now() + o_.take_in_timeout;
+  if (!any_running()) return true;  // they stopped already, after their peers elsewhere
   for (const auto& c : children_) {
     if (c.running) ::kill(c.pid, SIGUSR2);
   }
-  ask_at_ = Clock::now() + o_.take_in_timeout;
   std::fprintf(stderr, "coshard-run: node %d: %s; asking the local ranks to stop after a checkpoint (SIGUSR2), so "
                "that the restart loses no step (--take-in-timeout %lld s)\n", f.node, f.what.c_str(),
                static_cast<long long>(o_.take_in_timeout.count()));
   return true;
+}
+
+// While the local ranks stop after a checkpoint for a node taken in: another node stopped its
+// ranks without one, so theirs cannot finish the step either.
+void Supervisor::check_stop_now() {
+  const auto node = coordinator_.stopping_now(attempt_);
+  if (!node) return;
+  exit_code_ = 1;
+  stopped_for_other_node_ = true;
+  ask_at_.reset();
+  std::fprintf(stderr, "coshard-run: node %d stopped its ranks without a checkpoint; stopping the local ranks\n", *node);
+  if (any_running()) ask_for_flight_records();
 }
 
 void Supervisor::kill_late_ranks() {

@@ -54,6 +54,7 @@ class Supervisor {
   void kill_late_ranks();
   void check_other_nodes();
   bool stop_at_checkpoint(const Failure& f);
+  void check_stop_now();
 
   const Options& o_;
   std::vector<Child>& children_;
