@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -363,6 +364,31 @@ TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {
   EXPECT_NE(r.output.find("start it with --master 127.0.0.1:9"), std::string::npos) << r.output;
 }
 
+
+// SIGUSR2 that reaches the ranks but not their launcher (`kill -USR2` of the ranks themselves): they
+// stop after a checkpoint with 75, which ends the job as a stop request, with 75 and not restarted,
+// although no launcher was asked.
+TEST(Launcher, RanksStoppedOnRequestBehindTheLaunchersBackEndTheJobWith75) {
+  const std::string log = ::testing::TempDir() + "/coshard-run-ranks-usr2.log";
+  std::remove(log.c_str());
+  const std::string file = ::testing::TempDir() + "/coshard-run-ranks-usr2.sh";
+  std::ofstream(file) << "trap 'exit 75' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho $$ >> " << log
+                      << "\nwhile true; do sleep 0.1; done\n";
+  coshard::testing::CommandResult r;
+  std::thread job([&] { r = run(kRun + " --nproc-per-node 2 --max-restarts 1 --grace 3 -- sh " + file); });
+  std::string pids;
+  for (int i = 0; i < 300 && std::count(pids.begin(), pids.end(), '\n') < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pids = run("cat " + log + " 2>/dev/null").output;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launcher polls the markers every 200 ms
+  run("kill -USR2 $(cat " + log + ")");
+  job.join();
+  EXPECT_EQ(r.rc, 75) << r.output;
+  EXPECT_NE(r.output.find("coshard-run: the job stopped (exit code 75): the ranks stopped on request (SIGUSR2)"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+}
 
 // Exit code 75 means "stopped on request" only from a rank that takes SIGUSR2 (a StopSignal's
 // marker); from any other program it is a failure like any other, and restarted.
