@@ -29,6 +29,16 @@ std::string world_script(const std::string& log, const std::string& sleepers) {
          "\ncase $COSHARD_RESTART_COUNT in " + sleepers + ") exec sleep 120;; esac\n";
 }
 
+// Waits until ranks 0..n-1 wrote "ready rank R" to `log` (after their SIGUSR2 marker), and the
+// launchers, which poll the markers every 200 ms, have seen them; whether they did.
+bool await_ready(const std::string& log, int n) {
+  for (int rank = 0; rank < n; ++rank) {
+    if (!await_line(log, "ready rank " + std::to_string(rank))) return false;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  return true;
+}
+
 void expect_lines(const std::string& log, const std::vector<std::string>& lines) {
   const std::string world = run("cat " + log).output;
   for (const auto& line : lines) EXPECT_NE(world.find(line), std::string::npos) << line << " missing in\n" << world;
@@ -236,8 +246,7 @@ TEST(LauncherElastic, RanksAskedToStopAfterACheckpointForANodeTakenInAreStoppedA
   coshard::testing::CommandResult late;
   auto r = two_nodes("take-in", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
                      "--take-in-timeout 2", [&] {
-    for (const char* line : {"ready rank 0", "ready rank 1"}) ASSERT_TRUE(await_line(log, line)) << line;
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launcher polls the markers every 200 ms
+    ASSERT_TRUE(await_ready(log, 2)) << "node 0's ranks did not start";
     late = run(command.at(1));
   }, &command, /*node_1_later=*/true);
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
@@ -273,10 +282,7 @@ TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyS
   coshard::testing::CommandResult third;
   auto r = two_nodes("stopped-first", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
                      [&] {
-    for (const char* line : {"ready rank 0", "ready rank 1", "ready rank 2", "ready rank 3"}) {
-      ASSERT_TRUE(await_line(log, line)) << line;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launchers poll the markers every 200 ms
+    ASSERT_TRUE(await_ready(log, 4)) << "the ranks of nodes 0 and 1 did not start";
     run("touch " + go);
     for (const char* line : {"early rank 2", "early rank 3"}) ASSERT_TRUE(await_line(log, line)) << line;
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 1's launcher reaped them, and said so
@@ -303,10 +309,7 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
   coshard::testing::CommandResult third;
   auto r = two_nodes("stop-now", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
                      "--take-in-timeout 60", [&] {
-    for (const char* line : {"ready rank 0", "ready rank 1", "ready rank 2", "ready rank 3"}) {
-      ASSERT_TRUE(await_line(log, line)) << line;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the launchers poll the markers every 200 ms
+    ASSERT_TRUE(await_ready(log, 4)) << "the ranks of nodes 0 and 1 did not start";
     std::string line = command.at(1);
     line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
     third = run(line);
@@ -318,6 +321,34 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
   EXPECT_NE(r.node[0].output.find("node 1 stopped its ranks without a checkpoint; stopping the local ranks"),
             std::string::npos) << r.node[0].output;
   expect_lines(log, {"usr2 rank 0", "attempt 1 rank 5 of 6 node 2"});
+}
+
+// SIGTERM to node 0's launcher while its ranks stop after a checkpoint for node 1, taken in: the
+// job ends with 128 + SIGTERM on both nodes, as for any interrupt, though the take-in was the
+// attempt's first report.
+TEST(LauncherElastic, AnInterruptWhileTheRanksStopForANodeTakenInEndsTheJobWithTheSignalsCode) {
+  const std::string log = rank_log("take-in-term");
+  const std::string script = "[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\ntrap 'echo usr2 rank $RANK >> " + log +
+                             "' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
+                             "\nwhile true; do sleep 0.1; done\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult late;
+  auto r = two_nodes("take-in-term", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
+                     "--take-in-timeout 60", [&] {
+    ASSERT_TRUE(await_ready(log, 2)) << "node 0's ranks did not start";
+    std::thread joiner([&] { late = run(command.at(1)); });
+    const bool asked = await_line(log, "usr2 rank 1", 30);
+    const int pid = launcher_pid("take-in-term", 0);
+    if (pid > 0) ::kill(pid, SIGTERM);
+    joiner.join();
+    ASSERT_TRUE(asked) << "node 0's ranks were not asked to stop";
+    ASSERT_GT(pid, 0) << "node 0's launcher not found";
+  }, &command, /*node_1_later=*/true);
+  EXPECT_EQ(r.node[0].rc, 128 + SIGTERM) << r.node[0].output;
+  EXPECT_EQ(late.rc, 128 + SIGTERM) << late.output;
+  EXPECT_NE(r.node[0].output.find("not restarted: the launcher of node(s) 0 was told to stop"), std::string::npos)
+      << r.node[0].output;
+  EXPECT_LT(r.node[0].seconds, 30) << r.node[0].output;
 }
 
 }  // namespace

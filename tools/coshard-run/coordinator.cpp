@@ -61,6 +61,19 @@ Verdict decode_verdict(const std::string& s) {
   return v;
 }
 
+// What node `n` said when its ranks ended: "<rc>[ interrupted][ stop]".
+void note_end(NodesEnded& ended, int n, const std::string& said) {
+  const int rc = std::atoi(said.c_str());
+  if (said.find(" interrupted") != std::string::npos) {
+    ended.interrupted.push_back(n);
+    if (!ended.interrupted_code) ended.interrupted_code = rc;
+  }
+  ended.stop_requested |= said.find(" stop") != std::string::npos;
+  // Without " stop" the ranks followed peers that were asked, or stopped for a node taken in.
+  ended.stopped_on_request |= rc == transport::StopSignal::kExitCode;
+  ended.succeeded &= rc == 0;
+}
+
 std::string node_list(const std::vector<int>& nodes) {
   std::string out;
   for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
@@ -89,18 +102,32 @@ std::optional<Failure> Coordinator::failure(int attempt) {
   }
 }
 
-void Coordinator::stop_now(int attempt) {
+void Coordinator::stop_now(int attempt, const std::string& why) {
   try {
-    if (usable()) sched_->sync_wait(store_->set(attempt_key(attempt, "stop-now"), std::to_string(o_.node_rank)));
+    if (usable()) {
+      sched_->sync_wait(store_->compare_set(attempt_key(attempt, "stop-now"), "",
+                                            why.empty() ? "node " + std::to_string(o_.node_rank) +
+                                                              " stopped its ranks without a checkpoint"
+                                                        : why));
+    }
   } catch (const Error& e) {
     broke(e);
   }
 }
 
-std::optional<int> Coordinator::stopping_now(int attempt) {
+std::optional<std::string> Coordinator::stopping_now(int attempt) {
   try {
     if (!usable()) return std::nullopt;
-    if (auto node = sched_->sync_wait(store_->get(attempt_key(attempt, "stop-now")))) return std::atoi(node->c_str());
+    if (auto why = sched_->sync_wait(store_->get(attempt_key(attempt, "stop-now")))) return why;
+    // Node 0 judges the others here too (failure() no longer does once the take-in stands): the
+    // ranks of a node that fell silent cannot save their share.
+    if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
+    next_watch_ = Clock::now() + std::chrono::seconds(1);
+    if (const auto n = silent_node(attempt, nodes_)) {
+      const std::string why = "node " + std::to_string(*n) + " fell silent";
+      stop_now(attempt, why);
+      return why;
+    }
   } catch (const Error& e) {
     broke(e);
   }
@@ -202,13 +229,7 @@ Verdict Coordinator::decide(int attempt) {
     heartbeat();  // the others, awaiting the verdict, judge node 0 by it
     std::erase_if(missing, [&](int n) {
       if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
-        // "<rc>[ interrupted][ stop]"
-        if (said->find(" interrupted") != std::string::npos) ended.interrupted.push_back(n);
-        const bool asked = said->find(" stop") != std::string::npos;
-        ended.stop_requested |= asked;
-        // Without " stop" the ranks followed peers that were asked, or stopped for a node taken in.
-        ended.stopped_on_request |= std::atoi(said->c_str()) == transport::StopSignal::kExitCode;
-        ended.succeeded &= std::atoi(said->c_str()) == 0;
+        note_end(ended, n, *said);
         if (n != 0) done.push_back(n);
         return true;
       }
@@ -254,6 +275,7 @@ Verdict Coordinator::decide(int attempt) {
   ended.stop_requested |= stop_pending();  // SIGUSR2 while no rank ran here: the job is to end all the same
   auto& interrupted = ended.interrupted;
   if (stop && std::find(interrupted.begin(), interrupted.end(), 0) == interrupted.end()) interrupted.push_back(0);
+  if (stop && !ended.interrupted_code) ended.interrupted_code = 128 + stop;
   std::copy_if(rejoining.begin(), rejoining.end(), std::back_inserter(ended.silent), [&](int n) {
     return std::find(missing.begin(), missing.end(), n) != missing.end();
   });
@@ -274,10 +296,13 @@ Clock::time_point Coordinator::ending_by(const Failure& f) const {
 }
 
 Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const {
-  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined, succeeded] = ended;
-  // A node asked in (Coordinator::ask_in) as every rank ended well: the job is done, not restarted.
-  const bool finished = reported && succeeded && missing.empty() && reported->rank < 0 &&
+  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined, succeeded,
+               interrupted_code] = ended;
+  // A node asked in (Coordinator::ask_in), which is no failure of the attempt's ranks. As every
+  // rank ended well, the job is done, not restarted.
+  const bool asked_in = reported && reported->rank < 0 &&
                         std::find(nodes_.begin(), nodes_.end(), reported->node) == nodes_.end();
+  const bool finished = asked_in && succeeded && missing.empty();
   const std::optional<Failure> failed = finished ? std::nullopt : reported;
   Verdict v;
   if (failed) {
@@ -293,6 +318,7 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported
                "to continue from it";
   }
   if (!interrupted.empty() && failed && failed->restartable) {
+    if (asked_in && interrupted_code) v.code = interrupted_code;  // 128 + the signal, as for any interrupt
     v.reason += "; not restarted: the launcher of node(s) " + node_list(interrupted) + " was told to stop";
   } else if (stop_requested && failed && failed->restartable && missing.empty()) {
     // The allocation is ending: a restart would be cut short. A new one continues (exit code 75).

@@ -86,6 +86,7 @@ struct NodesEnded {
   std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
   std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
   bool succeeded = true;          // every node's ranks ended with 0
+  int interrupted_code = 0;       // the first interrupted node's exit code (128 + the signal)
 };
 
 class Coordinator {
@@ -129,10 +130,11 @@ class Coordinator {
   std::optional<Failure> failure(int attempt);
   // While the ranks stop after a checkpoint for a node taken in (Failure::at_checkpoint): says that
   // this node stopped its ranks without one (they do not take SIGUSR2, one failed, the launcher
-  // was interrupted, or --take-in-timeout passed), since the others' ranks cannot finish a step
-  // without them; stopping_now names such a node.
-  void stop_now(int attempt);
-  std::optional<int> stopping_now(int attempt);
+  // was interrupted, or --take-in-timeout passed), or `why` another reason, since the others'
+  // ranks cannot finish a step without them. stopping_now says why, once a node did, or on node
+  // 0 once another node fell silent.
+  void stop_now(int attempt, const std::string& why = "");
+  std::optional<std::string> stopping_now(int attempt);
   // Reports this node's failure and returns the one that stands (another node's may be first);
   // while the store does not answer, `f`, which goes out once it does (the first such report only).
   Failure report(int attempt, Failure f);

@@ -284,7 +284,10 @@ bool Supervisor::stop_at_checkpoint(const Failure& f) {
   });
   if (o_.take_in_timeout.count() == 0 || !all_take_it) return false;
   taking_in_ = true;
-  ask_at_ = Clock::now() + o_.take_in_timeout;
+  // Not over a save the user asked for (SIGUSR2 passed on before): that one ends the job anyway.
+  if (std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; })) {
+    ask_at_ = Clock::now() + o_.take_in_timeout;
+  }
   if (!any_running()) return true;  // they stopped already, after their peers elsewhere
   for (const auto& c : children_) {
     if (c.running) ::kill(c.pid, SIGUSR2);
@@ -296,14 +299,14 @@ bool Supervisor::stop_at_checkpoint(const Failure& f) {
 }
 
 // While the local ranks stop after a checkpoint for a node taken in: another node stopped its
-// ranks without one, so theirs cannot finish the step either.
+// ranks without one, or fell silent, so theirs cannot finish the step either.
 void Supervisor::check_stop_now() {
-  const auto node = coordinator_.stopping_now(attempt_);
-  if (!node) return;
+  const auto why = coordinator_.stopping_now(attempt_);
+  if (!why) return;
   exit_code_ = 1;
   stopped_for_other_node_ = true;
   ask_at_.reset();
-  std::fprintf(stderr, "coshard-run: node %d stopped its ranks without a checkpoint; stopping the local ranks\n", *node);
+  std::fprintf(stderr, "coshard-run: %s; stopping the local ranks\n", why->c_str());
   if (any_running()) ask_for_flight_records();
 }
 
