@@ -11,12 +11,15 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "coshard/runtime/scheduler.hpp"
+#include "coshard/transport/store.hpp"
 #include "mp/launcher_nodes.hpp"
 #include "support/loopback.hpp"
 #include "support/run_command.hpp"
@@ -351,6 +354,57 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
   EXPECT_NE(other_min.rc, 0) << other_min.output;
   EXPECT_NE(other_min.output.find("--nnodes MIN (of MIN:MAX) is 1 on node 1 but 2 on node 0"), std::string::npos)
       << other_min.output;
+}
+
+// Node 0 here is a store holding the claim that a launcher of another build would have made.
+TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
+  using namespace coshard;
+  Scheduler sched;
+  sched.start();
+  transport::StoreServer::Options so;
+  so.token = "builds";
+  transport::StoreServer server(sched, so);
+  transport::StoreClient::Options co;
+  co.port = server.port();
+  co.token = "builds";
+  co.key_prefix = "coshard/launch/";
+  // A client lives on the scheduler's thread: each call connects, asks and closes there.
+  auto ask = [&](std::string key, std::optional<std::string> value) {
+    auto task = [](transport::StoreClient::Options o, std::string k,
+                   std::optional<std::string> v) -> Task<std::optional<std::string>> {
+      auto c = co_await transport::StoreClient::connect(o);
+      if (v) co_await c->set(k, *v);
+      co_return co_await c->get(k);
+    };
+    return sched.sync_wait(task(co, std::move(key), std::move(value)));
+  };
+  // No launcher beats for this node 0: one that got past the check would wait for it, bounded here.
+  const std::string join = "timeout 20 " + kRun + " --node-rank 1 --master 127.0.0.1:" + std::to_string(server.port()) +
+                           " --token builds --join-timeout 5 --nproc-per-node 2 --max-restarts 1 ";
+  auto join_as = [&](const std::string& node_zeros_claim, const std::string& flags) {
+    ask("node/0", node_zeros_claim);
+    return run(join + flags + " -- true");
+  };
+  // "<nproc> <max restarts> <min nodes> <host> <pid>", as before protocol versions.
+  const ::Run older = join_as("2 1 2 node0 4242", "--nnodes 2");
+  EXPECT_EQ(older.rc, 1) << older.output;
+  EXPECT_NE(older.output.find("node 0's launcher (coshard-run pid 4242 on node0) speaks launcher protocol 0 (a build "
+                              "from before protocol versions), node 1's protocol 2"),
+            std::string::npos)
+      << older.output;
+  EXPECT_NE(older.output.find("Start every node's coshard-run from the same coshard build"), std::string::npos)
+      << older.output;
+  const ::Run newer = join_as("2 1 2 node0 4242 3 300", "--nnodes 2");
+  EXPECT_NE(newer.output.find("speaks launcher protocol 3, node 1's protocol 2"), std::string::npos) << newer.output;
+  const ::Run take_in = join_as("2 1 1 node0 4242 2 300", "--nnodes 1:2 --take-in-timeout 60");
+  EXPECT_NE(take_in.output.find("--take-in-timeout is 60 on node 1 but 300 on node 0 (coshard-run pid 4242 on "
+                                "node0): give every node the same --take-in-timeout"),
+            std::string::npos)
+      << take_in.output;
+  // Refused before it claimed its node rank.
+  EXPECT_FALSE(ask("node/1", std::nullopt).has_value());
+  for (const ::Run* r : {&older, &newer, &take_in}) EXPECT_LT(r->seconds, 5) << r->output;
+  server.stop();
 }
 
 TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {

@@ -60,10 +60,18 @@ inline long long seconds_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
 }
 
-// A claim is "<nproc> <max restarts> <min nodes> <host> <pid>".
+// The shape and meaning of the launchers' records in the store. Raise it whenever one changes (a
+// claim, a failure, a done string, a verdict), so that launchers of different builds refuse to
+// run one job together rather than misread each other: a joining node compares it with node 0's,
+// so every node agrees with every other. Claims made before it existed carry none (0).
+inline constexpr int kProtocol = 2;
+
+// A claim is "<nproc> <max restarts> <min nodes> <host> <pid> <protocol> <take-in timeout s>";
+// the fields after the pid are read as absent (0) from a build that did not write them.
 struct Claim {
   int nproc = 0, max_restarts = 0, min_nodes = 0;
   std::string host, pid;
+  int protocol = 0, take_in_timeout = 0;
   std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
 };
 
@@ -71,6 +79,7 @@ inline Claim parse_claim(const std::string& s) {
   Claim c;
   std::istringstream in(s);
   in >> c.nproc >> c.max_restarts >> c.min_nodes >> c.host >> c.pid;
+  if (!(in >> c.protocol >> c.take_in_timeout)) c.protocol = c.take_in_timeout = 0;
   return c;
 }
 

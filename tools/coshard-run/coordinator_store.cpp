@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "coordinator_internal.hpp"
@@ -31,6 +32,32 @@ Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::
                                                      transport::StoreClient::Options options) {
   old.reset();
   co_return co_await transport::StoreClient::connect(std::move(options));
+}
+
+// Throws unless node 0's launcher (its claim `zero`) is of this build's protocol and runs with
+// the flags that every node must share.
+void like_node_zero(const Options& o, const Claim& zero) {
+  const std::string node = "node " + std::to_string(o.node_rank);
+  if (zero.protocol != kProtocol) {
+    throw Error(Errc::bad_config, "node 0's launcher (" + zero.describe() + ") speaks launcher protocol " +
+                                      std::to_string(zero.protocol) +
+                                      (zero.protocol == 0 ? " (a build from before protocol versions)" : "") + ", " +
+                                      node + "'s protocol " + std::to_string(kProtocol) +
+                                      ": launchers of different builds misread each other's records in the store. "
+                                      "Start every node's coshard-run from the same coshard build");
+  }
+  // --take-in-timeout too: node 0 waits that long for ranks that stop after a checkpoint.
+  const int take_in = static_cast<int>(o.take_in_timeout.count());
+  for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
+                                          std::tuple{"--max-restarts", o.max_restarts, zero.max_restarts},
+                                          std::tuple{"--nnodes MIN (of MIN:MAX)", o.min_nodes, zero.min_nodes},
+                                          std::tuple{"--take-in-timeout", take_in, zero.take_in_timeout}}) {
+    if (here != there) {
+      throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on " + node + " but " +
+                                        std::to_string(there) + " on node 0 (" + zero.describe() +
+                                        "): give every node the same " + flag);
+    }
+  }
 }
 
 }  // namespace
@@ -88,19 +115,9 @@ void Coordinator::connect(transport::StoreClient::Options so) {
 // node 0 judges it from now on.
 void Coordinator::join(int cut_off_in) {
   const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
-                         std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid());
-  if (o_.node_rank != 0) {
-    const Claim zero = parse_claim(await_node_zero());
-    for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o_.nproc_per_node, zero.nproc},
-                                            std::tuple{"--max-restarts", o_.max_restarts, zero.max_restarts},
-                                            std::tuple{"--nnodes MIN (of MIN:MAX)", o_.min_nodes, zero.min_nodes}}) {
-      if (here != there) {
-        throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on node " +
-                                          std::to_string(o_.node_rank) + " but " + std::to_string(there) +
-                                          " on node 0 (" + zero.describe() + "): give every node the same " + flag);
-      }
-    }
-  }
+                         std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid()) + " " +
+                         std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count());
+  if (o_.node_rank != 0) like_node_zero(o_, parse_claim(await_node_zero()));
   auto node_zeros_attempt = [&] { return std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0")); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
   std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
