@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +38,41 @@ using coshard::testing::rank_log;
 using coshard::testing::run;
 using coshard::testing::two_nodes;
 using Run = coshard::testing::CommandResult;
+
+// A store as node 0's launcher or rank 0 serves it, in which a test writes what a process of
+// another build would have.
+class StoreAt {
+ public:
+  explicit StoreAt(std::string token) : token_(std::move(token)) {
+    sched_.start();
+    coshard::transport::StoreServer::Options o;
+    o.token = token_;
+    server_ = std::make_unique<coshard::transport::StoreServer>(sched_, o);
+  }
+  ~StoreAt() { server_->stop(); }
+  std::uint16_t port() const { return server_->port(); }
+  // Sets `key` to `value` if given (erases it if `erase`), and returns its value. The client lives
+  // on the scheduler's thread: each call connects, asks and closes there.
+  std::optional<std::string> ask(std::string key, std::optional<std::string> value, bool erase = false) {
+    using coshard::Task;
+    auto task = [](coshard::transport::StoreClient::Options o, std::string k, std::optional<std::string> v,
+                   bool e) -> Task<std::optional<std::string>> {
+      auto c = co_await coshard::transport::StoreClient::connect(o);
+      if (e) co_await c->erase(k);
+      if (v) co_await c->set(k, *v);
+      co_return co_await c->get(k);
+    };
+    coshard::transport::StoreClient::Options o;
+    o.port = port();
+    o.token = token_;
+    return sched_.sync_wait(task(o, std::move(key), std::move(value), erase));
+  }
+
+ private:
+  std::string token_;
+  coshard::Scheduler sched_;
+  std::unique_ptr<coshard::transport::StoreServer> server_;
+};
 
 class Ranks : public ::testing::TestWithParam<int> {};
 
@@ -69,6 +105,30 @@ TEST(Launcher, MismatchedWorldSizeIsNamed) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.output.find("world size mismatch: rank 1"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30);
+}
+
+// Rank 0 here is a store holding the claim that a rank of another build would have made.
+TEST(Launcher, ARankOfAnotherBuildIsNamedAtTheRendezvous) {
+  StoreAt store("wire");
+  const std::string rank_1 = "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(store.port()) +
+                             " COSHARD_TOKEN=wire timeout 20 " + kCheck + " --timeout-ms 10000";
+  auto join_as = [&](const std::string& rank_0s_claim) {
+    store.ask("coshard/rendezvous/rank/1", std::nullopt, true);
+    store.ask("coshard/rendezvous/rank/0", rank_0s_claim);
+    return run(rank_1);
+  };
+  const ::Run older = join_as("2 node0 4242");  // "<world> <host> <pid>", as before protocol versions
+  EXPECT_EQ(older.rc, 1) << older.output;
+  EXPECT_NE(older.output.find("rank 0 (pid 4242 on node0) speaks coshard wire protocol 0 (a build from before "
+                              "protocol versions), this rank protocol 1: ranks of different builds misread each "
+                              "other's messages. Start every rank from the same coshard build"),
+            std::string::npos)
+      << older.output;
+  const ::Run newer = join_as("2 node0 4242 9");
+  EXPECT_NE(newer.output.find("rank 0 (pid 4242 on node0) speaks coshard wire protocol 9, this rank protocol 1"),
+            std::string::npos)
+      << newer.output;
+  for (const ::Run* r : {&older, &newer}) EXPECT_LT(r->seconds, 5) << r->output;
 }
 
 TEST(Launcher, SigtermIsForwardedAndTheLauncherExits) {
@@ -358,28 +418,13 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
 
 // Node 0 here is a store holding the claim that a launcher of another build would have made.
 TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
-  using namespace coshard;
-  Scheduler sched;
-  sched.start();
-  transport::StoreServer::Options so;
-  so.token = "builds";
-  transport::StoreServer server(sched, so);
-  transport::StoreClient::Options co;
-  co.port = server.port();
-  co.token = "builds";
-  co.key_prefix = "coshard/launch/";
-  // A client lives on the scheduler's thread: each call connects, asks and closes there.
+  StoreAt store("builds");
   auto ask = [&](std::string key, std::optional<std::string> value) {
-    auto task = [](transport::StoreClient::Options o, std::string k,
-                   std::optional<std::string> v) -> Task<std::optional<std::string>> {
-      auto c = co_await transport::StoreClient::connect(o);
-      if (v) co_await c->set(k, *v);
-      co_return co_await c->get(k);
-    };
-    return sched.sync_wait(task(co, std::move(key), std::move(value)));
+    return store.ask("coshard/launch/" + key, std::move(value));
   };
+  const std::string port = std::to_string(store.port());
   // No launcher beats for this node 0: one that got past the check would wait for it, bounded here.
-  const std::string join = "timeout 20 " + kRun + " --node-rank 1 --master 127.0.0.1:" + std::to_string(server.port()) +
+  const std::string join = "timeout 20 " + kRun + " --node-rank 1 --master 127.0.0.1:" + port +
                            " --token builds --join-timeout 5 --nproc-per-node 2 --max-restarts 1 ";
   auto join_as = [&](const std::string& node_zeros_claim, const std::string& flags) {
     ask("node/0", node_zeros_claim);
@@ -404,7 +449,6 @@ TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
   // Refused before it claimed its node rank.
   EXPECT_FALSE(ask("node/1", std::nullopt).has_value());
   for (const ::Run* r : {&older, &newer, &take_in}) EXPECT_LT(r->seconds, 5) << r->output;
-  server.stop();
 }
 
 TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {

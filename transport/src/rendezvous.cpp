@@ -2,21 +2,58 @@
 
 #include <unistd.h>
 
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::transport {
 namespace {
 
+// A claim is "<world> <host> <pid> <wire protocol>"; builds before kWireProtocol wrote no protocol.
+struct Claim {
+  int world = 0, protocol = 0;
+  std::string host = "?", pid = "?";
+  std::string describe() const { return "pid " + pid + " on " + host; }
+};
+
+Claim parse_claim(const std::string& s) {
+  Claim c;
+  std::istringstream in(s);
+  in >> c.world >> c.host >> c.pid;
+  if (!(in >> c.protocol)) c.protocol = 0;
+  return c;
+}
+
 std::string whoami(const LaunchEnv& env) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
-  return std::to_string(env.world_size) + " " + host + " " + std::to_string(::getpid());
+  return std::to_string(env.world_size) + " " + host + " " + std::to_string(::getpid()) + " " +
+         std::to_string(kWireProtocol);
 }
 
-std::string describe(const std::string& claim) {  // "<world> <host> <pid>" -> "pid P on H"
-  auto a = claim.find(' '), b = claim.rfind(' ');
-  if (a == std::string::npos || b == a) return claim;
-  return "pid " + claim.substr(b + 1) + " on " + claim.substr(a + 1, b - a - 1);
+// Throws unless every rank's claim has this rank's world size and wire protocol.
+void check_claims(const LaunchEnv& env, const std::vector<std::string>& claims) {
+  const ErrorContext at{.rank = env.rank, .op = "rendezvous", .unit = {}};
+  for (int i = 0; i < env.world_size; ++i) {
+    const Claim c = parse_claim(claims[static_cast<std::size_t>(i)]);
+    const std::string who = "rank " + std::to_string(i) + " (" + c.describe() + ")";
+    if (c.world != env.world_size) {
+      throw Error(Errc::bad_config, "world size mismatch: " + who + " was started with WORLD_SIZE=" +
+                                        std::to_string(c.world) + " but this rank has " +
+                                        std::to_string(env.world_size) + ". Start every rank with the same world size",
+                  at);
+    }
+    if (c.protocol != kWireProtocol) {
+      throw Error(Errc::bad_config, who + " speaks coshard wire protocol " + std::to_string(c.protocol) +
+                                        (c.protocol == 0 ? " (a build from before protocol versions)" : "") +
+                                        ", this rank protocol " + std::to_string(kWireProtocol) +
+                                        ": ranks of different builds misread each other's messages. Start every "
+                                        "rank from the same coshard build",
+                  at);
+    }
+  }
 }
 
 }  // namespace
@@ -49,8 +86,8 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
   const std::string prefix = "coshard/rendezvous/";
   auto holder = co_await r.store->compare_set(prefix + "rank/" + std::to_string(env.rank), "", me);
   if (holder != me) {
-    throw Error(Errc::bad_config, "rank " + std::to_string(env.rank) + " was started twice: " + describe(holder) +
-                                      " already holds it (this is " + describe(me) +
+    throw Error(Errc::bad_config, "rank " + std::to_string(env.rank) + " was started twice: " + parse_claim(holder).describe() +
+                                      " already holds it (this is " + parse_claim(me).describe() +
                                       "). Check RANK or --node-rank on every node",
                 ErrorContext{.rank = env.rank, .op = "rendezvous", .unit = {}});
   }
@@ -65,16 +102,7 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
                                    " ranks did not complete: " + e.message(),
                 ErrorContext{.rank = env.rank, .op = "rendezvous", .unit = {}});
   }
-  for (int i = 0; i < env.world_size; ++i) {
-    const auto& c = claims[static_cast<std::size_t>(i)];
-    if (c.substr(0, c.find(' ')) != std::to_string(env.world_size)) {
-      throw Error(Errc::bad_config, "world size mismatch: rank " + std::to_string(i) + " (" + describe(c) +
-                                        ") was started with WORLD_SIZE=" + c.substr(0, c.find(' ')) +
-                                        " but this rank has " + std::to_string(env.world_size) +
-                                        ". Start every rank with the same world size",
-                  ErrorContext{.rank = env.rank, .op = "rendezvous", .unit = {}});
-    }
-  }
+  check_claims(env, claims);
   co_return r;
 }
 

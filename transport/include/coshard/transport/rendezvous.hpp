@@ -1,8 +1,9 @@
 #pragma once
 // Brings the ranks of a job together: rank 0 serves the store unless the launcher already does,
-// every rank connects, claims its rank and checks that all ranks agree on the world size. A rank
-// started twice, a different WORLD_SIZE somewhere, or ranks that never arrive each fail with an
-// error naming them, within the deadline.
+// every rank connects, claims its rank and checks that all ranks agree on the world size and come
+// from builds of one wire protocol. A rank started twice, a different WORLD_SIZE somewhere, a rank
+// of another build, or ranks that never arrive each fail with an error naming them, within the
+// deadline.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -12,6 +13,11 @@
 #include "coshard/transport/store.hpp"
 
 namespace coshard::transport {
+
+/// The shape of what ranks exchange (store keys, message headers, collective schedules). Raise it
+/// whenever one changes, so that ranks of different coshard builds are refused at the rendezvous
+/// rather than misread each other's messages. Claims made before it existed carry none (0).
+inline constexpr int kWireProtocol = 1;
 
 /// Deadline and address of a rendezvous.
 struct RendezvousOptions {
