@@ -323,6 +323,42 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
   expect_lines(log, {"usr2 rank 0", "attempt 1 rank 5 of 6 node 2"});
 }
 
+// Node 1's launcher frozen (SIGSTOP, as a host that crashed) while the ranks stop after a
+// checkpoint for node 2 (--nnodes 2:3): node 1's ranks can no longer save their share, so node 0,
+// which finds node 1 silent after 15 s, stops its own then rather than at --take-in-timeout (60 s),
+// and restarts on nodes 0 and 2.
+TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsTheOthers) {
+  const std::string log = rank_log("take-in-silent");
+  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\ntrap 'echo usr2 rank $RANK >> " + log +
+                             "' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
+                             "\nwhile true; do sleep 0.1; done\n";
+  std::vector<std::string> command;
+  coshard::testing::CommandResult third;
+  auto r = two_nodes("take-in-silent", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
+                     "--take-in-timeout 60 --rejoin-timeout 1", [&] {
+    ASSERT_TRUE(await_ready(log, 4)) << "the ranks of nodes 0 and 1 did not start";
+    std::string line = command.at(1);
+    line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
+    std::thread joiner([&] { third = run(line); });
+    const bool asked = await_line(log, "usr2 rank 3", 30);
+    const int pid = launcher_pid("take-in-silent", 1);
+    if (pid > 0) ::kill(pid, SIGSTOP);
+    const bool restarted = await_line(log, "attempt 1 rank 3 of 4", 60);
+    if (pid > 0) ::kill(pid, SIGCONT);
+    joiner.join();
+    ASSERT_TRUE(asked) << "node 1's ranks were not asked to stop";
+    ASSERT_GT(pid, 0) << "node 1's launcher not found";
+    ASSERT_TRUE(restarted) << "no restart on nodes 0 and 2";
+  }, &command);
+  EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
+  EXPECT_EQ(third.rc, 0) << third.output;
+  EXPECT_NE(r.node[0].output.find("node 1 fell silent; stopping the local ranks"), std::string::npos)
+      << r.node[0].output;
+  EXPECT_LT(r.node[0].seconds, 50) << r.node[0].output;  // 15 s of silence, not the 60 s take-in timeout
+  expect_lines(log, {"usr2 rank 0", "attempt 1 rank 1 of 4 node 0"});
+}
+
 // SIGTERM to node 0's launcher while its ranks stop after a checkpoint for node 1, taken in: the
 // job ends with 128 + SIGTERM on both nodes, as for any interrupt, though the take-in was the
 // attempt's first report.

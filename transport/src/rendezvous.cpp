@@ -86,8 +86,9 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
   const std::string prefix = "coshard/rendezvous/";
   auto holder = co_await r.store->compare_set(prefix + "rank/" + std::to_string(env.rank), "", me);
   if (holder != me) {
-    throw Error(Errc::bad_config, "rank " + std::to_string(env.rank) + " was started twice: " + parse_claim(holder).describe() +
-                                      " already holds it (this is " + parse_claim(me).describe() +
+    throw Error(Errc::bad_config, "rank " + std::to_string(env.rank) + " was started twice: " +
+                                      parse_claim(holder).describe() + " already holds it (this is " +
+                                      parse_claim(me).describe() +
                                       "). Check RANK or --node-rank on every node",
                 ErrorContext{.rank = env.rank, .op = "rendezvous", .unit = {}});
   }
