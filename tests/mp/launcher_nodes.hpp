@@ -61,14 +61,6 @@ inline std::string rank_log(const std::string& name) {
   return path;
 }
 
-// Waits up to 30 s for rank 2 to write to `rank_log`: node 1's ranks run, and its launcher has
-// joined and beaten by then.
-inline void await_node_1_ranks(const std::string& log) {
-  for (int i = 0; i < 600 && run("cat " + log + " 2>/dev/null").output.find("2") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
 // Waits up to `seconds` for `text` in the file `log`; whether it came.
 inline bool await_line(const std::string& log, const std::string& text, int seconds = 60) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -78,6 +70,10 @@ inline bool await_line(const std::string& log, const std::string& text, int seco
   }
   return true;
 }
+
+// Waits up to 30 s for rank 2 to write to `rank_log`: node 1's ranks run, and its launcher has
+// joined and beaten by then.
+inline void await_node_1_ranks(const std::string& log) { await_line(log, "2", 30); }
 
 // The pid of the launcher of node `node` in the job of token `token`, or 0.
 inline int launcher_pid(const std::string& token, int node) {
