@@ -39,8 +39,29 @@ using coshard::testing::run;
 using coshard::testing::two_nodes;
 using Run = coshard::testing::CommandResult;
 
-// A store as node 0's launcher or rank 0 serves it, in which a test writes what a process of
-// another build would have.
+// Sets `key` to `value` if given (erases it first if `erase`) in the store at `port` on loopback,
+// and returns its value: a test writes what a process of another build would have.
+std::optional<std::string> store_ask(std::uint16_t port, const std::string& token, std::string key,
+                                     std::optional<std::string> value, bool erase = false) {
+  using coshard::Task;
+  auto task = [](coshard::transport::StoreClient::Options o, std::string k, std::optional<std::string> v,
+                 bool e) -> Task<std::optional<std::string>> {
+    auto c = co_await coshard::transport::StoreClient::connect(o);
+    if (e) co_await c->erase(k);
+    if (v) co_await c->set(k, *v);
+    co_return co_await c->get(k);
+  };
+  coshard::transport::StoreClient::Options o;
+  o.port = port;
+  o.token = token;
+  o.connect_timeout = std::chrono::seconds(10);  // a launcher's store may still be coming up
+  // The client lives on the scheduler's thread: it connects, asks and closes there.
+  coshard::Scheduler sched;
+  sched.start();
+  return sched.sync_wait(task(o, std::move(key), std::move(value), erase));
+}
+
+// A store as node 0's launcher or rank 0 serves it.
 class StoreAt {
  public:
   explicit StoreAt(std::string token) : token_(std::move(token)) {
@@ -51,21 +72,8 @@ class StoreAt {
   }
   ~StoreAt() { server_->stop(); }
   std::uint16_t port() const { return server_->port(); }
-  // Sets `key` to `value` if given (erases it if `erase`), and returns its value. The client lives
-  // on the scheduler's thread: each call connects, asks and closes there.
   std::optional<std::string> ask(std::string key, std::optional<std::string> value, bool erase = false) {
-    using coshard::Task;
-    auto task = [](coshard::transport::StoreClient::Options o, std::string k, std::optional<std::string> v,
-                   bool e) -> Task<std::optional<std::string>> {
-      auto c = co_await coshard::transport::StoreClient::connect(o);
-      if (e) co_await c->erase(k);
-      if (v) co_await c->set(k, *v);
-      co_return co_await c->get(k);
-    };
-    coshard::transport::StoreClient::Options o;
-    o.port = port();
-    o.token = token_;
-    return sched_.sync_wait(task(o, std::move(key), std::move(value), erase));
+    return store_ask(port(), token_, std::move(key), std::move(value), erase);
   }
 
  private:
@@ -120,12 +128,12 @@ TEST(Launcher, ARankOfAnotherBuildIsNamedAtTheRendezvous) {
   const ::Run older = join_as("2 node0 4242");  // "<world> <host> <pid>", as before protocol versions
   EXPECT_EQ(older.rc, 1) << older.output;
   EXPECT_NE(older.output.find("rank 0 (pid 4242 on node0) speaks coshard wire protocol 0 (a build from before "
-                              "protocol versions), this rank protocol 1: ranks of different builds misread each "
+                              "protocol versions), this rank speaks protocol 1: ranks of different builds misread each "
                               "other's messages. Start every rank from the same coshard build"),
             std::string::npos)
       << older.output;
   const ::Run newer = join_as("2 node0 4242 9");
-  EXPECT_NE(newer.output.find("rank 0 (pid 4242 on node0) speaks coshard wire protocol 9, this rank protocol 1"),
+  EXPECT_NE(newer.output.find("rank 0 (pid 4242 on node0) speaks coshard wire protocol 9, this rank speaks protocol 1"),
             std::string::npos)
       << newer.output;
   for (const ::Run* r : {&older, &newer}) EXPECT_LT(r->seconds, 5) << r->output;
@@ -449,6 +457,29 @@ TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
   // Refused before it claimed its node rank.
   EXPECT_FALSE(ask("node/1", std::nullopt).has_value());
   for (const ::Run* r : {&older, &newer, &take_in}) EXPECT_LT(r->seconds, 5) << r->output;
+}
+
+// A launcher of a build from before protocol versions checks nothing when it joins: node 0 finds
+// its claim (written here as that build writes it) of another protocol, before the job starts
+// (--nnodes 1:2, gathering) and while it runs (--nnodes 2).
+TEST(LauncherNodes, NodeZeroRefusesANodeOfAnotherLauncherProtocol) {
+  for (const std::string nodes : {"--nnodes 2", "--nnodes 1:2 --max-restarts 1 --last-call 20"}) {
+    const auto port = coshard::testing::free_loopback_port();
+    ::Run zero;
+    std::thread node_0([&] {
+      zero = run(kRun + " " + nodes + " --node-rank 0 --nproc-per-node 1 --master 127.0.0.1:" + std::to_string(port) +
+                 " --token foreign --join-timeout 3 -- sleep 30");
+    });
+    store_ask(port, "foreign", "coshard/launch/node/1", "1 " + std::string(nodes == "--nnodes 2" ? "0 2" : "1 1") +
+                                                              " node1 4242");
+    node_0.join();
+    EXPECT_EQ(zero.rc, 1) << nodes << "\n" << zero.output;
+    EXPECT_NE(zero.output.find("node 1's launcher (coshard-run pid 4242 on node1) speaks launcher protocol 0 (a build "
+                               "from before protocol versions), node 0's protocol 2"),
+              std::string::npos)
+        << nodes << "\n" << zero.output;
+    EXPECT_LT(zero.seconds, 15) << nodes << "\n" << zero.output;
+  }
 }
 
 TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,8 +93,9 @@ struct NodesEnded {
 class Coordinator {
  public:
   // Connects to the store (retrying until --join-timeout), checks on other nodes than 0 that node 0
-  // runs with the same --nproc-per-node and --max-restarts, and claims this node rank. Throws
-  // Error naming the flag that differs, or the launcher that holds the node rank already.
+  // speaks the same launcher protocol and runs with the same --nproc-per-node, --max-restarts,
+  // MIN and --take-in-timeout, and claims this node rank. Throws Error naming the protocol or flag
+  // that differs, or the launcher that holds the node rank already.
   // `cut_off_in`: the attempt in which this launcher, cut off from the store for longer than
   // --rejoin-timeout, stopped its ranks (may_rejoin): it asks to be taken in rather than run ranks
   // in that attempt again.
@@ -164,6 +166,7 @@ class Coordinator {
   bool holder_gone(const std::string& holder);
   bool replaced();
   std::string await_node_zero();
+  std::optional<std::string> foreign_node();
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
@@ -204,6 +207,7 @@ class Coordinator {
     std::chrono::steady_clock::time_point since;
   };
   std::map<int, Beat> heard_;
+  std::set<int> vetted_;  // node 0: the nodes whose claim it found of its launcher protocol
   std::chrono::steady_clock::time_point next_watch_{};
 };
 

@@ -34,18 +34,11 @@ Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::
   co_return co_await transport::StoreClient::connect(std::move(options));
 }
 
-// Throws unless node 0's launcher (its claim `zero`) is of this build's protocol and runs with
+// Throws unless node 0's launcher (its claim `zero`) speaks this build's protocol and runs with
 // the flags that every node must share.
 void like_node_zero(const Options& o, const Claim& zero) {
   const std::string node = "node " + std::to_string(o.node_rank);
-  if (zero.protocol != kProtocol) {
-    throw Error(Errc::bad_config, "node 0's launcher (" + zero.describe() + ") speaks launcher protocol " +
-                                      std::to_string(zero.protocol) +
-                                      (zero.protocol == 0 ? " (a build from before protocol versions)" : "") + ", " +
-                                      node + "'s protocol " + std::to_string(kProtocol) +
-                                      ": launchers of different builds misread each other's records in the store. "
-                                      "Start every node's coshard-run from the same coshard build");
-  }
+  if (auto why = foreign_protocol("node 0", zero, node); !why.empty()) throw Error(Errc::bad_config, why);
   // --take-in-timeout too: node 0 waits that long for ranks that stop after a checkpoint.
   const int take_in = static_cast<int>(o.take_in_timeout.count());
   for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
@@ -65,7 +58,7 @@ void like_node_zero(const Options& o, const Claim& zero) {
 std::string this_host() {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
-  return host;
+  return host[0] != '\0' ? host : "?";  // an empty one would shift the claim's fields
 }
 
 Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, int cut_off_in)
@@ -192,6 +185,7 @@ void Coordinator::gather() {
     for (int n = 0; n < o_.nnodes; ++n) {
       (sched_->sync_wait(store_->get("node/" + std::to_string(n))) ? nodes_ : absent).push_back(n);
     }
+    if (auto why = foreign_node()) throw Error(Errc::bad_config, *why);
     if (absent.empty()) return;
     if (!last_call && nodes_.size() >= static_cast<std::size_t>(o_.min_nodes)) {
       last_call = Clock::now() + o_.last_call;
@@ -272,6 +266,20 @@ bool Coordinator::holder_gone(const std::string& holder) {
     if (sched_->sync_wait(store_->get(key)) != first) return false;
   }
   return true;
+}
+
+// Node 0 reads each other node's claim until it finds it of this launcher protocol: a launcher of
+// a build from before protocol versions checks nothing when it joins.
+std::optional<std::string> Coordinator::foreign_node() {
+  for (int n = 1; n < o_.nnodes; ++n) {
+    if (vetted_.count(n)) continue;
+    const auto claim = sched_->sync_wait(store_->get("node/" + std::to_string(n)));
+    if (!claim) continue;
+    auto why = foreign_protocol("node " + std::to_string(n), parse_claim(*claim), "node 0");
+    if (!why.empty()) return why;
+    vetted_.insert(n);
+  }
+  return std::nullopt;
 }
 
 // Node 0's claim: it claims as soon as its store is up, but this node may have come first.

@@ -12,6 +12,7 @@ namespace coshard::transport {
 namespace {
 
 // A claim is "<world> <host> <pid> <wire protocol>"; builds before kWireProtocol wrote no protocol.
+// The protocol stays the fourth field in every version, so that any build can tell another's.
 struct Claim {
   int world = 0, protocol = 0;
   std::string host = "?", pid = "?";
@@ -29,28 +30,30 @@ Claim parse_claim(const std::string& s) {
 std::string whoami(const LaunchEnv& env) {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
+  if (host[0] == '\0') host[0] = '?';  // an empty one would shift the claim's fields
   return std::to_string(env.world_size) + " " + host + " " + std::to_string(::getpid()) + " " +
          std::to_string(kWireProtocol);
 }
 
-// Throws unless every rank's claim has this rank's world size and wire protocol.
+// Throws unless every rank's claim has this rank's wire protocol and world size. The protocol
+// first: a claim of another one may not even hold a world size where this build reads it.
 void check_claims(const LaunchEnv& env, const std::vector<std::string>& claims) {
   const ErrorContext at{.rank = env.rank, .op = "rendezvous", .unit = {}};
   for (int i = 0; i < env.world_size; ++i) {
     const Claim c = parse_claim(claims[static_cast<std::size_t>(i)]);
     const std::string who = "rank " + std::to_string(i) + " (" + c.describe() + ")";
+    if (c.protocol != kWireProtocol) {
+      throw Error(Errc::bad_config, who + " speaks coshard wire protocol " + std::to_string(c.protocol) +
+                                        (c.protocol == 0 ? " (a build from before protocol versions)" : "") +
+                                        ", this rank speaks protocol " + std::to_string(kWireProtocol) +
+                                        ": ranks of different builds misread each other's messages. Start every "
+                                        "rank from the same coshard build",
+                  at);
+    }
     if (c.world != env.world_size) {
       throw Error(Errc::bad_config, "world size mismatch: " + who + " was started with WORLD_SIZE=" +
                                         std::to_string(c.world) + " but this rank has " +
                                         std::to_string(env.world_size) + ". Start every rank with the same world size",
-                  at);
-    }
-    if (c.protocol != kWireProtocol) {
-      throw Error(Errc::bad_config, who + " speaks coshard wire protocol " + std::to_string(c.protocol) +
-                                        (c.protocol == 0 ? " (a build from before protocol versions)" : "") +
-                                        ", this rank protocol " + std::to_string(kWireProtocol) +
-                                        ": ranks of different builds misread each other's messages. Start every "
-                                        "rank from the same coshard build",
                   at);
     }
   }
