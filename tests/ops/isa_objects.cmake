@@ -3,8 +3,8 @@
 # An object built with -march=x86-64-v4 (or v3) must define no external symbol but its table():
 # any other one (an inline helper the compiler did not inline, a std:: template instance) is a weak
 # symbol the linker may pick for the whole library, and code built for the baseline would then run
-# AVX-512 instructions on a CPU without them (SIGILL). -O0 builds, the sanitizer ones among them,
-# inline nothing, which is where this shows.
+# AVX-512 instructions on a CPU without them (SIGILL). -O0 builds inline nothing, which is where
+# this shows: tests/ops/tests.cmake also checks an -O0 build of each ISA's kernels.
 execute_process(COMMAND "${NM}" -g -C --defined-only "${OBJECT}"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

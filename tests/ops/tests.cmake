@@ -22,15 +22,31 @@ foreach(ask baseline no-such-isa)
   set_tests_properties(OpsCpuIsa.Asked.${ask} PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=${ask})
 endforeach()
 # Each ISA's object exports only its table: a weak helper built for AVX-512 could be the copy the
-# linker keeps for baseline callers (isa_objects.cmake).
+# linker keeps for baseline callers (isa_objects.cmake). Checked on the object the library links,
+# and on an -O0 build of the same source with the same flags (never linked), where nothing is
+# inlined and a helper that would leak shows whatever the build type.
 foreach(isa baseline avx2 avx512 avx512_bf16)
   if(NOT TARGET coshard_ops_${isa})
     continue()  # not built for this processor (ops/CMakeLists.txt)
   endif()
-  add_test(NAME OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}
-    COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DOBJECT=$<TARGET_OBJECTS:coshard_ops_${isa}> -DISA=${isa}
-      -P ${CMAKE_CURRENT_LIST_DIR}/isa_objects.cmake)
-  set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa} PROPERTIES LABELS unit)
+  get_target_property(sources coshard_ops_${isa} SOURCES)
+  get_target_property(dir coshard_ops_${isa} SOURCE_DIR)
+  list(TRANSFORM sources PREPEND "${dir}/")
+  add_library(isa_o0_${isa} OBJECT ${sources})
+  target_compile_features(isa_o0_${isa} PRIVATE cxx_std_20)
+  target_link_libraries(isa_o0_${isa} PRIVATE coshard::kernels)
+  target_compile_definitions(isa_o0_${isa} PRIVATE $<TARGET_PROPERTY:coshard_ops_${isa},COMPILE_DEFINITIONS>)
+  target_compile_options(isa_o0_${isa} PRIVATE $<TARGET_PROPERTY:coshard_ops_${isa},COMPILE_OPTIONS> -O0)
+  foreach(variant "" .O0)
+    set(target coshard_ops_${isa})
+    if(variant)
+      set(target isa_o0_${isa})
+    endif()
+    add_test(NAME OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}${variant}
+      COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DOBJECT=$<TARGET_OBJECTS:${target}> -DISA=${isa}
+        -P ${CMAKE_CURRENT_LIST_DIR}/isa_objects.cmake)
+    set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}${variant} PROPERTIES LABELS unit)
+  endforeach()
 endforeach()
 
 # The bf16 GEMM: every implementation this CPU runs against float64, and the choice between them
