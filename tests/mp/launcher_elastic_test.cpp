@@ -326,7 +326,8 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
 // Node 1's launcher frozen (SIGSTOP, as a host that crashed) while the ranks stop after a
 // checkpoint for node 2 (--nnodes 2:3): node 1's ranks can no longer save their share, so node 0,
 // which finds node 1 silent after 15 s, stops its own then rather than at --take-in-timeout (60 s),
-// and restarts on nodes 0 and 2.
+// and restarts on nodes 0 and 2. Node 1's launcher, thawed once the job is over, has lost the
+// store and stops its ranks as for any such loss.
 TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsTheOthers) {
   const std::string log = rank_log("take-in-silent");
   const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
@@ -345,6 +346,10 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
     const int pid = launcher_pid("take-in-silent", 1);
     if (pid > 0) ::kill(pid, SIGSTOP);
     const bool restarted = await_line(log, "attempt 1 rank 3 of 4", 60);
+    // Thawed once node 0 (and with it the store) is gone, node 1 cannot learn why its ranks stop.
+    for (int i = 0; i < 300 && launcher_pid("take-in-silent", 0) > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     if (pid > 0) ::kill(pid, SIGCONT);
     joiner.join();
     ASSERT_TRUE(asked) << "node 1's ranks were not asked to stop";
@@ -357,6 +362,13 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
       << r.node[0].output;
   EXPECT_LT(r.node[0].seconds, 50) << r.node[0].output;  // 15 s of silence, not the 60 s take-in timeout
   expect_lines(log, {"usr2 rank 0", "attempt 1 rank 1 of 4 node 0"});
+  // Node 1 finds the store lost, and stops its ranks as after any loss of the store, not at the
+  // take-in timeout; it is no longer in the job.
+  EXPECT_EQ(r.node[1].rc, 1) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("; stopping the local ranks in 10 s unless they end first"), std::string::npos)
+      << r.node[1].output;
+  EXPECT_EQ(r.node[1].output.find("(--take-in-timeout); stopping them"), std::string::npos) << r.node[1].output;
+  EXPECT_LT(r.node[1].seconds, 50) << r.node[1].output;
 }
 
 // SIGTERM to node 0's launcher while its ranks stop after a checkpoint for node 1, taken in: the

@@ -130,6 +130,8 @@ class Coordinator {
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
   // and on node 0 so is another node's launcher that fell silent (it is then reported).
   std::optional<Failure> failure(int attempt);
+  // Whether the store could not be reached again within --rejoin-timeout: failure() says so once.
+  bool lost() const noexcept { return lost_; }
   // While the ranks stop after a checkpoint for a node taken in (Failure::at_checkpoint): says that
   // this node stopped its ranks without one (they do not take SIGUSR2, one failed, the launcher
   // was interrupted, or --take-in-timeout passed), or `why` another reason, since the others'

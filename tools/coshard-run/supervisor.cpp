@@ -75,7 +75,7 @@ void Supervisor::watch(int sigfd) {
     if (ask_at_ && Clock::now() >= *ask_at_) {
       ask_at_.reset();
       if (!exit_code_) exit_code_ = 1;
-      if (taking_in_ && any_running()) {
+      if (taking_in_ && any_running() && !lost_store_) {
         std::fprintf(stderr, "coshard-run: the local ranks did not stop after a checkpoint within %lld s "
                      "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
         coordinator_.stop_now(attempt_);
@@ -257,13 +257,7 @@ void Supervisor::check_other_nodes() {
   auto f = coordinator_.failure(attempt_);
   if (!f || (f->at_checkpoint && stop_at_checkpoint(*f))) return;
   if (f->node < 0) {
-    // This launcher lost the store. Its ranks likely meet the same fault (a cut link, node 0's host
-    // down) and name the peer they miss when their collectives time out: give them that time. A
-    // rank failing meanwhile is handled as usual (reap); otherwise they are stopped at ask_at_.
-    lost_store_ = true;
-    std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n",
-                 f->what.c_str(), static_cast<long long>(kLostStoreWait.count()));
-    ask_at_ = Clock::now() + kLostStoreWait;
+    lose_store(*f);
     return;
   }
   exit_code_ = f->code;
@@ -272,6 +266,18 @@ void Supervisor::check_other_nodes() {
   const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";
   std::fprintf(stderr, "coshard-run: %s%s; stopping the local ranks\n", who.c_str(), f->what.c_str());
   ask_for_flight_records();
+}
+
+// This launcher lost the store (`f` says how). Its ranks likely meet the same fault (a cut link,
+// node 0's host down) and name the peer they miss when their collectives time out: give them that
+// time, or what is left of --take-in-timeout if less. A rank failing meanwhile is handled as
+// usual (reap); otherwise they are stopped at ask_at_.
+void Supervisor::lose_store(const Failure& f) {
+  lost_store_ = true;
+  std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
+               static_cast<long long>(kLostStoreWait.count()));
+  const auto at = Clock::now() + kLostStoreWait;
+  ask_at_ = ask_at_ ? std::min(*ask_at_, at) : at;
 }
 
 // Another node asks to be taken in while this attempt's ranks are well: when every local rank
@@ -302,7 +308,13 @@ bool Supervisor::stop_at_checkpoint(const Failure& f) {
 // ranks without one, or fell silent, so theirs cannot finish the step either.
 void Supervisor::check_stop_now() {
   const auto why = coordinator_.stopping_now(attempt_);
-  if (!why) return;
+  if (!why) {
+    // Without the store no node can say that it stopped its ranks: no wait for --take-in-timeout.
+    if (coordinator_.lost()) {
+      if (auto f = coordinator_.failure(attempt_); f && f->node < 0) lose_store(*f);
+    }
+    return;
+  }
   exit_code_ = 1;
   stopped_for_other_node_ = true;
   ask_at_.reset();

@@ -55,6 +55,7 @@ class Supervisor {
   void check_other_nodes();
   bool stop_at_checkpoint(const Failure& f);
   void check_stop_now();
+  void lose_store(const Failure& f);
 
   const Options& o_;
   std::vector<Child>& children_;
