@@ -425,7 +425,7 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
 }
 
 // Node 0 here is a store holding the claim that a launcher of another build would have made.
-TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
+TEST(LauncherNodes, ALauncherOfAnotherBuildNodeCountOrTakeInTimeoutIsRefusedAtTheJoin) {
   StoreAt store("builds");
   auto ask = [&](std::string key, std::optional<std::string> value) {
     return store.ask("coshard/launch/" + key, std::move(value));
@@ -449,14 +449,19 @@ TEST(LauncherNodes, ALauncherOfAnotherBuildOrTakeInTimeoutIsRefusedAtTheJoin) {
       << older.output;
   const ::Run newer = join_as("2 1 2 node0 4242 3 300", "--nnodes 2");
   EXPECT_NE(newer.output.find("speaks launcher protocol 3, node 1's protocol 2"), std::string::npos) << newer.output;
-  const ::Run take_in = join_as("2 1 1 node0 4242 2 300", "--nnodes 1:2 --take-in-timeout 60");
+  const ::Run take_in = join_as("2 1 1 node0 4242 2 300 2", "--nnodes 1:2 --take-in-timeout 60");
+  const ::Run nodes = join_as("2 1 2 node0 4242 2 300 2", "--nnodes 3");
   EXPECT_NE(take_in.output.find("--take-in-timeout is 60 on node 1 but 300 on node 0 (coshard-run pid 4242 on "
                                 "node0): give every node the same --take-in-timeout"),
             std::string::npos)
       << take_in.output;
   // Refused before it claimed its node rank.
   EXPECT_FALSE(ask("node/1", std::nullopt).has_value());
-  for (const ::Run* r : {&older, &newer, &take_in}) EXPECT_LT(r->seconds, 5) << r->output;
+  EXPECT_NE(nodes.output.find("--nnodes N (MAX of MIN:MAX) is 3 on node 1 but 2 on node 0 (coshard-run pid 4242 on "
+                              "node0): give every node the same --nnodes N (MAX of MIN:MAX)"),
+            std::string::npos)
+      << nodes.output;
+  for (const ::Run* r : {&older, &newer, &take_in, &nodes}) EXPECT_LT(r->seconds, 5) << r->output;
 }
 
 // A launcher of a build from before protocol versions checks nothing when it joins: node 0 finds

@@ -67,13 +67,14 @@ inline long long seconds_since(Clock::time_point t) {
 // agrees with every other. Claims made before it existed carry none (0).
 inline constexpr int kProtocol = 2;
 
-// A claim is "<nproc> <max restarts> <min nodes> <host> <pid> <protocol> <take-in timeout s>";
+// A claim is "<nproc> <max restarts> <min nodes> <host> <pid> <protocol> <take-in timeout s>
+// <nodes>" (--nnodes N, or MAX of MIN:MAX);
 // the fields after the pid are read as absent (0) from a build that did not write them. The
 // protocol stays the sixth field in every version, so that any build can tell another's.
 struct Claim {
   int nproc = 0, max_restarts = 0, min_nodes = 0;
   std::string host, pid;
-  int protocol = 0, take_in_timeout = 0;
+  int protocol = 0, take_in_timeout = 0, nodes = 0;
   std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
 };
 
@@ -83,6 +84,7 @@ inline Claim parse_claim(const std::string& s) {
   in >> c.nproc >> c.max_restarts >> c.min_nodes >> c.host >> c.pid;
   if (!(in >> c.protocol)) c.protocol = 0;
   if (!(in >> c.take_in_timeout)) c.take_in_timeout = 0;
+  if (!(in >> c.nodes)) c.nodes = 0;
   return c;
 }
 

@@ -43,6 +43,7 @@ void like_node_zero(const Options& o, const Claim& zero) {
   const int take_in = static_cast<int>(o.take_in_timeout.count());
   for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
                                           std::tuple{"--max-restarts", o.max_restarts, zero.max_restarts},
+                                          std::tuple{"--nnodes N (MAX of MIN:MAX)", o.nnodes, zero.nodes},
                                           std::tuple{"--nnodes MIN (of MIN:MAX)", o.min_nodes, zero.min_nodes},
                                           std::tuple{"--take-in-timeout", take_in, zero.take_in_timeout}}) {
     if (here != there) {
@@ -109,7 +110,8 @@ void Coordinator::connect(transport::StoreClient::Options so) {
 void Coordinator::join(int cut_off_in) {
   const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
                          std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid()) + " " +
-                         std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count());
+                         std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count()) + " " +
+                         std::to_string(o_.nnodes);
   if (o_.node_rank != 0) like_node_zero(o_, parse_claim(await_node_zero()));
   auto node_zeros_attempt = [&] { return std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0")); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
