@@ -1,6 +1,6 @@
 // Failures across hosts of a real (namespace) cluster: a host that crashes mid-step, a link cut
 // mid-step (for good, or until a restart recovers once it is back, or for good with the job going
-// on without that host under --nnodes MIN:MAX), Slurm's SIGUSR2 ahead of a time
+// on without that host under --nnodes MIN:MAX, by hand and in a Slurm step), Slurm's SIGUSR2 ahead of a time
 // limit (a checkpoint, then exit code 75), and launches that cannot work
 // (flags that contradict the Slurm step, a master that does not answer, two hosts claiming the
 // same node rank). Each that cannot recover ends with every launcher exiting non-zero within its
@@ -155,6 +155,34 @@ TEST_F(Cluster, ACutLinkThatStaysCutLeavesTheJobToTheHostLeftUnderNnodesMinMax) 
   EXPECT_NE(node1.find("so the job goes on without them (1 of 2 nodes, --nnodes 1:2)"), std::string::npos) << node1;
   EXPECT_NE(node1.find("started 2 rank(s) of 2"), std::string::npos) << node1;
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
+  expect_the_uninterrupted_losses(whole, node1);
+}
+
+// The same inside a Slurm step: `srun --no-kill` runs coshard-run on both hosts, with --nnodes 1:2
+// against the step's 2, and node2's link is cut for good: node1's launcher restarts alone and ends
+// the job (exit 0), and the step does not end it first (--no-kill). Slurm itself cannot end that
+// step: node2's task exit was lost with its link (slurmd: "Failed to send MESSAGE_TASK_EXIT"), so
+// the test cancels it once node1's launcher has ended.
+TEST_F(Cluster, ASlurmStepGoesOnWithoutAHostItLostUnderNnodesMinMax) {
+  auto dir = train::temp_dir("cluster-slurm-elastic");
+  const std::string common = kRestartArgs + "--collective-timeout 8 --global-batch 32 --checkpoint-dir ";
+  const std::string whole = uninterrupted_run(dir, common);
+  const std::string ckpt = (dir / "cut").string(), d = dir.string(), job = "elastic-" + name_;
+  const std::string task = kRun + " --nnodes 1:2 --max-restarts 1 --rejoin-timeout 5 --nproc-per-node 2 -- " + kTrain +
+                           common + ckpt + " --resume auto; echo launcher-rc=$?";
+  auto r = run_script(on("login", "srun --no-kill -N2 --ntasks-per-node=1 -J " + job + " -o " + d + "/task-%t.log " +
+                                      "bash -c " + quote(task)) +
+                      " & a=$!; " + after_step_8(ckpt) + cluster("link", "node2 down") + " && echo cut; " +
+                      "for i in $(seq 1200); do grep -q launcher-rc= " + d + "/task-0.log && break; sleep 0.1; done; " +
+                      cluster("link", "node2 up") + "; " + on("login", "scancel -n " + job) + "; wait $a");
+  const std::string node1 = read_file(dir / "task-0.log"), node2 = read_file(dir / "task-1.log");
+  ASSERT_NE(r.output.find("cut"), std::string::npos) << r.output << node1 << node2;
+  EXPECT_NE(node1.find("launcher-rc=0"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("so the job goes on without them (1 of 2 nodes, --nnodes 1:2)"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("started 2 rank(s) of 2"), std::string::npos) << node1;
+  EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
+  EXPECT_NE(node2.find("launcher-rc=1"), std::string::npos) << node2;
+  EXPECT_NE(node2.find("lost the store at "), std::string::npos) << node2;
   expect_the_uninterrupted_losses(whole, node1);
 }
 
