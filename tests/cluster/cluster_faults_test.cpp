@@ -172,11 +172,14 @@ TEST_F(Cluster, ASlurmStepGoesOnWithoutAHostItLostUnderNnodesMinMax) {
                            common + ckpt + " --resume auto; echo launcher-rc=$?";
   auto r = run_script(on("login", "srun --no-kill -N2 --ntasks-per-node=1 -J " + job + " -o " + d + "/task-%t.log " +
                                       "bash -c " + quote(task)) +
-                      " & a=$!; " + after_step_8(ckpt) + cluster("link", "node2 down") + " && echo cut; " +
+                      " & a=$!; " + after_step_8(ckpt) + cluster("link", "node2 down") + " && echo link-cut; " +
                       "for i in $(seq 1200); do grep -q launcher-rc= " + d + "/task-0.log && break; sleep 0.1; done; " +
-                      cluster("link", "node2 up") + "; " + on("login", "scancel -n " + job) + "; wait $a");
+                      cluster("link", "node2 up") + "; " + on("login", "scancel -n " + job) +
+                      "; for i in $(seq 600); do kill -0 $a 2>/dev/null || break; sleep 0.1; done; " +
+                      "pkill -KILL -f -- '-J " + job + " ' && echo srun-killed; wait $a");
   const std::string node1 = read_file(dir / "task-0.log"), node2 = read_file(dir / "task-1.log");
-  ASSERT_NE(r.output.find("cut"), std::string::npos) << r.output << node1 << node2;
+  ASSERT_NE(r.output.find("link-cut"), std::string::npos) << r.output << node1 << node2;
+  EXPECT_EQ(r.output.find("srun-killed"), std::string::npos) << "scancel did not end the step\n" << r.output;
   EXPECT_NE(node1.find("launcher-rc=0"), std::string::npos) << node1;
   EXPECT_NE(node1.find("so the job goes on without them (1 of 2 nodes, --nnodes 1:2)"), std::string::npos) << node1;
   EXPECT_NE(node1.find("started 2 rank(s) of 2"), std::string::npos) << node1;

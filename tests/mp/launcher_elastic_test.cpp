@@ -325,7 +325,7 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
 
 // Node 1's launcher frozen (SIGSTOP, as a host that crashed) while the ranks stop after a
 // checkpoint for node 2 (--nnodes 2:3): node 1's ranks can no longer save their share, so node 0,
-// which finds node 1 silent after 15 s, stops its own then rather than at --take-in-timeout (60 s),
+// which finds node 1 silent after 15 s, stops its own then rather than at --take-in-timeout (120 s),
 // and restarts on nodes 0 and 2. Node 1's launcher, thawed once the job is over, has lost the
 // store and stops its ranks as for any such loss.
 TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsTheOthers) {
@@ -337,7 +337,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("take-in-silent", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
-                     "--take-in-timeout 60 --rejoin-timeout 1", [&] {
+                     "--take-in-timeout 120 --rejoin-timeout 1", [&] {
     ASSERT_TRUE(await_ready(log, 4)) << "the ranks of nodes 0 and 1 did not start";
     std::string line = command.at(1);
     line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
@@ -360,7 +360,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
   EXPECT_EQ(third.rc, 0) << third.output;
   EXPECT_NE(r.node[0].output.find("node 1 fell silent; stopping the local ranks"), std::string::npos)
       << r.node[0].output;
-  EXPECT_LT(r.node[0].seconds, 50) << r.node[0].output;  // 15 s of silence, not the 60 s take-in timeout
+  EXPECT_LT(r.node[0].seconds, 90) << r.node[0].output;  // 15 s of silence, not the 120 s take-in timeout
   expect_lines(log, {"usr2 rank 0", "attempt 1 rank 1 of 4 node 0"});
   // Node 1 finds the store lost, and stops its ranks as after any loss of the store, not at the
   // take-in timeout; it is no longer in the job.
@@ -368,7 +368,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
   EXPECT_NE(r.node[1].output.find("; stopping the local ranks in 10 s unless they end first"), std::string::npos)
       << r.node[1].output;
   EXPECT_EQ(r.node[1].output.find("(--take-in-timeout); stopping them"), std::string::npos) << r.node[1].output;
-  EXPECT_LT(r.node[1].seconds, 50) << r.node[1].output;
+  EXPECT_LT(r.node[1].seconds, 90) << r.node[1].output;
 }
 
 // SIGTERM to node 0's launcher while its ranks stop after a checkpoint for node 1, taken in: the

@@ -35,7 +35,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,7 +127,8 @@ class Coordinator {
   // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
   void heartbeat();
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
-  // and on node 0 so is another node's launcher that fell silent (it is then reported).
+  // and on node 0 so are another node's launcher that fell silent and one of another launcher
+  // protocol (they are then reported).
   std::optional<Failure> failure(int attempt);
   // Whether the store could not be reached again within --rejoin-timeout: failure() says so once.
   bool lost() const noexcept { return lost_; }
@@ -209,7 +209,7 @@ class Coordinator {
     std::chrono::steady_clock::time_point since;
   };
   std::map<int, Beat> heard_;
-  std::set<int> vetted_;  // node 0: the nodes whose claim it found of its launcher protocol
+  std::map<int, std::string> vetted_;  // node 0: each node's claim it last found of its launcher protocol
   std::chrono::steady_clock::time_point next_watch_{};
 };
 

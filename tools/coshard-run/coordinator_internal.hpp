@@ -65,7 +65,7 @@ inline long long seconds_since(Clock::time_point t) {
 // run one job together rather than misread each other: a joining node compares it with node 0's,
 // and node 0 with every other node's (a build from before it checks nothing), so every node
 // agrees with every other. Claims made before it existed carry none (0).
-inline constexpr int kProtocol = 2;
+inline constexpr int kProtocol = 3;  // 3: the claim gained --nnodes
 
 // A claim is "<nproc> <max restarts> <min nodes> <host> <pid> <protocol> <take-in timeout s>
 // <nodes>" (--nnodes N, or MAX of MIN:MAX);

@@ -270,16 +270,16 @@ bool Coordinator::holder_gone(const std::string& holder) {
   return true;
 }
 
-// Node 0 reads each other node's claim until it finds it of this launcher protocol: a launcher of
-// a build from before protocol versions checks nothing when it joins.
+// Node 0 reads each other node's claim and checks every new one (a launcher that joins, or takes
+// a silent one's place) for this launcher protocol: one of a build from before protocol versions
+// checks nothing when it joins.
 std::optional<std::string> Coordinator::foreign_node() {
   for (int n = 1; n < o_.nnodes; ++n) {
-    if (vetted_.count(n)) continue;
     const auto claim = sched_->sync_wait(store_->get("node/" + std::to_string(n)));
-    if (!claim) continue;
+    if (!claim || vetted_[n] == *claim) continue;
     auto why = foreign_protocol("node " + std::to_string(n), parse_claim(*claim), "node 0");
     if (!why.empty()) return why;
-    vetted_.insert(n);
+    vetted_[n] = *claim;
   }
   return std::nullopt;
 }

@@ -260,11 +260,16 @@ void Supervisor::check_other_nodes() {
     lose_store(*f);
     return;
   }
-  exit_code_ = f->code;
-  stopped_for_other_node_ = true;
   if (f->at_checkpoint) coordinator_.stop_now(attempt_);  // ranks elsewhere may be stopping after a checkpoint
-  const std::string who = f->node >= 0 ? "node " + std::to_string(f->node) + " failed: " : "";
-  std::fprintf(stderr, "coshard-run: %s%s; stopping the local ranks\n", who.c_str(), f->what.c_str());
+  stop_for(*f);
+}
+
+// `f`, another node's failure or this launcher's replacement, ends the attempt here: the ranks stop now.
+void Supervisor::stop_for(const Failure& f) {
+  exit_code_ = f.code;
+  stopped_for_other_node_ = true;
+  ask_at_.reset();
+  std::fprintf(stderr, "coshard-run: node %d failed: %s; stopping the local ranks\n", f.node, f.what.c_str());
   ask_for_flight_records();
 }
 
@@ -274,10 +279,10 @@ void Supervisor::check_other_nodes() {
 // usual (reap); otherwise they are stopped at ask_at_.
 void Supervisor::lose_store(const Failure& f) {
   lost_store_ = true;
+  const auto now = Clock::now();
+  ask_at_ = ask_at_ ? std::min(*ask_at_, now + kLostStoreWait) : now + kLostStoreWait;
   std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
-               static_cast<long long>(kLostStoreWait.count()));
-  const auto at = Clock::now() + kLostStoreWait;
-  ask_at_ = ask_at_ ? std::min(*ask_at_, at) : at;
+               static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(*ask_at_ - now).count()));
 }
 
 // Another node asks to be taken in while this attempt's ranks are well: when every local rank
@@ -310,8 +315,12 @@ void Supervisor::check_stop_now() {
   const auto why = coordinator_.stopping_now(attempt_);
   if (!why) {
     // Without the store no node can say that it stopped its ranks: no wait for --take-in-timeout.
-    if (coordinator_.lost()) {
-      if (auto f = coordinator_.failure(attempt_); f && f->node < 0) lose_store(*f);
+    // A launcher that another took the place of stops its ranks at once, as in check_other_nodes.
+    const auto f = coordinator_.lost() ? coordinator_.failure(attempt_) : std::nullopt;
+    if (f && f->node < 0) {
+      lose_store(*f);
+    } else if (f) {
+      stop_for(*f);
     }
     return;
   }

@@ -56,6 +56,7 @@ class Supervisor {
   bool stop_at_checkpoint(const Failure& f);
   void check_stop_now();
   void lose_store(const Failure& f);
+  void stop_for(const Failure& f);
 
   const Options& o_;
   std::vector<Child>& children_;
