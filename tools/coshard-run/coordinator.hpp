@@ -93,8 +93,8 @@ class Coordinator {
  public:
   // Connects to the store (retrying until --join-timeout), checks on other nodes than 0 that node 0
   // speaks the same launcher protocol and runs with the same --nproc-per-node, --max-restarts,
-  // --nnodes (N, or MIN and MAX) and --take-in-timeout, and claims this node rank. Throws Error naming the protocol or flag
-  // that differs, or the launcher that holds the node rank already.
+  // --nnodes (N, or MIN and MAX) and --take-in-timeout, and claims this node rank. Throws Error
+  // naming the protocol or flag that differs, or the launcher that holds the node rank already.
   // `cut_off_in`: the attempt in which this launcher, cut off from the store for longer than
   // --rejoin-timeout, stopped its ranks (may_rejoin): it asks to be taken in rather than run ranks
   // in that attempt again.
