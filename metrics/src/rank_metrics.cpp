@@ -16,8 +16,12 @@ RankMetrics::RankMetrics(Options options)
                                       std::to_string(options_.local_rank) + " must not be negative");
   }
   telemetry_
-      ->gauge("coshard_build_info", "Always 1; the labels say which coshard, CUDA, NCCL and UCX this rank runs",
-              {{"version", build_.version}, {"cuda", build_.cuda}, {"nccl", build_.nccl}, {"ucx", build_.ucx}})
+      ->gauge("coshard_build_info", "Always 1; the labels say which coshard, wire protocol, CUDA, NCCL and UCX this rank runs",
+              {{"version", build_.version},
+               {"wire_protocol", build_.wire_protocol},
+               {"cuda", build_.cuda},
+               {"nccl", build_.nccl},
+               {"ucx", build_.ucx}})
       .set(1);
 }
 

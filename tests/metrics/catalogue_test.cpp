@@ -111,7 +111,8 @@ TEST(Catalogue, NamesFollowPrometheusConventions) {
   const std::regex name_re("^coshard_[a-z][a-z0-9_]*[a-z0-9]$");
   // comm: a communicator's name, fixed by the program (the engine makes six), never per operation.
   const std::set<std::string> allowed_labels = {"op",   "transport", "kind", "mode", "device",    "stream",
-                                                "version", "cuda",  "nccl", "ucx",  "peer", "algorithm", "comm"};
+                                                "version", "cuda",  "nccl", "ucx",  "peer", "algorithm", "comm",
+                                                "wire_protocol"};
   const std::regex non_base_unit(
       "_(ms|msec|milliseconds|us|usec|microseconds|ns|nanoseconds|minutes|hours|kb|kib|mb|mib|gb|gib|bits|percent|"
       "pct)(_|$)");

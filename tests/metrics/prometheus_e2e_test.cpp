@@ -89,6 +89,7 @@ TEST(PrometheusE2E, ScrapesTwoRanksAndSeesTheirCountersGrow) {
     local_ranks.insert(s["metric"]["local_rank"].get<std::string>());
     EXPECT_EQ(s["metric"]["version"], rank0.build_info().version);
     EXPECT_EQ(s["metric"]["ucx"], rank0.build_info().ucx);
+    EXPECT_EQ(s["metric"]["wire_protocol"], rank0.build_info().wire_protocol);
   }
   EXPECT_EQ(local_ranks, (std::set<std::string>{"0", "1"}));
   // A rate over the scraped samples is positive: what the dashboard's throughput panel draws.

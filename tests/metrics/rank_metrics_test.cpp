@@ -12,6 +12,7 @@
 #include "coshard/metrics/rank_metrics.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/transport/rendezvous.hpp"
 #include "metrics/catalogue.hpp"
 #include "support/loopback.hpp"
 
@@ -128,6 +129,7 @@ TEST(RankMetrics, StopClosesTheEndpointAndStartOpensItAgain) {
 TEST(RankMetrics, BuildInfoCarriesVersionAndLibraries) {
   const auto info = build_info();
   EXPECT_EQ(info.version, COSHARD_PROJECT_VERSION);
+  EXPECT_EQ(info.wire_protocol, std::to_string(transport::kWireProtocol));
   EXPECT_TRUE(std::regex_match(info.ucx, std::regex(R"(\d+\.\d+\.\d+.*)"))) << info.ucx;
 #ifdef COSHARD_HAVE_CUDA
   EXPECT_TRUE(std::regex_match(info.cuda, std::regex(R"(\d+\.\d+)"))) << info.cuda;
@@ -139,7 +141,8 @@ TEST(RankMetrics, BuildInfoCarriesVersionAndLibraries) {
   RankMetrics m(on_port(0, 0, 0));
   const auto text = m.telemetry().serialize();
   const std::string series = "coshard_build_info{cuda=\"" + info.cuda + "\",local_rank=\"0\",nccl=\"" + info.nccl +
-                             "\",rank=\"0\",ucx=\"" + info.ucx + "\",version=\"" + info.version + "\"} 1";
+                             "\",rank=\"0\",ucx=\"" + info.ucx + "\",version=\"" + info.version +
+                             "\",wire_protocol=\"" + info.wire_protocol + "\"} 1";
   EXPECT_NE(text.find(series), std::string::npos) << text;
 }
 
