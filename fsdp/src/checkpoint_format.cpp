@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "coshard/fsdp/checkpoint.hpp"
@@ -79,6 +80,67 @@ CheckpointPiece piece_of(const json& j) {
   return p;
 }
 
+// The manifest's own CRC-32C: of its JSON without the checksum as dump(1) prints it. nlohmann's
+// objects keep their keys sorted and the manifest holds only integers and strings, so a parsed
+// manifest prints the very text that was summed.
+constexpr const char* kSelfChecksum = "crc32c";
+std::uint32_t self_checksum(const json& without) {
+  const std::string text = without.dump(1);
+  return crc32c(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+// Format 2 and later carry a checksum of the manifest itself: an edit or a flipped bit in a field
+// the pieces' checksums do not cover (an offset, the step) would otherwise load as if it were so.
+void check_self_checksum(json& j, int version, const std::string& where) {
+  if (!j.contains(kSelfChecksum)) {
+    if (version >= 2) throw checkpoint_damaged(where, " has no checksum of its own (its format version " + std::to_string(version) + " writes one)");
+    return;
+  }
+  const auto stored = j.at(kSelfChecksum).get<std::uint32_t>();
+  j.erase(kSelfChecksum);
+  if (self_checksum(j) != stored) throw checkpoint_damaged(where, " fails its checksum: it was changed after it was written");
+}
+
+// What the pieces must be for any reader to trust their offsets: one shape per parameter, each
+// (parameter, kind) tiled exactly once, every piece inside a listed file.
+void check_pieces(const Manifest& m, const std::string& where) {
+  std::map<std::string, const CheckpointFile*> files;
+  for (const auto& f : m.files) {
+    if (!files.emplace(f.name, &f).second) throw checkpoint_damaged(where, " lists the file '" + f.name + "' twice");
+  }
+  std::map<std::string, Shape> shapes;
+  std::map<std::pair<std::string, std::string>, std::vector<const CheckpointPiece*>> groups;
+  for (const auto& p : m.pieces) {
+    const auto [it, fresh] = shapes.emplace(p.param, p.shape);
+    if (!fresh && it->second != p.shape) {
+      throw checkpoint_damaged(where, " gives '" + p.param + "' two shapes, " + to_string(it->second) + " and " + to_string(p.shape));
+    }
+    const auto f = files.find(p.file);
+    if (f == files.end() || p.byte_offset > f->second->bytes ||
+        static_cast<std::uint64_t>(p.length) * sizeof(float) > f->second->bytes - p.byte_offset) {
+      throw checkpoint_damaged(where, " places a piece of '" + p.param + "' outside the files it lists");
+    }
+    groups[{p.param, p.kind}].push_back(&p);
+  }
+  for (auto& [key, pieces] : groups) {
+    std::sort(pieces.begin(), pieces.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    std::int64_t next = 0;
+    for (const auto* p : pieces) {
+      if (p->offset != next) {
+        throw checkpoint_damaged(where, std::string(p->offset > next ? " leaves elements " : " stores elements twice from ") +
+                                            std::to_string(std::min(next, p->offset)) + " of '" + key.first + "' (" +
+                                            key.second + ")" + (p->offset > next ? " unstored" : ""));
+      }
+      next += p->length;
+    }
+    if (next != numel(pieces.front()->shape)) {
+      throw checkpoint_damaged(where, " stores " + std::to_string(next) + " of the " +
+                                          std::to_string(numel(pieces.front()->shape)) + " elements of '" + key.first +
+                                          "' (" + key.second + ")");
+    }
+  }
+}
+
 }  // namespace
 
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) noexcept {
@@ -108,13 +170,14 @@ std::string to_json(const Manifest& m) {
             {"files", files},
             {"pieces", pieces},
             {"metadata", m.metadata}};
+  if (m.version >= 2) j[kSelfChecksum] = self_checksum(j);
   return j.dump(1) + "\n";
 }
 
 Manifest manifest_from_json(const std::string& text, const std::string& where) {
   Manifest m;
   try {
-    const json j = json::parse(text);
+    json j = json::parse(text);
     if (j.value("format", "") != "coshard-sharded-checkpoint") throw std::runtime_error("not a coshard checkpoint manifest");
     m.version = j.at("version").get<int>();
     if (m.version > kCheckpointFormatVersion) {
@@ -123,6 +186,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
                                         std::to_string(kCheckpointFormatVersion) +
                                         " this build reads: load it with a newer coshard");
     }
+    check_self_checksum(j, m.version, where);
     m.world_size = j.at("world_size").get<int>();
     m.strategy = j.at("strategy").get<std::string>();
     m.shard_group_size = j.at("shard_group_size").get<int>();
@@ -142,6 +206,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
     }
     for (const auto& p : j.at("pieces")) m.pieces.push_back(piece_of(p));
     m.metadata = j.at("metadata").get<CheckpointMetadata>();
+    check_pieces(m, where);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -172,7 +237,8 @@ void write_manifest(const std::filesystem::path& dir, const Manifest& m) { write
 std::vector<float> read_piece(const std::filesystem::path& dir, const CheckpointPiece& piece) {
   const auto path = dir / piece.file;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw checkpoint_damaged(path, " is missing");
+  // Not exists(): opening a FIFO in its place would block for ever.
+  if (!std::filesystem::is_regular_file(path, ec)) throw checkpoint_damaged(path, " is missing or not a regular file");
   std::vector<float> out(static_cast<std::size_t>(piece.length));
   read_at(path, piece.byte_offset, std::as_writable_bytes(std::span<float>(out)));
   if (crc32c(std::as_bytes(std::span<const float>(out))) != piece.crc32c) {

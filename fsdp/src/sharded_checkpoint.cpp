@@ -1,9 +1,11 @@
 #include "sharded_checkpoint.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/file_io.hpp"
@@ -71,6 +73,27 @@ Task<void> run_on(Stream& stream, std::function<void()> fn, std::string span) {
   done.record(stream);
   co_await done;
   if (*error) std::rethrow_exception(*error);
+}
+
+// Rank 0 is about to name every rank's file in the manifest: each must be there as its rank wrote
+// it. One that is not means ranks write different directories under one name (a directory
+// local to each host), and a manifest would promise files that no reader finds.
+void check_visible(const std::filesystem::path& dir, const Manifest& m) {
+  namespace fs = std::filesystem;
+  for (const auto& f : m.files) {
+    const auto path = dir / f.name;
+    std::error_code ec;
+    auto seen = [&] { return fs::is_regular_file(path, ec) && fs::file_size(path, ec) == f.bytes; };
+    // A shared file system may show another host's new file a moment late.
+    for (int i = 0; i < 20 && !seen(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (seen()) continue;
+    const bool there = fs::is_regular_file(path, ec);
+    throw Error(Errc::io, "rank " + std::to_string(f.rank) + " wrote its file " + f.name + " (" + std::to_string(f.bytes) +
+                              " bytes), but in " + dir.string() + " rank 0 " +
+                              (there ? "finds " + std::to_string(fs::file_size(path, ec)) + " bytes" : "does not find it") +
+                              ": the checkpoint directory must be one that every rank sees (on several hosts, a "
+                              "directory of a file system they share)");
+  }
 }
 
 std::string message_of(const std::exception_ptr& e) {
@@ -236,7 +259,10 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
   if (local) report(p.dir, local);
   if (failed.empty() && ctx_.rank == 0) {
     try {
-      std::function<void()> work = [dir = p.dir, m = manifest(p, reports, std::move(pieces))] { write_manifest(dir, m); };
+      std::function<void()> work = [dir = p.dir, m = manifest(p, reports, std::move(pieces))] {
+        check_visible(dir, m);
+        write_manifest(dir, m);
+      };
       co_await run_on(stream_, std::move(work), "checkpoint manifest");
     } catch (...) {
       local = std::current_exception();

@@ -28,12 +28,84 @@ TEST(CheckpointFormat, ManifestJsonRoundTrips) {
   m.param_dtype = "bf16";
   m.units = {{"h.0", 7, false}};
   m.files = {{"rank-00000.bin", 0, 96, 0xdeadbeefu}};
-  m.pieces = {{"h.0.w", "exp_avg", {4, 6}, 8, 16, "rank-00000.bin", 32, 12345u}};
-  m.metadata = {{"step", "7"}, {"seed", "18446744073709551615"}};
+  m.pieces = {{"h.0.w", "exp_avg", {4, 6}, 0, 8, "rank-00000.bin", 0, 54321u},
+              {"h.0.w", "exp_avg", {4, 6}, 8, 16, "rank-00000.bin", 32, 12345u}};
+  m.metadata = {{"step", "7"}, {"seed", "18446744073709551615"}, {"note", "caf\u00e9 \"quoted\"\n"}};
   const Manifest back = manifest_from_json(to_json(m), "test");
   EXPECT_EQ(to_json(back), to_json(m));
-  EXPECT_EQ(back.pieces[0].shape, (Shape{4, 6}));
+  EXPECT_EQ(back.pieces[1].shape, (Shape{4, 6}));
   EXPECT_EQ(back.metadata.at("seed"), "18446744073709551615");
+  EXPECT_EQ(back.metadata.at("note"), "caf\u00e9 \"quoted\"\n");
+}
+
+// A manifest that pieces tile, as a save writes it.
+Manifest tiled() {
+  Manifest m;
+  m.optimizer = "adamw";
+  m.files = {{"rank-00000.bin", 0, 96, 1u}, {"rank-00001.bin", 1, 64, 2u}};
+  m.pieces = {{"w", "param", {4, 6}, 0, 8, "rank-00000.bin", 64, 3u}, {"w", "param", {4, 6}, 8, 16, "rank-00001.bin", 0, 4u}};
+  m.metadata = {{"step", "8"}};
+  return m;
+}
+
+void expect_damaged(const std::string& text, const std::string& needle) {
+  try {
+    manifest_from_json(text, "d/manifest.json");
+    ADD_FAILURE() << "accepted; expected '" << needle << "' in:\n" << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_file) << e.what();
+    EXPECT_NE(std::string(e.what()).find("checkpoint file 'd/manifest.json' " + needle), std::string::npos) << e.what();
+  }
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return at == std::string::npos ? text : text.replace(at, from.size(), to);
+}
+
+// Fields no piece checksum covers (the step, an offset) were trusted as written: a one-digit edit
+// resumed at another step, or loaded shifted weights.
+TEST(CheckpointFormat, TheManifestsOwnChecksumCatchesAnEditOfAnyField) {
+  const std::string text = to_json(tiled());
+  EXPECT_NO_THROW(manifest_from_json(text, "d/manifest.json"));
+  expect_damaged(replaced(text, "\"step\": \"8\"", "\"step\": \"4\""), "fails its checksum");
+  expect_damaged(replaced(text, "\"byte_offset\": 64", "\"byte_offset\": 60"), "fails its checksum");
+  // Version 2 always writes one: a manifest of version 2 without it was cut or edited.
+  const auto line = text.find("\n \"crc32c\": ");  // the top level's, one space in
+  ASSERT_NE(line, std::string::npos) << text;
+  std::string cut = text;
+  cut.erase(line, text.find('\n', line + 1) - line);
+  expect_damaged(cut, "has no checksum of its own");
+  // Version 1 wrote none and is still read.
+  Manifest v1 = tiled();
+  v1.version = 1;
+  const std::string old = to_json(v1);
+  EXPECT_EQ(old.find("\n \"crc32c\""), std::string::npos) << old;
+  EXPECT_EQ(manifest_from_json(old, "d/manifest.json").metadata.at("step"), "8");
+}
+
+// With a valid checksum (a writer's bug, or a version 1 manifest), pieces that do not tile were
+// read out of bounds (coshard-ckpt export crashed) or an overlap plus a gap loaded as whole.
+TEST(CheckpointFormat, PiecesThatDoNotTileTheirParameterInsideTheFilesAreRefused) {
+  Manifest m = tiled();
+  m.pieces[1].offset = 6;  // overlaps 6..8 and leaves 22..24 unstored: the same count of elements
+  expect_damaged(to_json(m), "stores elements twice from 6 of 'w' (param)");
+  m = tiled();
+  m.pieces[0].shape = {4, 7};  // export sized its buffer by the first piece and copied the second past it
+  expect_damaged(to_json(m), "gives 'w' two shapes, [4, 7] and [4, 6]");
+  m = tiled();
+  m.pieces.pop_back();
+  expect_damaged(to_json(m), "stores 8 of the 24 elements of 'w' (param)");
+  m = tiled();
+  m.pieces[0].byte_offset = 72;  // 32 bytes from 72 run past the file's 96
+  expect_damaged(to_json(m), "places a piece of 'w' outside the files it lists");
+  m = tiled();
+  m.pieces[1].file = "rank-00002.bin";
+  expect_damaged(to_json(m), "places a piece of 'w' outside the files it lists");
+  m = tiled();
+  m.files[1].name = "rank-00000.bin";
+  expect_damaged(to_json(m), "lists the file 'rank-00000.bin' twice");
 }
 
 TEST(CheckpointFormat, NewerVersionsAndForeignFilesAreRefusedByName) {
@@ -44,7 +116,9 @@ TEST(CheckpointFormat, NewerVersionsAndForeignFilesAreRefusedByName) {
     FAIL() << "accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::bad_config);
-    EXPECT_NE(std::string(e.what()).find("'d/manifest.json' was written in checkpoint format version 2"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("'d/manifest.json' was written in checkpoint format version " +
+                                         std::to_string(kCheckpointFormatVersion + 1)),
+              std::string::npos);
   }
   EXPECT_THROW(manifest_from_json("{\"format\": \"something else\"}", "x"), Error);
   EXPECT_THROW(manifest_from_json("not json", "x"), Error);

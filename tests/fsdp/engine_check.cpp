@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -664,7 +665,8 @@ struct Run {
     co_await expect_load_error(*other, in("truncated"), by(1, "truncated file", "rank(s) 1 failed"));
     co_await expect_load_error(*other, in("corrupt"), by(0, "fail their checksum", "rank(s) 0 failed"));
     co_await expect_load_error(*other, in("missing"), by(1, "rank-00001.bin' is missing", "rank(s) 1 failed"));
-    co_await expect_load_error(*other, in("newer"), by(0, "newer than the 1 this build reads", "newer than the 1"));
+    co_await expect_load_error(*other, in("newer"), by(0, "newer than the 2 this build reads", "newer than the 2"));
+    co_await expect_load_error(*other, in("edited"), by(0, "manifest.json' fails its checksum", "fails its checksum"));
     co_await expect_load_error(*other, in("unfinished"), by(0, "it has no manifest.json", "it has no manifest.json"));
     co_await expect_load_error(*other, in("garbled"), by(0, "is not a valid checkpoint manifest", "is not a valid"));
     cfg.layers[0].out += 1;  // another model shape
@@ -735,6 +737,12 @@ struct Run {
     auto newer = fsdp::read_manifest(good);
     newer.version = 99;
     std::ofstream(copy("newer") / fsdp::kManifestName) << fsdp::to_json(newer);
+    {  // one digit of the step changed, the JSON still valid: only the manifest's own checksum sees it
+      std::ifstream in(good / fsdp::kManifestName);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      text.replace(text.find("\"step\": \"1\""), 11, "\"step\": \"7\"");
+      std::ofstream(copy("edited") / fsdp::kManifestName) << text;
+    }
     std::ofstream(copy("garbled") / fsdp::kManifestName) << "{\"format\": \"coshard-sharded-checkpoint\", \"version\":";
     fs::create_directories(base / "fails" / "rank-00001.bin");  // rank 1's rename cannot replace a directory
   }

@@ -133,6 +133,54 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   std::ofstream(fs::path(dir) / ".lock") << ::getpid() << " " << host << "\n";
   expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto", "is in use by another job (pid " +
                                                                                        std::to_string(::getpid()));
+  // Also when it is a step of the same Slurm job on this host (it was taken over as if gone).
+  std::ofstream(fs::path(dir) / ".lock") << ::getpid() << " " << host << " slurm:42\n";
+  auto x = run_command("SLURM_JOB_ID=42 " + launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto"));
+  EXPECT_NE(x.rc, 0) << x.output;
+  EXPECT_NE(x.output.find("is in use by another job (pid " + std::to_string(::getpid())), std::string::npos) << x.output;
+  fs::remove(fs::path(dir) / ".lock");
+  // A step that is no number, in a manifest of version 1 (no checksum of its own): was std::stoi's
+  // bare "stoi", or "8x" read as 8.
+  const auto manifest = fs::path(dir) / "step-00000002" / "manifest.json";
+  json m = json::parse(std::ifstream(manifest));
+  m["version"] = 1;
+  m.erase("crc32c");
+  m["metadata"]["step"] = "2x";
+  std::ofstream(manifest) << m.dump(1);
+  expect_refused(2, "--steps 4 --seq 32 --resume " + dir + "/step-00000002",
+                 "has step '2x' in its training state, not a step number: it is damaged");
+}
+
+// Ranks that see different directories under one --checkpoint-dir (a directory local to each
+// host): the save reported success with a manifest naming files rank 0 did not have, and the
+// resume left the ranks that found no checkpoint waiting in the load's collectives.
+TEST(TrainerCheckpoint, ADirectoryTheRanksSeeApartFailsTheSaveAndTheResumeNamingIt) {
+  auto d = temp_dir("apart");
+  const std::string apart = kRun + " --nproc-per-node 2 -- sh -c 'exec \"$0\" \"$@\" --checkpoint-dir " + d.string() +
+                            "/r$RANK' " + kTrain + " --metrics-port 0 --samples 0 --steps 4 --seq 32";
+  auto r = run_command(apart + " --checkpoint-every 2");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 wrote its file rank-00001.bin ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("but in " + (d / "r0" / "step-00000002").string() +
+                          " rank 0 does not find it: the checkpoint directory must be one that every rank sees"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(d / "r0" / "step-00000002" / "manifest.json"));
+
+  ASSERT_EQ(run_command(launch(2, "--steps 4 --seq 32 --checkpoint-every 2 --checkpoint-dir " + (d / "shared").string())).rc, 0);
+  fs::remove_all(d / "r0");
+  fs::remove_all(d / "r1");
+  fs::copy(d / "shared", d / "r0", fs::copy_options::recursive);
+  fs::create_directories(d / "r1");
+  const auto t0 = std::chrono::steady_clock::now();
+  r = run_command(apart + " --resume auto");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("the ranks found different checkpoints to resume (none on rank(s) 1; step 4 on rank(s) 0; "
+                          "this rank: "),
+            std::string::npos)
+      << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(60)) << "waited out a collective's deadline";
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
 }
 
 // A rank killed with SIGKILL mid-run: coshard-run --max-restarts stops the others, starts every
@@ -284,6 +332,16 @@ TEST(TrainerCheckpoint, CkptToolExportsWhatSaveWritesImportsAndVerifies) {
   EXPECT_NE(x.output.find("step = 4"), std::string::npos) << x.output;
   x = run_command(tool + " verify " + step);
   EXPECT_EQ(x.rc, 0) << x.output;
+  // A --to inside the checkpoint replaced one of its files and exited 0.
+  const auto manifest = bytes(fs::path(step) / "manifest.json");
+  for (const std::string& to : {step + "/manifest.json", dir + "/./step-00000004/rank-00000.bin", step}) {
+    x = run_command(tool + " export " + step + " --to " + to);
+    EXPECT_EQ(x.rc, 1) << x.output;
+    EXPECT_NE(x.output.find("lies inside the checkpoint " + step + " and would replace its files"), std::string::npos)
+        << x.output;
+  }
+  EXPECT_EQ(bytes(fs::path(step) / "manifest.json"), manifest);
+  EXPECT_EQ(run_command(tool + " verify " + step).rc, 0);
   {
     std::fstream f(fs::path(step) / "rank-00001.bin", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);

@@ -67,8 +67,18 @@ gpt2::Config model_of(const fsdp::Manifest& m, const fs::path& dir) {
   return gpt2::parse_config(it->second);
 }
 
+// Whether `path` is `dir` or lies under it, symbolic links resolved.
+bool inside(const fs::path& path, const fs::path& dir) {
+  const auto rel = fs::weakly_canonical(path).lexically_relative(fs::weakly_canonical(dir));
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 int export_model(const fs::path& dir, const fs::path& to) {
   const auto m = fsdp::read_manifest(dir);
+  if (inside(to, dir)) {
+    throw Error(Errc::bad_config, "export --to " + to.string() + " lies inside the checkpoint " + dir.string() +
+                                      " and would replace its files: give a path outside it");
+  }
   const auto config = model_of(m, dir);
   gpt2::StateDict state;
   for (const auto& p : m.pieces) {

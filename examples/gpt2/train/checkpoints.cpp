@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -27,9 +28,10 @@ std::string hostname() {
   return h;
 }
 
+// step-NNNNNNNN: eight digits, nine from step 100000000 (--steps allows it).
 std::optional<int> step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
-  if (name.size() != 13 || !name.starts_with("step-")) return std::nullopt;
+  if (name.size() < 13 || name.size() > 14 || !name.starts_with("step-")) return std::nullopt;
   for (char c : name.substr(5)) {
     if (c < '0' || c > '9') return std::nullopt;
   }
@@ -58,7 +60,8 @@ Holder holder(const fs::path& lock) {
 }  // namespace
 
 CheckpointDir::~CheckpointDir() {
-  if (locked_) {
+  // Only a lock that is still ours: another job may have taken it over (and be writing here).
+  if (locked_ && holder(root_ / kLock).pid == ::getpid() && holder(root_ / kLock).host == hostname()) {
     std::error_code ec;
     fs::remove(root_ / kLock, ec);
   }
@@ -80,10 +83,11 @@ void CheckpointDir::lock() {
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path.string() + ": " + std::strerror(errno));
     const auto [pid, host, job] = holder(path);
     // Gone: a process of this host that no longer exists (or whose pid this process now has), or
-    // an earlier run of this very job (a Slurm requeue may land on another host).
-    const bool same_job = !job.empty() && job != "-" && job == job_id();
-    const bool dead = host == hostname() && pid > 0 &&
-                      (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH));
+    // an earlier run of this very job on another host (a Slurm requeue may land elsewhere). On
+    // this host the process decides: two steps of one allocation share the job id.
+    const bool here = host == hostname();
+    const bool same_job = !here && !job.empty() && job != "-" && job == job_id();
+    const bool dead = here && pid > 0 && (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH));
     const bool gone = same_job || dead;
     if (!gone) {
       throw Error(Errc::bad_config, "--checkpoint-dir " + root_.string() + " is in use by another job (pid " +
@@ -105,7 +109,13 @@ fs::path CheckpointDir::step_dir(int step) const {
 std::map<int, fs::path> CheckpointDir::complete() const {
   std::map<int, fs::path> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root_, ec)) {
+  fs::directory_iterator it(root_, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    // Not "no checkpoints": --resume auto would start afresh and then replace them.
+    throw Error(Errc::io, "cannot list --checkpoint-dir " + root_.string() + ": " + ec.message() +
+                              "; make it readable (or give another directory)");
+  }
+  for (const auto& e : it) {
     if (auto s = step_of(e.path()); s && fsdp::is_checkpoint(e.path())) out[*s] = e.path();
   }
   return out;
@@ -138,7 +148,10 @@ void CheckpointDir::commit(int step, int keep) {
     }
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(root_, ec)) {
-      if (auto s = step_of(e.path()); s && *s < step && !fsdp::is_checkpoint(e.path())) fs::remove_all(e.path());
+      // Only where the manifest is surely absent: a stat that failed for a moment is no proof.
+      std::error_code stat;
+      const bool unfinished = fs::status(e.path() / fsdp::kManifestName, stat).type() == fs::file_type::not_found;
+      if (auto s = step_of(e.path()); s && *s < step && unfinished) fs::remove_all(e.path());
     }
   } catch (const std::exception& e) {
     // The checkpoint itself is complete; only the bookkeeping around it failed.
@@ -169,6 +182,23 @@ fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int st
           {"model", o.model}};
 }
 
+int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where) {
+  const auto it = state.find("step");
+  int step = -1;
+  if (it != state.end()) {
+    const char* end = it->second.data() + it->second.size();
+    const auto [at, ec] = std::from_chars(it->second.data(), end, step);
+    if (ec != std::errc() || at != end) step = -1;
+  }
+  if (step < 0) {
+    throw Error(Errc::corrupt_file, "checkpoint " + where + " has " +
+                                        (it == state.end() ? std::string("no step") : "step '" + it->second + "'") +
+                                        " in its training state, not a step number: it is damaged (or not "
+                                        "gpt2-train's); resume from an earlier one");
+  }
+  return step;
+}
+
 int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where) {
   const auto now = training_state(o, world, 0);
   if (state.count("imported_from")) {  // coshard-ckpt import: a model and a fresh optimizer, no run to continue
@@ -190,7 +220,7 @@ int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, in
                                         " as it was to continue that run exactly");
     }
   }
-  const int step = std::stoi(state.at("step"));
+  const int step = stored_step(state, where);
   if (step > o.steps) {
     throw Error(Errc::bad_config, "checkpoint " + where + " is at step " + std::to_string(step) + ", past --steps " +
                                       std::to_string(o.steps));

@@ -21,10 +21,11 @@ class CheckpointDir {
   CheckpointDir& operator=(const CheckpointDir&) = delete;
 
   // Rank 0: creates DIR and takes DIR/.lock. A lock of a live job is an error naming it; the lock
-  // of a job that is gone (same host, no such process) is taken over.
+  // of a job that is gone (same host, no such process; another host, the same Slurm job) is taken
+  // over. The destructor removes the lock while it is still this process's.
   void lock();
   std::filesystem::path step_dir(int step) const;
-  // Complete checkpoints by step.
+  // Complete checkpoints by step; Errc::io when DIR exists but cannot be listed.
   std::map<int, std::filesystem::path> complete() const;
   // The newest complete checkpoint (DIR/latest names it too, unless a job died in between).
   std::optional<std::filesystem::path> latest() const;
@@ -41,6 +42,8 @@ class CheckpointDir {
 // The training state beside the tensors: the step reached and what the data position, schedule
 // and seeds depend on.
 fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int steps_done);
+// The step a checkpoint's training state names; Errc::corrupt_file when it names none.
+int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where);
 // The step a checkpoint resumes at, after checking that this run continues it exactly (same
 // global batch, sequence length, seed, data order and schedule); errors name the flag to change.
 int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where);

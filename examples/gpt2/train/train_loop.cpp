@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 
+#include "checkpoints.hpp"
 #include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/error.hpp"
 
@@ -67,23 +71,59 @@ void StepLog::close() {
   f_ = nullptr;
 }
 
+namespace {
+
+// What each rank found to resume, for the error when they differ: "step 8 on rank(s) 0, 2; none
+// on rank(s) 1, 3".
+std::string found_by_rank(const std::vector<std::int64_t>& steps) {
+  std::map<std::int64_t, std::string> ranks;
+  for (std::size_t r = 0; r < steps.size(); ++r) {
+    std::string& list = ranks[steps[r]];
+    list += (list.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::string out;
+  for (const auto& [step, list] : ranks) {
+    out += (out.empty() ? "" : "; ") + (step < 0 ? std::string("none") : "step " + std::to_string(step)) + " on rank(s) " + list;
+  }
+  return out;
+}
+
+}  // namespace
+
 Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::ProcessGroup& pg) {
+  // Every rank chose its checkpoint itself, and a file system may show ranks different ones, or
+  // none (a directory local to each host): agree before the load, whose collectives would wait
+  // for ranks that load nothing. -1: none; -2: this rank cannot read the one it found.
+  const std::string where = job.resume ? job.resume->string() : "none";
+  std::int64_t mine = -1;
+  std::exception_ptr unreadable;
+  if (job.resume) {
+    try {
+      mine = stored_step(fsdp::read_manifest(*job.resume).metadata, where);
+    } catch (...) {
+      unreadable = std::current_exception();
+      mine = -2;
+    }
+  }
+  Stream& compute = rt.stream("compute");
+  Tensor t = Tensor::empty(rt.allocator(), DType::i64, {1});
+  Tensor all = Tensor::empty(rt.allocator(), DType::i64, {pg.size()});
+  upload(compute, t, std::vector<std::int64_t>{mine});
+  compute.wait(pg.world().all_gather(t, all, compute));
+  const std::vector<std::int64_t> steps = co_await download<std::int64_t>(compute, all);
+  if (unreadable) std::rethrow_exception(unreadable);
+  if (const auto bad = std::find(steps.begin(), steps.end(), -2); bad != steps.end()) {
+    throw Error(Errc::corrupt_file, "rank " + std::to_string(bad - steps.begin()) +
+                                        " cannot read the checkpoint it would resume (its error says why)");
+  }
+  if (std::adjacent_find(steps.begin(), steps.end(), std::not_equal_to<>()) != steps.end()) {
+    throw Error(Errc::bad_config, "the ranks found different checkpoints to resume (" + found_by_rank(steps) +
+                                      "; this rank: " + where + "): every rank must see the same --checkpoint-dir, "
+                                      "on several hosts a directory of a file system they share");
+  }
   if (!job.resume) co_return 0;
-  const std::string where = job.resume->string();
   const auto state = co_await engine.load_sharded(where);
   const int step = resume_step(state, job.o, pg.size(), where);
-  // Every rank chose its checkpoint itself (a file system may show ranks different ones): agree.
-  Stream& compute = rt.stream("compute");
-  Tensor t = Tensor::empty(rt.allocator(), DType::f32, {2});
-  upload(compute, t, std::vector<float>{static_cast<float>(step), -static_cast<float>(step)});
-  compute.wait(pg.world().all_reduce(t, transport::Reduction::max(), compute));
-  const std::vector<float> steps = co_await download<float>(compute, t);
-  if (steps[0] != -steps[1]) {
-    throw Error(Errc::bad_config, "the ranks resumed from different checkpoints (steps " +
-                                      std::to_string(static_cast<int>(-steps[1])) + " to " +
-                                      std::to_string(static_cast<int>(steps[0])) + "; this rank: " + where +
-                                      "): every rank must see the same --checkpoint-dir");
-  }
   if (pg.rank() == 0) {
     std::printf("resumed from %s at step %d of %d%s\n", where.c_str(), step, job.o.steps,
                 job.env.restart_count > 0 ? (" after restart " + std::to_string(job.env.restart_count)).c_str() : "");

@@ -20,8 +20,9 @@
 
 namespace coshard::fsdp {
 
-/// The version this build writes and the newest it reads.
-inline constexpr int kCheckpointFormatVersion = 1;
+/// The version this build writes and the newest it reads. 2: the manifest carries a CRC-32C of
+/// itself (version 1 manifests, which have none, are still read).
+inline constexpr int kCheckpointFormatVersion = 2;
 /// The manifest's file name in a checkpoint directory; a directory without it is no checkpoint.
 inline constexpr const char* kManifestName = "manifest.json";
 
@@ -73,8 +74,9 @@ struct Manifest {
 
 /// True when `dir` holds a complete checkpoint (its manifest exists).
 bool is_checkpoint(const std::filesystem::path& dir);
-/// Reads and checks the manifest: Errc::corrupt_file when it is not one, Errc::bad_config when a
-/// newer format version wrote it; errors name the file.
+/// Reads and checks the manifest: Errc::corrupt_file when it is not one, fails its own checksum,
+/// or its pieces do not tile every (parameter, kind) exactly once inside the files it lists;
+/// Errc::bad_config when a newer format version wrote it. Errors name the file.
 Manifest read_manifest(const std::filesystem::path& dir);
 /// Writes DIR/manifest.json atomically (temporary name, fsync, rename, fsync of DIR).
 void write_manifest(const std::filesystem::path& dir, const Manifest& m);
