@@ -492,6 +492,26 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
   r = run_command(kTrain + " --f32-compute");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("--f32-compute goes with --mixed-precision bf16"), std::string::npos) << r.output;
+  // NaN passes CLI11's range checks: --lr nan failed after a step, --clip nan turned clipping off,
+  // a timeout of nan became an integer's undefined value; -1 became the largest seed.
+  for (const char* flag : {"--lr", "--weight-decay", "--clip", "--val-fraction", "--collective-timeout",
+                           "--rendezvous-timeout", "--metrics-linger"}) {
+    r = run_command(kTrain + " " + flag + " nan");
+    EXPECT_EQ(r.rc, 2) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find(std::string(flag) + ": must be a finite number, not nan"), std::string::npos) << r.output;
+  }
+  for (const char* seed : {"-1", "18446744073709551616"}) {
+    r = run_command(kTrain + " --seed " + seed);
+    EXPECT_EQ(r.rc, 2) << r.output;
+    EXPECT_NE(r.output.find("--seed: must be a whole number from 0 to 18446744073709551615, not " + std::string(seed)),
+              std::string::npos)
+        << r.output;
+  }
+  r = run_command(kTrain + " --steps 3 --warmup-steps 10");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--warmup-steps 10 is more than --steps 3: the learning rate would never reach --lr"),
+            std::string::npos)
+      << r.output;
   r = run_command(kTrain + " --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.output.find("--backward-prefetch"), std::string::npos);
@@ -508,6 +528,23 @@ TEST(TrainerErrors, UnwritableSaveFailsBeforeTraining) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.output.find("cannot write --save /nonexistent/dir/model.safetensors"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started: " << r.output;
+  // Outputs that failed only after the whole run: a directory, a name too long for the atomic
+  // write's temporary, a --trace that was never probed.
+  auto d = temp_dir("outputs");
+  fs::create_directories(d / "adir");
+  fs::create_directories(d / "hf" / "model.safetensors");
+  const std::string long_name = (d / (std::string(250, 'x') + ".st")).string();
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--save " + (d / "adir").string(), (d / "adir").string() + " is a directory; give a file name"},
+           {"--save-hf " + (d / "hf").string(), (d / "hf" / "model.safetensors").string() + " is a directory"},
+           {"--save " + long_name, "the name short enough for the temporary"},
+           {"--trace " + (d / "adir").string(), "cannot write --trace " + (d / "adir").string()},
+           {"--trace " + (d / "nodir" / "t.json").string(), "the folder " + (d / "nodir").string() + " must exist"}}) {
+    r = run_command(kTrain + " --metrics-port 0 --samples 0 --steps 5 " + args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started: " << r.output;
+  }
 }
 
 TEST(TrainerErrors, InitFileOfAnotherModelSizeIsRefusedBeforeTraining) {

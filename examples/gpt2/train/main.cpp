@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -88,27 +90,31 @@ void describe_data(const train::TrainOptions& o, const train::Inputs& in) {
   std::printf("data: %zu training tokens from %s; %s\n", in.train->size(), data_name(o).c_str(), val.c_str());
 }
 
-// Writable where the file will go: a probe beside it (the real write is atomic).
-// --save-hf's directory is created here, as save_hf_dir would.
-void probe_save_path(const std::string& save, const std::string& flag = {}) {
-  fs::path target = fs::absolute(save);
-  const std::string what = flag.empty() ? "--save " + save : flag;
-  if (!flag.empty()) {
-    std::error_code ec;
+// Writable where the file will go, found before training rather than after it: not a directory,
+// and a probe beside it named as long as the temporaries the atomic writes use (NAME.tmp.PID, the
+// trace's parts NAME.rankN.tmp.PID), so a name too long for them fails here too.
+void probe_output(const std::string& path, const std::string& what, bool make_parent) {
+  const fs::path target = fs::absolute(path);
+  std::error_code ec;
+  if (make_parent) {
     fs::create_directories(target.parent_path(), ec);
     if (ec || !fs::is_directory(target.parent_path())) {
       throw Error(Errc::io, "cannot write " + what + ": cannot make the directory " + target.parent_path().string() +
                                 (ec ? " (" + ec.message() + ")" : " (a file of that name exists)"));
     }
   }
-  fs::path probe = target.parent_path() / (".gpt2-train-probe-" + std::to_string(::getpid()));
+  if (fs::is_directory(target, ec)) {
+    throw Error(Errc::io, "cannot write " + what + ": " + target.string() + " is a directory; give a file name");
+  }
+  const fs::path probe = target.parent_path() / (target.filename().string() + ".rank00000.tmp." + std::to_string(::getpid()));
   std::ofstream f(probe);
   if (!f) {
-    throw Error(Errc::io, "cannot write " + what + ": the folder " + target.parent_path().string() +
-                              " does not exist or is not writable");
+    throw Error(Errc::io, "cannot write " + what + ": cannot create a file beside it (" + std::strerror(errno) +
+                              "): the folder " + target.parent_path().string() +
+                              " must exist and be writable, and the name short enough for the temporary " +
+                              probe.filename().string());
   }
   f.close();
-  std::error_code ec;
   fs::remove(probe, ec);
 }
 
@@ -127,8 +133,11 @@ train::Inputs prepare(const train::TrainOptions& o) {
   } else if (!in.corpus && o.config.vocab == 256) {
     in.tokenizer = gpt2::Tokenizer::bytes();
   }
-  if (!o.save.empty()) probe_save_path(o.save);
-  if (!o.save_hf.empty()) probe_save_path((fs::path(o.save_hf) / "config.json").string(), "--save-hf " + o.save_hf);
+  if (!o.save.empty()) probe_output(o.save, "--save " + o.save, false);
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    if (!o.save_hf.empty()) probe_output((fs::path(o.save_hf) / file).string(), "--save-hf " + o.save_hf, true);
+  }
+  if (!o.trace.empty()) probe_output(o.trace, "--trace " + o.trace, false);
   return in;
 }
 

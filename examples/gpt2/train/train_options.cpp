@@ -1,7 +1,9 @@
 #include "train_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <map>
 
 namespace coshard::train {
@@ -12,6 +14,31 @@ namespace {
 struct Words {
   std::string model, schedule, strategy = "full_shard", bwd = "pre", precision = "none";
 };
+
+// CLI11's Range, PositiveNumber and NonNegativeNumber compare with < and >, which NaN passes: a
+// --lr nan failed only after a step, a --clip nan turned clipping off, a timeout of nan became an
+// integer's undefined value.
+CLI::Validator finite() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v)) return {};  // the conversion names what is wrong
+        return std::isfinite(v) ? std::string() : "must be a finite number, not " + s;
+      },
+      "FINITE");
+}
+
+// CLI11 reads "-1" into an unsigned integer as 2^64 - 1.
+CLI::Validator unsigned64() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc() && end == s.data() + s.size()) return {};
+        return "must be a whole number from 0 to 18446744073709551615, not " + s;
+      },
+      "UINT64");
+}
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--model", w.model,
@@ -26,7 +53,7 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
       ->check(CLI::ExistingFile);
   app.add_option("--val-fraction", o.val_fraction, "instead of --val-data: hold out the last fraction F of --data "
                                                    "(default 0: every token of --data is training data)")
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(finite())->check(CLI::Range(0.0, 0.9));
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(CLI::Range(1, 100000000));
   app.add_option("--batch", o.batch, "sequences per rank per micro-batch")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--seq", o.seq, "tokens per sequence (at most the model's context)")
@@ -42,14 +69,15 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
 
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--lr", o.lr, "peak learning rate (AdamW, betas 0.9/0.95, eps 1e-8)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(finite())->check(CLI::PositiveNumber);
   app.add_option("--lr-schedule", w.schedule, "constant | cosine (to 10% of --lr at the last step)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--weight-decay", o.weight_decay, "AdamW decay, on 2-D weights only (as nanoGPT)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--clip", o.clip, "gradient norm clip (L2); 0 disables")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
+      ->capture_default_str()->check(finite())->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "gradient norm clip (L2); 0 disables")
+      ->capture_default_str()->check(finite())->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(unsigned64());
   app.add_flag("--shuffle", o.shuffle, "visit the sequences in a seeded permutation per epoch (default: llm.c-style "
                                        "sequential batches, wrapping at the end)");
 }
@@ -76,10 +104,10 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--collective-timeout", o.collective_timeout,
                  "seconds a collective waits for its peers before every waiting rank fails naming the silent ones")
-      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+      ->capture_default_str()->check(finite())->check(CLI::Range(0.1, 86400.0));
   app.add_option("--rendezvous-timeout", o.rendezvous_timeout,
                  "seconds to reach the rendezvous store (MASTER_ADDR:MASTER_PORT) and for every rank to join")
-      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+      ->capture_default_str()->check(finite())->check(CLI::Range(0.1, 86400.0));
   app.add_option("--stream-jitter-us", o.stream_jitter_us,
                  "fault injection (scripts/soak): every stream sleeps a random time up to this before each work item; "
                  "the losses must not change")
@@ -104,7 +132,7 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--metrics-bind", o.metrics_bind, "address the metrics endpoint binds")->capture_default_str();
   app.add_option("--metrics-linger", o.metrics_linger,
                  "keep serving metrics this many seconds after training, so a scraper sees the final values")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(finite())->check(CLI::Range(0.0, 3600.0));
   app.add_option("--trace", o.trace, "write the overlap timeline of every rank, merged, to this Chrome trace JSON");
   app.add_option("--trace-steps", o.trace_steps, "how many of the last steps the timeline keeps")
       ->capture_default_str()->check(CLI::Range(1, 1000000));
@@ -146,6 +174,10 @@ void apply_words(TrainOptions& o, const Words& w) {
 
 // The checks that span several flags; empty when the options go together.
 std::string conflicts(const TrainOptions& o) {
+  if (o.warmup_steps > o.steps) {
+    return "gpt2-train: --warmup-steps " + std::to_string(o.warmup_steps) + " is more than --steps " +
+           std::to_string(o.steps) + ": the learning rate would never reach --lr; lower --warmup-steps";
+  }
   if (o.seq > o.config.context) {
     return "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
            std::to_string(o.config.context) + "); lower --seq or pick a larger --model context";
