@@ -156,6 +156,36 @@ TEST(Launcher, SigtermIsForwardedAndTheLauncherExits) {
   EXPECT_NE(r.output.find("passing it to the ranks"), std::string::npos) << r.output;
 }
 
+// A closed terminal or ssh session killed the launcher at once: the ranks died of PDEATHSIG with
+// no grace and no flight records. Now it is SIGTERM's path, with SIGTERM for the ranks.
+TEST(Launcher, SighupStopsTheRanksWithSigtermAndTheLauncherExits129) {
+  std::string pidfile = ::testing::TempDir() + "/coshard-run-sighup.pid";
+  std::string cmd = kRun + " --nproc-per-node 2 --grace 2 -- sh -c \"trap \\\"echo rank got TERM; exit 3\\\" TERM; "
+                    "echo rank up; while :; do sleep 0.1; done\" & echo $! > " + pidfile + "; wait $!";
+  auto start = Clock::now();
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    std::FILE* f = std::fopen(pidfile.c_str(), "r");
+    int pid = 0;
+    if (f && std::fscanf(f, "%d", &pid) == 1) ::kill(pid, SIGHUP);
+    if (f) std::fclose(f);
+  });
+  auto r = run("bash -c '" + cmd + "; echo launcher exited $?'");
+  killer.join();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10) << r.output;
+  EXPECT_NE(r.output.find("coshard-run: got Hangup, passing SIGTERM to the ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank got TERM"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("launcher exited 129"), std::string::npos) << r.output;
+}
+
+// Ranks run in background process groups: a read from the terminal stopped one (SIGTTIN) and the
+// job hung without a word. Their stdin is /dev/null.
+TEST(Launcher, RanksReadDevNullAsStdin) {
+  auto r = run("echo typed | " + kRun + " --nproc-per-node 1 -- sh -c 'echo stdin is $(readlink /proc/self/fd/0)'");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("stdin is /dev/null"), std::string::npos) << r.output;
+}
+
 TEST(Launcher, BadFlagsAreUsageErrors) {
   auto r = run(kRun + " --nproc-per-node zero -- true");
   EXPECT_EQ(r.rc, 2);

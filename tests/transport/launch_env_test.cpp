@@ -138,6 +138,22 @@ TEST(SlurmHostlist, ExpandsRangesPaddingAndProducts) {
   for (const char* bad : {"", "x", "2(x0)", "2(x3", "0"}) EXPECT_FALSE(expand_tasks_per_node(bad)) << bad;
 }
 
+// They were read into an int by a cast: RANK=4294967296 trained as rank 0 of a world of one.
+TEST(LaunchEnv, IntegersBeyondAnIntAreRefusedNotWrapped) {
+  auto r = resolve_launch_env(env({{"RANK", "4294967296"}, {"WORLD_SIZE", "4294967297"}, {"MASTER_ADDR", "127.0.0.1"},
+                                   {"MASTER_PORT", "29500"}}));
+  ASSERT_FALSE(r);
+  std::string w = r.error().what();
+  for (const char* part : {"RANK='4294967296' is out of range (at most 2147483647)", "WORLD_SIZE='4294967297' is out of range"}) {
+    EXPECT_NE(w.find(part), std::string::npos) << part << " missing in: " << w;
+  }
+  auto vars = slurm_step("0", "4294967296");
+  r = resolve_launch_env(env(vars));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.error().what()).find("SLURM_NODEID='4294967296' is not a node index"), std::string::npos)
+      << r.error().what();
+}
+
 TEST(LaunchEnv, ListsEveryProblemAtOnce) {
   auto r = resolve_launch_env(env({{"RANK", "9"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "99999"}}));
   ASSERT_FALSE(r);

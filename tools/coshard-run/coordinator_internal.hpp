@@ -24,7 +24,7 @@ inline constexpr auto kPoll = std::chrono::milliseconds(200);
 inline int pending_stop() {
   sigset_t pending;
   if (::sigpending(&pending) != 0) return 0;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
     if (sigismember(&pending, sig) == 1) return sig;
   }
   return 0;

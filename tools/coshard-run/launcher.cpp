@@ -57,6 +57,8 @@ BlockedSignals block_signals() {
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
   sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);   // a closed terminal or ssh session: as SIGTERM (torchrun does the same)
+  sigaddset(&mask, SIGQUIT);
   sigaddset(&mask, SIGUSR2);  // passed on to the ranks that stop after a checkpoint on it
   sigaddset(&mask, SIGCHLD);
   if (::sigprocmask(SIG_BLOCK, &mask, &s.old_mask) != 0) throw Error(Errc::io, "sigprocmask failed");

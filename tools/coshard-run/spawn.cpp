@@ -1,5 +1,6 @@
 #include "spawn.hpp"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -66,6 +67,9 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed outright takes its ranks with it
     if (::getppid() != parent) ::_exit(127);  // it died before the line above took effect
     ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+    // Ranks run in process groups of their own, in the background: a read from the terminal would
+    // stop one with SIGTTIN and hang the job without a word.
+    if (const int nul = ::open("/dev/null", O_RDONLY); nul >= 0) ::dup2(nul, STDIN_FILENO);  // closed below
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
     ::close_range(3, ~0u, 0);  // the store's sockets and the other ranks' pipes are not the rank's

@@ -164,8 +164,10 @@ void Supervisor::take_signals(int sigfd) {
                    strsignal(sig));
       stop_requested_ = Clock::now();
     }
-    if (sig == SIGINT || sig == SIGTERM) {
-      std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks\n", strsignal(sig));
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+      // A rank has no use for a hang-up, and SIGQUIT would dump its core: they get SIGTERM.
+      const int pass = sig == SIGINT ? SIGINT : SIGTERM;
+      std::fprintf(stderr, "coshard-run: got %s, passing %s to the ranks\n", strsignal(sig), sig == pass ? "it" : "SIGTERM");
       ask_at_.reset();  // stopping already
       if (!interrupted_by_) {
         interrupted_by_ = sig;
@@ -174,7 +176,7 @@ void Supervisor::take_signals(int sigfd) {
         if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       }
       stop_at_.reset();
-      stop_all(sig);
+      stop_all(pass);
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "coshard/transport/launch_env.hpp"
 
 #include <charconv>
+#include <limits>
 #include <cstdlib>
 #include <vector>
 
@@ -39,6 +40,12 @@ class Reader {
     auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
     if (ec != std::errc() || p != v->data() + v->size()) {
       problems_.push_back(std::string(name) + "='" + *v + "' is not an integer");
+      return std::nullopt;
+    }
+    // Read into an int: 4294967296 was rank 0, 4294967298 a world of 2.
+    if (out < std::numeric_limits<int>::min() || out > std::numeric_limits<int>::max()) {
+      problems_.push_back(std::string(name) + "='" + *v + "' is out of range (at most " +
+                          std::to_string(std::numeric_limits<int>::max()) + ")");
       return std::nullopt;
     }
     return out;

@@ -1,6 +1,7 @@
 #include "coshard/transport/slurm.hpp"
 
 #include <charconv>
+#include <limits>
 
 namespace coshard::transport {
 namespace {
@@ -130,7 +131,11 @@ Result<SlurmStep> read_slurm_step(const EnvLookup& env) {
     if (auto t = expand_tasks_per_node(tasks)) s.tasks_per_host = std::move(t).value(); else problems.push_back(t.error().message());
   }
   auto node = need({"SLURM_NODEID"});
-  if (auto n = to_long(node)) s.node_id = static_cast<int>(*n); else if (!node.empty()) problems.push_back("SLURM_NODEID='" + node + "' is not a node index");
+  if (auto n = to_long(node); n && *n <= std::numeric_limits<int>::max()) {
+    s.node_id = static_cast<int>(*n);
+  } else if (!node.empty()) {
+    problems.push_back("SLURM_NODEID='" + node + "' is not a node index");
+  }
   if (!s.hosts.empty() && !s.tasks_per_host.empty() && s.hosts.size() != s.tasks_per_host.size()) {
     problems.push_back("the step lists " + std::to_string(s.hosts.size()) + " hosts but tasks for " +
                        std::to_string(s.tasks_per_host.size()));
