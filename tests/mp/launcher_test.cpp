@@ -139,43 +139,97 @@ TEST(Launcher, ARankOfAnotherBuildIsNamedAtTheRendezvous) {
   for (const ::Run* r : {&older, &newer}) EXPECT_LT(r->seconds, 5) << r->output;
 }
 
-TEST(Launcher, SigtermIsForwardedAndTheLauncherExits) {
-  std::string pidfile = ::testing::TempDir() + "/coshard-run-sigterm.pid";
-  std::string cmd = kRun + " --nproc-per-node 2 --grace 2 -- sleep 60 & echo $! > " + pidfile + "; wait";
-  auto start = Clock::now();
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+// Runs `launch` (a coshard-run command line for bash's single quotes) in the background, sends it
+// `signo` after `after`, and returns its output ending in "launcher exited <code>".
+::Run run_and_signal(const std::string& launch, int signo, std::chrono::milliseconds after) {
+  const std::string pidfile = ::testing::TempDir() + "/coshard-run-signal-" + std::to_string(signo) + ".pid";
+  std::remove(pidfile.c_str());
+  std::thread sender([&] {
+    std::this_thread::sleep_for(after);
     std::FILE* f = std::fopen(pidfile.c_str(), "r");
     int pid = 0;
-    if (f && std::fscanf(f, "%d", &pid) == 1) ::kill(pid, SIGTERM);
+    if (f && std::fscanf(f, "%d", &pid) == 1 && pid > 0) ::kill(pid, signo);
     if (f) std::fclose(f);
   });
-  auto r = run("bash -c '" + cmd + "'");
-  killer.join();
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10) << r.output;
+  auto r = run("bash -c '" + launch + " & echo $! > " + pidfile + "; wait $!; echo launcher exited $?'");
+  sender.join();
+  return r;
+}
+
+TEST(Launcher, SigtermIsForwardedAndTheLauncherExits) {
+  auto r = run_and_signal(kRun + " --nproc-per-node 2 --grace 2 -- sleep 60", SIGTERM, std::chrono::milliseconds(500));
+  EXPECT_LT(r.seconds, 10) << r.output;
   EXPECT_NE(r.output.find("passing it to the ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("launcher exited 143"), std::string::npos) << r.output;
 }
 
 // A closed terminal or ssh session killed the launcher at once: the ranks died of PDEATHSIG with
 // no grace and no flight records. Now it is SIGTERM's path, with SIGTERM for the ranks.
 TEST(Launcher, SighupStopsTheRanksWithSigtermAndTheLauncherExits129) {
-  std::string pidfile = ::testing::TempDir() + "/coshard-run-sighup.pid";
-  std::string cmd = kRun + " --nproc-per-node 2 --grace 2 -- sh -c \"trap \\\"echo rank got TERM; exit 3\\\" TERM; "
-                    "echo rank up; while :; do sleep 0.1; done\" & echo $! > " + pidfile + "; wait $!";
-  auto start = Clock::now();
-  std::thread killer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(800));
-    std::FILE* f = std::fopen(pidfile.c_str(), "r");
-    int pid = 0;
-    if (f && std::fscanf(f, "%d", &pid) == 1) ::kill(pid, SIGHUP);
-    if (f) std::fclose(f);
-  });
-  auto r = run("bash -c '" + cmd + "; echo launcher exited $?'");
-  killer.join();
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10) << r.output;
+  auto r = run_and_signal(kRun + " --nproc-per-node 2 --grace 2 -- sh -c \"trap \\\"echo rank got TERM; exit 3\\\" TERM; "
+                                 "echo rank up; while :; do sleep 0.1; done\"",
+                          SIGHUP, std::chrono::milliseconds(800));
+  EXPECT_LT(r.seconds, 10) << r.output;
   EXPECT_NE(r.output.find("coshard-run: got Hangup, passing SIGTERM to the ranks"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank got TERM"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("launcher exited 129"), std::string::npos) << r.output;
+}
+
+// A process a rank leaves behind held the rank's output open: the launcher waited for it without
+// end after the job was over. Now it is stopped with its process group, and one that left the
+// group (setsid) is no longer waited for.
+TEST(Launcher, WhatARankLeavesBehindIsStoppedAndNotWaitedFor) {
+  const auto left = run(kRun + " --nproc-per-node 1 --grace 1 -- sh -c \"sleep 30 & echo rank done\"");
+  EXPECT_EQ(left.rc, 0) << left.output;
+  EXPECT_LT(left.seconds, 10) << left.output;
+  EXPECT_NE(left.output.find("[rank 0] rank done"), std::string::npos) << left.output;
+  EXPECT_NE(left.output.find("rank 0 (pid"), std::string::npos) << left.output;
+  EXPECT_NE(left.output.find("ended, but processes it started live on in its process group and hold its output; "
+                             "sending them SIGTERM"),
+            std::string::npos)
+      << left.output;
+  // One that ignores SIGTERM gets SIGKILL after --grace.
+  const auto stubborn = run(kRun + " --nproc-per-node 1 --grace 1 -- sh -c \"sh -c 'trap \\\"\\\" TERM; sleep 30' & "
+                                   "sleep 0.2; echo rank done\"");
+  EXPECT_EQ(stubborn.rc, 0) << stubborn.output;
+  EXPECT_LT(stubborn.seconds, 10) << stubborn.output;
+  EXPECT_NE(stubborn.output.find("they did not end within --grace: killing them"), std::string::npos) << stubborn.output;
+  const auto escaped = run(kRun + " --nproc-per-node 1 --grace 1 -- sh -c \"setsid sleep 27.31 & echo rank done\"");
+  EXPECT_EQ(escaped.rc, 0) << escaped.output;
+  EXPECT_LT(escaped.seconds, 10) << escaped.output;
+  EXPECT_NE(escaped.output.find("rank 0's output is still held open by a process outside its process group (one that "
+                                "called setsid); not waiting for it"),
+            std::string::npos)
+      << escaped.output;
+  run("pkill -f '^sleep 27.31$'");
+}
+
+// `coshard-run ... | head` killed the launcher with SIGPIPE on the next line, and the ranks with it.
+TEST(Launcher, AClosedStdoutDropsTheLinesAndTheJobGoesOn) {
+  const auto r = run("bash -c '{ " + kRun + " --nproc-per-node 1 -- sh -c \"echo first; sleep 0.5; seq 1 20000; "
+                     "echo rank finished >&2\"; echo launcher exited $? >&2; } | head -1'");
+  EXPECT_NE(r.output.find("[rank 0] first"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("coshard-run: the ranks' stdout is a closed pipe (its reader ended); their lines to it are "
+                          "dropped and the job goes on"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[rank 0] rank finished"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("launcher exited 0"), std::string::npos) << r.output;
+}
+
+// A file that exec cannot run is named with the reason, once, not restarted as a failed rank.
+TEST(Launcher, AProgramExecCannotRunIsNamedWithTheReason) {
+  const std::string file = ::testing::TempDir() + "/coshard-run-noexec-" + std::to_string(::getpid());
+  run("printf 'echo hi\\n' > " + file + " && chmod +x " + file);
+  const auto r = run(kRun + " --nproc-per-node 2 --max-restarts 3 -- " + file);
+  EXPECT_EQ(r.rc, 127) << r.output;
+  EXPECT_NE(r.output.find("the job failed (exit code 127): node 0: coshard-run on "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot start '" + file + "': Exec format error"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << r.output;
+  const auto dir = run(kRun + " --nproc-per-node 1 -- " + ::testing::TempDir());
+  EXPECT_EQ(dir.rc, 127) << dir.output;
+  EXPECT_NE(dir.output.find("it is a directory"), std::string::npos) << dir.output;
+  std::remove(file.c_str());
 }
 
 // Ranks run in background process groups: a read from the terminal stopped one (SIGTTIN) and the
@@ -521,15 +575,35 @@ TEST(LauncherNodes, NodeZeroRefusesANodeOfAnotherLauncherProtocol) {
   }
 }
 
-TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {
-  auto r = run(kRun + " --nnodes 2 --node-rank 1 --nproc-per-node 1 --master 127.0.0.1:9 --token t --join-timeout 2 "
-               "-- true");
-  EXPECT_NE(r.rc, 0) << r.output;
+// Node 1, started with `flags`, exits 1 within 10 s with output holding every one of `needles`.
+void expect_node_1_cannot_join(const std::string& flags, const std::vector<std::string>& needles) {
+  auto r = run(kRun + " --nnodes 2 --node-rank 1 --nproc-per-node 1 " + flags + " -- true");
+  EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_LT(r.seconds, 10) << r.output;
-  EXPECT_NE(r.output.find("node 1 cannot join the job: cannot reach the rendezvous store at 127.0.0.1:9 within 2 s"),
-            std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("start it with --master 127.0.0.1:9"), std::string::npos) << r.output;
+  for (const auto& needle : needles) EXPECT_NE(r.output.find(needle), std::string::npos) << needle << "\n" << r.output;
+}
+
+TEST(LauncherNodes, ANodeWhoseMasterNeverAnswersGivesUpAtTheJoinTimeout) {
+  expect_node_1_cannot_join("--master 127.0.0.1:9 --token t --join-timeout 2",
+                            {"node 1 cannot join the job: cannot reach the rendezvous store at 127.0.0.1:9 within 2 s",
+                             "start it with --master 127.0.0.1:9"});
+}
+
+// A node with another --token was told to fix its ranks' COSHARD_TOKEN.
+TEST(LauncherNodes, ANodeWithAnotherTokenIsToldToGiveEveryNodeTheSameToken) {
+  StoreAt store("right");
+  const std::string at = "127.0.0.1:" + std::to_string(store.port());
+  expect_node_1_cannot_join("--master " + at + " --token wrong --join-timeout 60",
+                            {"node 1 cannot join the job: the rendezvous store at " + at + " rejected this client's token",
+                             "every node's coshard-run the same --token"});
+}
+
+// A typo in --master was retried as a store that does not answer, for the whole --join-timeout.
+TEST(LauncherNodes, AMasterWhoseNameDoesNotResolveIsNamedAtOnce) {
+  expect_node_1_cannot_join("--master no-such-host.invalid:29500 --token t --join-timeout 60",
+                            {"node 1 cannot join the job: cannot resolve the rendezvous store's host "
+                             "'no-such-host.invalid'",
+                             "Check MASTER_ADDR (coshard-run's --master) for a typo"});
 }
 
 

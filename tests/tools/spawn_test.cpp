@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -166,6 +168,54 @@ TEST(Spawn, AMissingProgramIsNamedBeforeAnyFork) {
         << e.what();
   }
   EXPECT_THROW(ChildCommand({"/nonexistent/trainer"}, {}), coshard::Error);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const coshard::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// access(X_OK) passes for a directory, so `coshard-run -- ./checkpoints` started ranks that each
+// failed with "exec failed" and no reason, restart after restart.
+TEST(Spawn, WhatCannotRunIsRefusedWithTheReasonBeforeAnyFork) {
+  const std::string dir = ::testing::TempDir() + "/coshard-spawn-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir + "/bin/coshard-spawn-probe " + dir + "/later && "
+                         "printf 'exit 0' > " + dir + "/plain && printf '#!/bin/sh\nexit 0\n' > " + dir +
+                         "/later/coshard-spawn-probe && chmod +x " + dir + "/later/coshard-spawn-probe")
+                            .c_str()),
+            0);
+  EXPECT_NE(error_of([&] { ChildCommand({dir}, {}); }).find("cannot start '" + dir + "': it is a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { ChildCommand({dir + "/plain"}, {}); })
+                .find("cannot start '" + dir + "/plain': Permission denied (it needs execute permission)"),
+            std::string::npos);
+  // On PATH, a directory of the program's name is passed over, as the shell does.
+  const std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (dir + "/bin:" + dir + "/later").c_str(), 1);
+  EXPECT_EQ(find_program("coshard-spawn-probe"), dir + "/later/coshard-spawn-probe");
+  ::setenv("PATH", path.c_str(), 1);
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// An executable file that exec cannot run (no #! line, a binary of another machine) was reported
+// by the child as "exec failed" with status 127, a rank failure to restart.
+TEST(Spawn, AnExecFailureThrowsWithItsReasonAndLeavesNoChild) {
+  const std::string file = ::testing::TempDir() + "/coshard-spawn-noexec-" + std::to_string(::getpid());
+  ASSERT_EQ(std::system(("printf 'echo hi\n' > " + file + " && chmod +x " + file).c_str()), 0);
+  const ChildCommand cmd({file}, {});
+  DevNull null;
+  const std::string what = error_of([&] { spawn_child(cmd, null.fd, null.fd, empty_mask()); });
+  EXPECT_NE(what.find("cannot start '" + file + "': Exec format error (not a program this machine runs, nor a "
+                      "script with #!)"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1) << "the failed child was not reaped";
+  EXPECT_EQ(errno, ECHILD);
+  std::remove(file.c_str());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "child.hpp"
@@ -61,6 +63,10 @@ BlockedSignals block_signals() {
   sigaddset(&mask, SIGQUIT);
   sigaddset(&mask, SIGUSR2);  // passed on to the ranks that stop after a checkpoint on it
   sigaddset(&mask, SIGCHLD);
+  // A closed stdout (`| head`) would kill the launcher on a rank's next line, and its ranks with it:
+  // the write fails with EPIPE instead (Supervisor drops the lines). Blocked, not ignored, as an
+  // ignored signal would stay ignored in the ranks.
+  sigaddset(&mask, SIGPIPE);
   if (::sigprocmask(SIG_BLOCK, &mask, &s.old_mask) != 0) throw Error(Errc::io, "sigprocmask failed");
   s.fd = Fd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   if (s.fd.get() < 0) throw Error(Errc::io, std::string("signalfd failed: ") + std::strerror(errno));
@@ -163,26 +169,39 @@ std::vector<std::string> rank_env(const Options& o, const Place& at, int local_r
   };
 }
 
+// A pipe as its read and write ends, both closed on exec (spawn_child gives a rank its own copies).
+std::pair<Fd, Fd> make_pipe() {
+  int ends[2];
+  if (::pipe2(ends, O_CLOEXEC) != 0) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
+  return {Fd(ends[0]), Fd(ends[1])};
+}
+
 std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t port, const std::string& token,
                                const sigset_t& old_mask, int restart, const LastFailure& last,
                                const std::string& flight_dir) {
   std::vector<Child> children(static_cast<std::size_t>(o.nproc_per_node));
-  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
-    const int rank = at.group * o.nproc_per_node + lr;
-    const ChildCommand command(o.command, rank_env(o, at, lr, port, token, restart, last, flight_dir));
-    int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
+  try {
+    for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+      const ChildCommand command(o.command, rank_env(o, at, lr, port, token, restart, last, flight_dir));
+      auto [out_read, out_write] = make_pipe();
+      auto [err_read, err_write] = make_pipe();
+      auto& c = children[static_cast<std::size_t>(lr)];
+      c.rank = at.group * o.nproc_per_node + lr;
+      c.pid = spawn_child(command, out_write.get(), err_write.get(), old_mask);
+      c.running = true;
+      c.out.fd = std::move(out_read);
+      c.err.fd = std::move(err_read);
+      c.err.to = stderr;
     }
-    auto& c = children[static_cast<std::size_t>(lr)];
-    c.rank = rank;
-    c.pid = spawn_child(command, out_pipe[1], err_pipe[1], old_mask);
-    c.running = true;
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    c.out.fd = Fd(out_pipe[0]);
-    c.err.fd = Fd(err_pipe[0]);
-    c.err.to = stderr;
+  } catch (...) {
+    // The ranks started already would wait for peers that never come.
+    for (const auto& c : children) {
+      if (!c.running) continue;
+      ::kill(-c.pid, SIGKILL);
+      while (::waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+    throw;
   }
   return children;
 }
@@ -193,7 +212,16 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
   coordinator.begin(attempt);
   const FlightDir flight(attempt);
   const Place at = place_of(o, coordinator.nodes());
-  std::vector<Child> children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight.path);
+  std::vector<Child> children;
+  try {
+    children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight.path);
+  } catch (const CannotStart& e) {
+    // Found before any store was started, unless exec refused it (or it changed since): no
+    // restart runs it either, so the job ends on every node (the verdict names it).
+    coordinator.report(attempt, Failure{.node = o.node_rank, .code = 127, .restartable = false,
+                                        .what = "coshard-run on " + this_host() + ": " + e.message()});
+    return AttemptEnd{.rc = 127};
+  }
   std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
                at.groups * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
   Supervisor supervisor(o, children, flight.path, coordinator, attempt);
@@ -214,8 +242,8 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
 int launch(const Options& o) {
   try {
     (void)find_program(o.command.at(0));  // before any store or rank exists
-  } catch (const Error& e) {
-    std::fprintf(stderr, "coshard-run: %s\n", e.what());
+  } catch (const CannotStart& e) {
+    std::fprintf(stderr, "coshard-run: %s\n", e.message().c_str());
     return 127;  // what a shell returns for a command it cannot run
   }
   BlockedSignals signals = block_signals();

@@ -1,10 +1,14 @@
 #include "spawn.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,13 +21,41 @@ namespace {
 
 std::string name_of(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 
+// Why exec could not run `path`, or "" when it can (as far as can be told before trying): a
+// directory passes access(X_OK), and the shell skips one on PATH too.
+std::string why_not_runnable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return "it is a directory";
+  if (!S_ISREG(st.st_mode)) return "it is not a regular file";
+  if (::access(path.c_str(), X_OK) != 0) return std::string(std::strerror(errno)) + " (it needs execute permission)";
+  return {};
+}
+
+// The child's errno from a failed execve, read from the pipe that exec closes on success.
+// Bounded: a child that neither execs nor exits is the supervisor's to deal with, as a rank.
+int exec_errno(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return 0;
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return 0;
+    int err = 0;
+    ssize_t n;
+    do n = ::read(fd, &err, sizeof err); while (n < 0 && errno == EINTR);
+    return n == static_cast<ssize_t>(sizeof err) ? err : 0;
+  }
+}
+
 }  // namespace
 
 std::string find_program(const std::string& program) {
-  if (program.empty()) throw Error(Errc::bad_config, "no program given to start");
+  if (program.empty()) throw CannotStart("no program given to start");
   if (program.find('/') != std::string::npos) {
-    if (::access(program.c_str(), X_OK) != 0) {
-      throw Error(Errc::bad_config, "cannot start '" + program + "': " + std::strerror(errno));
+    if (auto why = why_not_runnable(program); !why.empty()) {
+      throw CannotStart("cannot start '" + program + "': " + why);
     }
     return program;
   }
@@ -33,11 +65,11 @@ std::string find_program(const std::string& program) {
     auto end = dirs.find(':', start);
     std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
     std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (why_not_runnable(candidate).empty()) return candidate;
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  throw Error(Errc::bad_config, "cannot start '" + program + "': not found on PATH (" + dirs +
+  throw CannotStart("cannot start '" + program + "': not found on PATH (" + dirs +
                                     "); give its path or add its folder to PATH");
 }
 
@@ -54,13 +86,30 @@ ChildCommand::ChildCommand(const std::vector<std::string>& command, const std::v
   argv_.push_back(nullptr);
   for (auto& e : env_) envp_.push_back(e.data());
   envp_.push_back(nullptr);
-  exec_failed_ = "coshard-run: cannot start '" + path_ + "': exec failed\n";
 }
 
 pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_t& mask) {
+  // exec closes the write end; a failed exec writes its errno there first.
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
+  if (report[1] < 3) {  // fds 0-2 were closed in the launcher: keep clear of what the child dup2's onto
+    const int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
+    ::close(report[1]);
+    if (moved < 0) {
+      ::close(report[0]);
+      throw Error(Errc::io, std::string("fcntl failed: ") + std::strerror(errno));
+    }
+    report[1] = moved;
+  }
+  const int report_fd = report[1];
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) throw Error(Errc::io, std::string("fork failed: ") + std::strerror(errno));
+  if (pid < 0) {
+    const int err = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    throw Error(Errc::io, std::string("fork failed: ") + std::strerror(err));
+  }
   if (pid == 0) {
     // Async-signal-safe calls only, on memory laid out before the fork (see spawn.hpp).
     ::setpgid(0, 0);                     // the launcher decides who gets which signal
@@ -72,13 +121,26 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
     if (const int nul = ::open("/dev/null", O_RDONLY); nul >= 0) ::dup2(nul, STDIN_FILENO);  // closed below
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(err_fd, STDERR_FILENO);
-    ::close_range(3, ~0u, 0);  // the store's sockets and the other ranks' pipes are not the rank's
+    // The store's sockets and the other ranks' pipes are not the rank's; the report pipe closes on exec.
+    if (report_fd > 3) ::close_range(3, static_cast<unsigned>(report_fd) - 1, 0);
+    ::close_range(static_cast<unsigned>(report_fd) + 1, ~0u, 0);
     ::execve(cmd.path_.c_str(), cmd.argv_.data(), cmd.envp_.data());
-    ssize_t ignored = ::write(STDERR_FILENO, cmd.exec_failed_.data(), cmd.exec_failed_.size());
+    const int err = errno;
+    ssize_t ignored = ::write(report_fd, &err, sizeof err);
     (void)ignored;
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here: a signal to the group right after fork must find it
+  ::close(report[1]);
+  const int err = exec_errno(report[0]);
+  ::close(report[0]);
+  if (err != 0) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw CannotStart("cannot start '" + cmd.path_ + "': " + std::strerror(err) +
+                                      (err == ENOEXEC ? " (not a program this machine runs, nor a script with #!)" : ""));
+  }
   return pid;
 }
 

@@ -14,10 +14,19 @@
 #include <string>
 #include <vector>
 
+#include "coshard/runtime/error.hpp"
+
 namespace coshard::run {
 
+// The program cannot be run at all (missing, a directory, no execute permission, a format exec
+// does not know): no restart can help, so the launcher ends the job with exit code 127.
+class CannotStart : public Error {
+ public:
+  explicit CannotStart(std::string message) : Error(Errc::bad_config, std::move(message)) {}
+};
+
 // The file that exec would run for `program`: itself when it names a path, else the first
-// executable match on PATH. Throws Error(bad_config) naming the program when there is none.
+// executable regular file of that name on PATH. Throws CannotStart naming the program and why.
 std::string find_program(const std::string& program);
 
 // A program with its arguments and its whole environment, resolved and laid out as the exec
@@ -37,12 +46,12 @@ class ChildCommand {
   std::string path_;
   std::vector<std::string> args_, env_;
   std::vector<char*> argv_, envp_;  // point into args_ and env_, null-terminated
-  std::string exec_failed_;          // the message the child writes if execve fails
 };
 
 // Forks and execs `cmd` in a process group of its own, with stdout/stderr on the given
-// descriptors, `mask` as its signal mask, and SIGKILL when the launcher dies. Throws Error(io) if
-// fork fails; an exec failure shows as exit status 127 with a message on `err_fd`.
+// descriptors, `mask` as its signal mask, and SIGKILL when the launcher dies. Returns once the
+// child has exec'd. Throws Error(io) if fork fails, and CannotStart naming the reason when exec
+// does (the child is reaped then).
 pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_t& mask);
 
 }  // namespace coshard::run

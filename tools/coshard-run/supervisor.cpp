@@ -36,7 +36,10 @@ bool stopped_on_request(const Child& c) {
   return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == transport::StopSignal::kExitCode;
 }
 
-void emit_lines(Output& o, int rank, bool flush_partial) {
+// A closed stdout or stderr (`coshard-run ... | head`, a log reader that ended) fails the write
+// with EPIPE (SIGPIPE is blocked): the lines are dropped, the job goes on, and the launcher says so
+// once on the other stream.
+void emit_lines(Output& o, int rank, bool flush_partial, bool& said_closed) {
   std::size_t start = 0;
   for (std::size_t nl; (nl = o.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
     std::fprintf(o.to, "[rank %d] %.*s\n", rank, static_cast<int>(nl - start), o.pending.data() + start);
@@ -46,7 +49,16 @@ void emit_lines(Output& o, int rank, bool flush_partial) {
     std::fprintf(o.to, "[rank %d] %s\n", rank, o.pending.c_str());
     o.pending.clear();
   }
-  std::fflush(o.to);
+  if (std::fflush(o.to) == 0 && !std::ferror(o.to)) return;
+  const int err = errno;
+  std::clearerr(o.to);
+  if (err == EPIPE && !said_closed) {
+    said_closed = true;
+    std::fprintf(o.to == stdout ? stderr : stdout,
+                 "coshard-run: the ranks' %s is a closed pipe (its reader ended); their lines to it are dropped "
+                 "and the job goes on\n", o.to == stdout ? "stdout" : "stderr");
+    std::fflush(o.to == stdout ? stderr : stdout);
+  }
 }
 
 }  // namespace
@@ -55,7 +67,7 @@ void Supervisor::watch(int sigfd) {
   for (;;) {
     std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
     std::vector<Output*> outs = open_outputs(fds);
-    if (!any_running() && outs.empty()) break;
+    if (!any_running() && leftovers_ended()) break;
 
     int timeout_ms = 200;
     ::poll(fds.data(), fds.size(), timeout_ms);
@@ -218,11 +230,52 @@ void Supervisor::relay(Output& out) {
   }
   if (n > 0) {
     out.pending.append(buf, static_cast<std::size_t>(n));
-    emit_lines(out, rank, false);
+    emit_lines(out, rank, false, said_closed_);
   } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-    emit_lines(out, rank, true);
+    emit_lines(out, rank, true, said_closed_);
     out.fd.reset();
   }
+}
+
+// Every rank has ended, but processes they started may live on in their process groups (a helper
+// in the background, a data-loader worker) and hold their output open: the launcher would wait
+// for them without end, and a restart would meet them. They get a second to end, then SIGTERM,
+// SIGKILL after --grace, and a second later the launcher stops reading what a process outside
+// the groups (one that called setsid) still holds. True once nothing is left to wait for.
+bool Supervisor::leftovers_ended() {
+  const auto alive = [](const Child& c) { return ::kill(-c.pid, 0) == 0; };
+  const auto held = [](const Child& c) { return c.out.fd.get() >= 0 || c.err.fd.get() >= 0; };
+  if (std::none_of(children_.begin(), children_.end(), [&](const Child& c) { return alive(c) || held(c); })) return true;
+  const auto now = Clock::now();
+  if (!leftovers_since_) leftovers_since_ = now;
+  if (now < *leftovers_since_ + std::chrono::seconds(1)) return false;
+  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
+  const bool any_alive = std::any_of(children_.begin(), children_.end(), alive);
+  if (any_alive && (leftover_signal_ == 0 || (leftover_signal_ == SIGTERM && now >= leftovers_signalled_at_ + grace))) {
+    leftover_signal_ = leftover_signal_ == 0 ? SIGTERM : SIGKILL;
+    leftovers_signalled_at_ = now;
+    for (const auto& c : children_) {
+      if (!alive(c)) continue;
+      std::fprintf(stderr, "coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
+                   "group%s; %s\n", c.rank, static_cast<int>(c.pid), held(c) ? " and hold its output" : "",
+                   leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end within --grace: killing them");
+      ::kill(-c.pid, leftover_signal_);
+      ::kill(-c.pid, SIGCONT);
+    }
+    return false;
+  }
+  if (any_alive && leftover_signal_ == SIGTERM) return false;  // within --grace
+  if (leftover_signal_ != 0 && now < leftovers_signalled_at_ + std::chrono::seconds(1)) return false;  // pipes to close
+  for (auto& c : children_) {
+    if (!held(c)) continue;
+    std::fprintf(stderr, "coshard-run: rank %d's output is still held open by a process outside its process group "
+                 "(one that called setsid); not waiting for it\n", c.rank);
+    for (Output* out : {&c.out, &c.err}) {
+      emit_lines(*out, c.rank, true, said_closed_);
+      out->fd.reset();
+    }
+  }
+  return true;
 }
 
 // Reaps whoever ended; the first failure that no interrupt caused stops the others.

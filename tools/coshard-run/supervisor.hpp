@@ -26,7 +26,8 @@ class Supervisor {
              int attempt)
       : o_(o), children_(children), flight_dir_(std::move(flight_dir)), coordinator_(coordinator), attempt_(attempt) {}
 
-  // Returns once every rank has ended and its pipes are closed. `sigfd`: a signalfd for SIGINT,
+  // Returns once every rank has ended and its pipes are closed (what the ranks started and left
+  // behind is stopped: see leftovers_ended). `sigfd`: a signalfd for SIGINT,
   // SIGTERM, SIGUSR2 and SIGCHLD.
   void watch(int sigfd);
   // The launcher's exit code; names the ranks that failed when one did.
@@ -50,6 +51,7 @@ class Supervisor {
   void note_stop_takers();
   void pass_on_stop_request();
   void relay(Output& out);
+  bool leftovers_ended();
   void reap();
   void kill_late_ranks();
   void check_other_nodes();
@@ -77,6 +79,10 @@ class Supervisor {
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
   bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
+  bool said_closed_ = false;  // said that the ranks' stdout or stderr is a closed pipe
+  std::optional<Clock::time_point> leftovers_since_;  // every rank had ended, but not what they started
+  int leftover_signal_ = 0;                         // the last signal sent to what they started
+  Clock::time_point leftovers_signalled_at_{};
 };
 
 }  // namespace coshard::run

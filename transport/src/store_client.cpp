@@ -125,6 +125,14 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
     tcp::resolver resolver(impl.sched.io_context());
     // A synchronous lookup, once per rank at start-up; numeric addresses never touch DNS.
     auto endpoints = resolver.resolve(impl.options.host, std::to_string(impl.options.port), ec);
+    if (ec == asio::error::host_not_found) {
+      // An authoritative "no such name" (a typo) does not heal with time; a failed lookup
+      // (host_not_found_try_again, a DNS server down) may, and is retried as a refused connect.
+      throw Error(Errc::bad_config, "cannot resolve the rendezvous store's host '" + impl.options.host + "' (" +
+                                        ec.message() + "). Check MASTER_ADDR (coshard-run's --master) for a typo, "
+                                        "or give the address of rank 0's host",
+                  op_context("store connect"));
+    }
     if (!ec) {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now());
       try {
@@ -169,8 +177,8 @@ Task<std::unique_ptr<StoreClient>> StoreClient::connect(Options options) {
   auto s = status_of(r);
   if (s == wire::Status::unauthorized) {
     throw Error(Errc::bad_config, "the rendezvous store at " + impl->where() +
-                                      " rejected this rank's token: start every rank with the same COSHARD_TOKEN "
-                                      "(coshard-run sets it for its ranks)");
+                                      " rejected this client's token: a rank needs the store's COSHARD_TOKEN (coshard-run "
+                                      "sets it for its ranks), and every node's coshard-run the same --token");
   }
   if (s != wire::Status::ok) impl->bad_reply("hello");
   co_return std::unique_ptr<StoreClient>(new StoreClient(std::move(impl)));
