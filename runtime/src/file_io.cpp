@@ -87,6 +87,19 @@ std::uint64_t file_size(const std::filesystem::path& path) {
   return n;
 }
 
+std::string read_text(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec) throw Error(Errc::io, "cannot read '" + path.string() + "': " + ec.message());
+  if (std::filesystem::is_directory(st)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
+  if (!std::filesystem::is_regular_file(st)) {
+    throw Error(Errc::io, "cannot read '" + path.string() + "': it is not a regular file (a FIFO, socket or device)");
+  }
+  std::string text(static_cast<std::size_t>(coshard::file_size(path)), '\0');
+  read_at(path, 0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+  return text;
+}
+
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw io_error("cannot open", path, errno);

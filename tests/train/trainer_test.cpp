@@ -2,6 +2,7 @@
 // size, writes a usable timeline, and refuses bad input before training.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -127,6 +128,13 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume " + dir + "/step-00000002",
                  "holds step-00000004, newer than the checkpoint resumed");
   expect_refused(1, "--steps 4 --resume auto", "--resume auto looks under --checkpoint-dir");
+  // Resumed at the last step: nothing to train, said as such (was "loss nan -> nan").
+  auto done = run_command(launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto"));
+  EXPECT_EQ(done.rc, 0) << done.output;
+  EXPECT_NE(done.output.find("nothing to train: the run resumed after step 4, and --steps is 4; give a larger --steps"),
+            std::string::npos)
+      << done.output;
+  EXPECT_EQ(done.output.find("nan"), std::string::npos) << done.output;
   // A live job's lock (this test's own process) keeps others out.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
@@ -515,6 +523,57 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
   r = run_command(kTrain + " --help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.output.find("--backward-prefetch"), std::string::npos);
+}
+
+// A diverged run trained on in nan, wrote checkpoints of nan weights (pruning the good ones with
+// --checkpoint-keep) and its --save, and exited 0.
+TEST(TrainerErrors, ADivergedRunStopsWithoutSavingItsWeights) {
+  auto d = temp_dir("diverge");
+  const std::string save = (d / "model.safetensors").string();
+  auto r = run_command(launch(2, "--steps 20 --seq 32 --lr 1e30 --checkpoint-dir " + (d / "c").string() +
+                                     " --checkpoint-every 1 --checkpoint-keep 2 --save " + save));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  const auto at = r.output.find(": the training loss (mean over ranks) is ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training diverged, so no checkpoint or --save of these weights is written (the last "
+                          "checkpoint in --checkpoint-dir is from before). Lower --lr"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(r.output.compare(at, 47, ": the training loss (mean over ranks) is nan: t") == 0 ||
+              r.output.compare(at, 47, ": the training loss (mean over ranks) is inf: t") == 0)
+      << r.output;
+  EXPECT_EQ(r.output.find("trained 20 steps"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(save)) << r.output;
+  // "step N: the training loss ...": every checkpoint kept is from before step N.
+  const auto step_at = r.output.rfind("step ", at);
+  const int diverged = std::atoi(r.output.c_str() + step_at + 5);
+  ASSERT_GT(diverged, 0) << r.output;
+  for (const auto& e : fs::directory_iterator(d / "c")) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("step-", 0) == 0) {
+      EXPECT_LT(std::atoi(name.c_str() + 5), diverged) << name << "\n" << r.output;
+    }
+  }
+}
+
+// A FIFO as --tokenizer hung the job before training; a directory as --init's config.json gave a
+// parse error without naming it.
+TEST(TrainerErrors, InputsThatAreNoRegularFileAreNamed) {
+  auto d = temp_dir("fifo");
+  const std::string fifo = (d / "tokenizer.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 --tokenizer " + fifo);
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.rc, 124) << "hung on the FIFO: " << r.output;
+  EXPECT_NE(r.output.find("cannot read '" + fifo + "': it is not a regular file (a FIFO, socket or device)"),
+            std::string::npos)
+      << r.output;
+  fs::create_directories(d / "hf" / "config.json");
+  r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 --init " + (d / "hf").string());
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("cannot read '" + (d / "hf" / "config.json").string() + "': it is a directory"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(TrainerErrors, MissingDataFileIsNamed) {

@@ -1,6 +1,5 @@
 #include "coshard/gpt2/hf_dir.hpp"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -51,9 +50,7 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
 }
 
 Config parse_hf_config(const fs::path& config_json) {
-  std::ifstream f(config_json);
-  if (!f) throw Error(Errc::io, "cannot open Hugging Face config '" + config_json.string() + "'");
-  json j = json::parse(f, nullptr, false);
+  json j = json::parse(read_text(config_json), nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
   Config c;
   c.vocab = shape_key(j, config_json, "vocab_size");

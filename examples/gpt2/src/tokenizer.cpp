@@ -1,9 +1,9 @@
 #include "coshard/gpt2/tokenizer.hpp"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/file_io.hpp"
 
 namespace coshard::gpt2 {
 namespace {
@@ -74,9 +74,7 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 }
 
 Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(Errc::io, "cannot open tokenizer '" + path.string() + "'");
-  const json j = json::parse(f, nullptr, false);
+  const json j = json::parse(read_text(path), nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(path, "not JSON (a Hugging Face tokenizer.json?)");
   const json& model = j.contains("model") ? j["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE" || !model.contains("vocab") || !model["vocab"].is_object()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <functional>
 #include <map>
@@ -157,11 +158,22 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
 
 Task<TrainSummary> TrainLoop::run() {
   TrainSummary s;
+  s.first_step = first_step_;
   const auto start = Clock::now();
   for (int step = first_step_; step < o_.steps; ++step) {
     // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
     if (timeline_ && step == std::max(0, o_.steps - o_.trace_steps)) timeline_->clear();
     const StepEnd end = co_await train_step(step);
+    if (!std::isfinite(end.loss)) {
+      // The weights this step made are not worth a checkpoint, and the rotation (--checkpoint-keep)
+      // would drop a good one for it. The mean is the same on every rank: they all stop here.
+      co_await finish_checkpoint();  // an earlier step's, still being written
+      throw Error(Errc::invalid_argument,
+                  "step " + std::to_string(step + 1) + ": the training loss (mean over ranks) is " +
+                      (std::isnan(end.loss) ? "nan" : end.loss > 0 ? "inf" : "-inf") + ": training diverged, so no checkpoint or --save of these weights "
+                      "is written" + (checkpoints_ ? " (the last checkpoint in --checkpoint-dir is from before)" : "") +
+                      ". Lower --lr, raise --warmup-steps, or clip gradients (--clip)");
+    }
     s.loss = end.loss;
     if (step == first_step_) s.first_loss = s.loss;
     co_await checkpoint(step + 1, end.stop);

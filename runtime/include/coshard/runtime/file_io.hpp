@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <string_view>
 
 namespace coshard {
@@ -18,6 +19,10 @@ void write_atomic(const std::filesystem::path& path, std::string_view text);
 
 /// Size of a regular file.
 std::uint64_t file_size(const std::filesystem::path& path);
+
+/// The whole of `path`, which must be a regular file: a FIFO would block the reader, and a
+/// directory reads as empty. Errc::io naming the file and what it is otherwise.
+std::string read_text(const std::filesystem::path& path);
 
 /// Reads `out.size()` bytes at `offset`.
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out);
