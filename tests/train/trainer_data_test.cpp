@@ -2,10 +2,13 @@
 // asks for validation (--val-data FILE or --val-fraction F), the log says what was held out, and
 // the validation loss is the loss of the validation batch under the current weights.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coshard/gpt2/data.hpp"
@@ -99,6 +102,28 @@ TEST(TrainerData, ValidationFlagsThatCannotWorkAreUsageErrors) {
   r = run_command(kTrain + " --metrics-port 0 --eval-every 1 --val-data " + tiny + " --data " + data + kModel);
   EXPECT_NE(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("--val-data " + tiny + " has 5 tokens, fewer than one sequence"), std::string::npos) << r.output;
+}
+
+// A FIFO as --tokenizer hung the job before training; a --tokenizer with the embedded corpus was
+// ignored without a word; an empty vocabulary was "fixed" with advice to set vocab=0.
+TEST(TrainerData, TokenizersThatCannotDecodeAreNamedBeforeTraining) {
+  auto d = temp_dir("data-tokenizer");
+  const auto data = token_file(d, "tokens.bin", 200, 29);
+  const std::string fifo = (d / "fifo.json").string(), empty = (d / "empty.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(empty) << R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": {"type": "ByteLevel"}})";
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--data " + data + kModel + " --tokenizer " + fifo,
+            "cannot read '" + fifo + "': it is not a regular file (a FIFO, socket or device)"},
+           {"--data " + data + kModel + " --tokenizer " + empty, "its vocabulary is empty"},
+           {"--tokenizer " + empty, "but this run trains on the embedded corpus (byte text, no tokenizer needed): give "
+                                    "--data, or drop --tokenizer"}}) {
+    auto r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 " + args);
+    EXPECT_NE(r.rc, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.rc, 124) << "hung: " << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained: " << r.output;
+  }
 }
 
 }  // namespace

@@ -92,6 +92,7 @@ Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& a : j["added_tokens"]) put(t.pieces_, path, a.value("id", -1), a.value("content", ""));
   }
+  if (t.pieces_.empty()) throw bad(path, "its vocabulary is empty");
   return t;
 }
 
