@@ -193,15 +193,21 @@ TEST(Launcher, WhatARankLeavesBehindIsStoppedAndNotWaitedFor) {
                                    "sleep 0.2; echo rank done\"");
   EXPECT_EQ(stubborn.rc, 0) << stubborn.output;
   EXPECT_LT(stubborn.seconds, 10) << stubborn.output;
-  EXPECT_NE(stubborn.output.find("they did not end within --grace: killing them"), std::string::npos) << stubborn.output;
-  const auto escaped = run(kRun + " --nproc-per-node 1 --grace 1 -- sh -c \"setsid sleep 27.31 & echo rank done\"");
+  EXPECT_NE(stubborn.output.find("they did not end after SIGTERM: killing them"), std::string::npos) << stubborn.output;
+  const std::string pid_file = ::testing::TempDir() + "/coshard-run-escaped-" + std::to_string(::getpid()) + ".pid";
+  const auto escaped = run(kRun + " --nproc-per-node 1 --grace 1 -- sh -c \"setsid sleep 30 & echo \\$! > " + pid_file +
+                           "; echo rank done\"");
   EXPECT_EQ(escaped.rc, 0) << escaped.output;
   EXPECT_LT(escaped.seconds, 10) << escaped.output;
   EXPECT_NE(escaped.output.find("rank 0's output is still held open by a process outside its process group (one that "
                                 "called setsid); not waiting for it"),
             std::string::npos)
       << escaped.output;
-  run("pkill -f '^sleep 27.31$'");
+  if (std::ifstream f(pid_file); f) {
+    int pid = 0;
+    if (f >> pid && pid > 0) ::kill(pid, SIGKILL);
+  }
+  std::remove(pid_file.c_str());
 }
 
 // `coshard-run ... | head` killed the launcher with SIGPIPE on the next line, and the ranks with it.
@@ -598,9 +604,11 @@ TEST(LauncherNodes, ANodeWithAnotherTokenIsToldToGiveEveryNodeTheSameToken) {
                              "every node's coshard-run the same --token"});
 }
 
-// A typo in --master was retried as a store that does not answer, for the whole --join-timeout.
+// A typo in --master was retried as a store that does not answer, for the whole --join-timeout,
+// and named only as a timeout.
 TEST(LauncherNodes, AMasterWhoseNameDoesNotResolveIsNamedAtOnce) {
-  expect_node_1_cannot_join("--master no-such-host.invalid:29500 --token t --join-timeout 60",
+  // Retried for a minute at most (a name not published yet), here up to --join-timeout.
+  expect_node_1_cannot_join("--master no-such-host.invalid:29500 --token t --join-timeout 3",
                             {"node 1 cannot join the job: cannot resolve the rendezvous store's host "
                              "'no-such-host.invalid'",
                              "Check MASTER_ADDR (coshard-run's --master) for a typo"});

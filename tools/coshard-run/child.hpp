@@ -44,6 +44,7 @@ struct Child {
   int status = 0;
   bool takes_stop = false;     // seen taking SIGUSR2 (transport::StopSignal): its exit code 75 is no failure
   bool asked_to_stop = false;  // SIGUSR2 passed on to it
+  bool group_gone = false;     // its process group was seen empty after it ended: never signalled again
   Output out, err;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -33,10 +34,11 @@ std::string why_not_runnable(const std::string& path) {
 }
 
 // The child's errno from a failed execve, read from the pipe that exec closes on success.
-// Bounded: a child that neither execs nor exits is the supervisor's to deal with, as a rank.
+// Bounded well within a heartbeat's silence (the launcher beats for its node between ranks'
+// starts): a child that neither execs nor exits by then is the supervisor's to deal with, as a rank.
 int exec_errno(int fd) {
   pollfd p{fd, POLLIN, 0};
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);;) {
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return 0;
     const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -134,7 +136,13 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
   ::close(report[1]);
   const int err = exec_errno(report[0]);
   ::close(report[0]);
-  if (err != 0) {
+  // What no retry changes ends the job; a passing refusal (ETXTBSY while the binary is rewritten,
+  // ENOMEM, EAGAIN) is a rank failure, with status 127, which a restart may get past.
+  const bool lasting = err == ENOEXEC || err == EACCES || err == ENOENT || err == ENOTDIR || err == EISDIR ||
+                       err == ELOOP || err == ENAMETOOLONG || err == EPERM || err == E2BIG;
+  if (err != 0 && !lasting) {
+    std::fprintf(stderr, "coshard-run: cannot start '%s': %s\n", cmd.path_.c_str(), std::strerror(err));
+  } else if (err != 0) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

@@ -240,36 +240,54 @@ void Supervisor::relay(Output& out) {
 // Every rank has ended, but processes they started may live on in their process groups (a helper
 // in the background, a data-loader worker) and hold their output open: the launcher would wait
 // for them without end, and a restart would meet them. They get a second to end, then SIGTERM,
-// SIGKILL after --grace, and a second later the launcher stops reading what a process outside
-// the groups (one that called setsid) still holds. True once nothing is left to wait for.
+// SIGKILL after --grace (5 s at most), and a second later the launcher stops reading what a
+// process outside the groups (one that called setsid) still holds. True once nothing is left to
+// wait for.
 bool Supervisor::leftovers_ended() {
-  const auto alive = [](const Child& c) { return ::kill(-c.pid, 0) == 0; };
+  const auto alive = [](Child& c) {
+    if (c.group_gone) return false;
+    while (::waitpid(-c.pid, nullptr, WNOHANG) > 0) {
+    }  // orphans that came to this launcher (as PID 1 or a subreaper) would stay zombies
+    if (::kill(-c.pid, 0) == 0) return true;
+    // Gone for good: the number may go to a new group of someone else's, which must never be signalled.
+    c.group_gone = errno == ESRCH;
+    return !c.group_gone;
+  };
   const auto held = [](const Child& c) { return c.out.fd.get() >= 0 || c.err.fd.get() >= 0; };
-  if (std::none_of(children_.begin(), children_.end(), [&](const Child& c) { return alive(c) || held(c); })) return true;
+  bool any_alive = false, any_held = false;
+  for (auto& c : children_) {
+    any_alive |= alive(c);
+    any_held |= held(c);
+  }
+  if (!any_alive && !any_held) return true;
   const auto now = Clock::now();
   if (!leftovers_since_) leftovers_since_ = now;
   if (now < *leftovers_since_ + std::chrono::seconds(1)) return false;
-  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
-  const bool any_alive = std::any_of(children_.begin(), children_.end(), alive);
+  // Orphans of ranks that ended get at most 5 s: node 0 waits --grace and a minute for a node to
+  // say its ranks ended, and the ranks may have taken --grace already.
+  const auto grace = std::min<Clock::duration>(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds)),
+      std::chrono::seconds(5));
   if (any_alive && (leftover_signal_ == 0 || (leftover_signal_ == SIGTERM && now >= leftovers_signalled_at_ + grace))) {
     leftover_signal_ = leftover_signal_ == 0 ? SIGTERM : SIGKILL;
     leftovers_signalled_at_ = now;
-    for (const auto& c : children_) {
+    for (auto& c : children_) {
       if (!alive(c)) continue;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
                    "group%s; %s\n", c.rank, static_cast<int>(c.pid), held(c) ? " and hold its output" : "",
-                   leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end within --grace: killing them");
+                   leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end after SIGTERM: killing them");
       ::kill(-c.pid, leftover_signal_);
       ::kill(-c.pid, SIGCONT);
     }
     return false;
   }
-  if (any_alive && leftover_signal_ == SIGTERM) return false;  // within --grace
+  if (any_alive && leftover_signal_ == SIGTERM) return false;  // within the grace
   if (leftover_signal_ != 0 && now < leftovers_signalled_at_ + std::chrono::seconds(1)) return false;  // pipes to close
   for (auto& c : children_) {
     if (!held(c)) continue;
-    std::fprintf(stderr, "coshard-run: rank %d's output is still held open by a process outside its process group "
-                 "(one that called setsid); not waiting for it\n", c.rank);
+    std::fprintf(stderr, "coshard-run: rank %d's output is still held open by %s; not waiting for it\n", c.rank,
+                 alive(c) ? "processes of its group that SIGKILL did not end"
+                          : "a process outside its process group (one that called setsid)");
     for (Output* out : {&c.out, &c.err}) {
       emit_lines(*out, c.rank, true, said_closed_);
       out->fd.reset();

@@ -126,12 +126,14 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
     // A synchronous lookup, once per rank at start-up; numeric addresses never touch DNS.
     auto endpoints = resolver.resolve(impl.options.host, std::to_string(impl.options.port), ec);
     if (ec == asio::error::host_not_found) {
-      // An authoritative "no such name" (a typo) does not heal with time; a failed lookup
-      // (host_not_found_try_again, a DNS server down) may, and is retried as a refused connect.
+      // An authoritative "no such name": a typo, or a name not published yet (a pod whose DNS
+      // record comes with it). A caller that waits for the store may retry it (the op says which
+      // error this is); a failed lookup (try_again, a DNS server down) is retried here as a
+      // refused connect.
       throw Error(Errc::bad_config, "cannot resolve the rendezvous store's host '" + impl.options.host + "' (" +
                                         ec.message() + "). Check MASTER_ADDR (coshard-run's --master) for a typo, "
                                         "or give the address of rank 0's host",
-                  op_context("store connect"));
+                  op_context(std::string(StoreClient::kResolveOp)));
     }
     if (!ec) {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now());

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,10 @@ class StoreClient {
     /// see the keys of another on a store that outlives attempts (coshard-run --max-restarts).
     std::string key_prefix;
   };
+
+  /// The op of connect()'s Error(bad_config) when the store's host name does not resolve (no such
+  /// name, authoritatively): a caller that waits for a store not published yet may retry it.
+  static constexpr std::string_view kResolveOp = "store resolve";
 
   /// Connects (retrying while the server is not up yet) and presents the token.
   static Task<std::unique_ptr<StoreClient>> connect(Options options);
