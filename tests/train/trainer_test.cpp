@@ -525,33 +525,44 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
 }
 
 // A diverged run trained on in nan, wrote checkpoints of nan weights (pruning the good ones with
-// --checkpoint-keep) and its --save, and exited 0.
-TEST(TrainerErrors, ADivergedRunStopsWithoutSavingItsWeights) {
+// --checkpoint-keep) and its --save, and exited 0. The weights that gave the first nan are those
+// of the checkpoint before that step: it goes too, and the newest left is older.
+TEST(TrainerErrors, ADivergedRunStopsWithoutKeepingTheWeightsThatDiverged) {
   auto d = temp_dir("diverge");
   const std::string save = (d / "model.safetensors").string();
-  auto r = run_command(launch(2, "--steps 20 --seq 32 --lr 1e30 --checkpoint-dir " + (d / "c").string() +
+  // At this rate the loss is nan by step 3 (step 2 at higher ones): a good checkpoint comes first.
+  auto r = run_command(launch(2, "--steps 20 --seq 32 --lr 1e5 --clip 0 --checkpoint-dir " + (d / "c").string() +
                                      " --checkpoint-every 1 --checkpoint-keep 2 --save " + save));
   EXPECT_EQ(r.rc, 1) << r.output;
   const auto at = r.output.find(": the training loss (mean over ranks) is ");
   ASSERT_NE(at, std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("training diverged, so no checkpoint or --save of these weights is written (the last "
-                          "checkpoint in --checkpoint-dir is from before). Lower --lr"),
-            std::string::npos)
-      << r.output;
   EXPECT_TRUE(r.output.compare(at, 47, ": the training loss (mean over ranks) is nan: t") == 0 ||
               r.output.compare(at, 47, ": the training loss (mean over ranks) is inf: t") == 0)
       << r.output;
+  // "step N: the training loss ...": the weights of step-(N-1) gave it.
+  const int diverged = std::atoi(r.output.c_str() + r.output.rfind("step ", at) + 5);
+  ASSERT_GT(diverged, 1) << r.output;
+  char removed[32];
+  std::snprintf(removed, sizeof removed, "step-%08d", diverged - 1);
+  EXPECT_NE(r.output.find("training diverged, and --save is not written; the checkpoint of the weights that gave it, " +
+                          std::string(removed) + ", is removed, so --resume auto restarts from an older one. Lower --lr"),
+            std::string::npos)
+      << r.output;
   EXPECT_EQ(r.output.find("trained 20 steps"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(save)) << r.output;
-  // "step N: the training loss ...": every checkpoint kept is from before step N.
-  const auto step_at = r.output.rfind("step ", at);
-  const int diverged = std::atoi(r.output.c_str() + step_at + 5);
-  ASSERT_GT(diverged, 0) << r.output;
   for (const auto& e : fs::directory_iterator(d / "c")) {
     const auto name = e.path().filename().string();
     if (name.rfind("step-", 0) == 0) {
-      EXPECT_LT(std::atoi(name.c_str() + 5), diverged) << name << "\n" << r.output;
+      EXPECT_LT(std::atoi(name.c_str() + 5), diverged - 1) << name << "\n" << r.output;
     }
+  }
+  if (diverged > 2) {  // the one before is kept, and named the latest
+    char kept[32];
+    std::snprintf(kept, sizeof kept, "step-%08d", diverged - 2);
+    EXPECT_TRUE(fs::exists(d / "c" / kept / "manifest.json")) << r.output;
+    std::string latest;
+    std::ifstream(d / "c" / "latest") >> latest;
+    EXPECT_EQ(latest, kept) << r.output;
   }
 }
 

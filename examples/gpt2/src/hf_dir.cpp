@@ -50,7 +50,13 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
 }
 
 Config parse_hf_config(const fs::path& config_json) {
-  json j = json::parse(read_text(config_json), nullptr, false);
+  std::string text;
+  try {
+    text = read_text(config_json);
+  } catch (const Error& e) {
+    throw Error(e.code(), "Hugging Face config: " + e.message());
+  }
+  json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
   Config c;
   c.vocab = shape_key(j, config_json, "vocab_size");

@@ -74,7 +74,13 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 }
 
 Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
-  const json j = json::parse(read_text(path), nullptr, false);
+  std::string text;
+  try {
+    text = read_text(path);
+  } catch (const Error& e) {
+    throw Error(e.code(), "tokenizer: " + e.message());
+  }
+  const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(path, "not JSON (a Hugging Face tokenizer.json?)");
   const json& model = j.contains("model") ? j["model"] : json();
   if (!model.is_object() || model.value("type", "") != "BPE" || !model.contains("vocab") || !model["vocab"].is_object()) {

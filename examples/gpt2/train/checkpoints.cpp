@@ -160,6 +160,8 @@ void CheckpointDir::commit(int step, int keep) {
   }
 }
 
+void CheckpointDir::discard(int step) { remove_checkpoint(step_dir(step)); }
+
 namespace {
 std::string exact(double v) {
   char b[40];

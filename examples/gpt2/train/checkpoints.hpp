@@ -32,6 +32,8 @@ class CheckpointDir {
   // Rank 0, once the checkpoint of `step` is complete: DIR/latest names it; older checkpoints
   // beyond the newest `keep`, and unfinished ones older than it, are removed.
   void commit(int step, int keep);
+  // Rank 0: removes the checkpoint of `step`, complete or not (its weights proved bad).
+  void discard(int step);
   const std::filesystem::path& root() const noexcept { return root_; }
 
  private:

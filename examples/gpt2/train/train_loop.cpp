@@ -164,16 +164,7 @@ Task<TrainSummary> TrainLoop::run() {
     // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
     if (timeline_ && step == std::max(0, o_.steps - o_.trace_steps)) timeline_->clear();
     const StepEnd end = co_await train_step(step);
-    if (!std::isfinite(end.loss)) {
-      // The weights this step made are not worth a checkpoint, and the rotation (--checkpoint-keep)
-      // would drop a good one for it. The mean is the same on every rank: they all stop here.
-      co_await finish_checkpoint();  // an earlier step's, still being written
-      throw Error(Errc::invalid_argument,
-                  "step " + std::to_string(step + 1) + ": the training loss (mean over ranks) is " +
-                      (std::isnan(end.loss) ? "nan" : end.loss > 0 ? "inf" : "-inf") + ": training diverged, so no checkpoint or --save of these weights "
-                      "is written" + (checkpoints_ ? " (the last checkpoint in --checkpoint-dir is from before)" : "") +
-                      ". Lower --lr, raise --warmup-steps, or clip gradients (--clip)");
-    }
+    if (!std::isfinite(end.loss)) co_await diverged(step, end.loss);
     s.loss = end.loss;
     if (step == first_step_) s.first_loss = s.loss;
     co_await checkpoint(step + 1, end.stop);
@@ -246,12 +237,31 @@ Task<void> TrainLoop::checkpoint(int steps_done, bool now) {
   const std::string dir = checkpoints_->step_dir(steps_done).string();
   const auto state = training_state(o_, pg_.size(), steps_done);
   saving_ = steps_done;
+  // Committed (DIR/latest, --checkpoint-keep's rotation) once the next step's loss is finite: see diverged().
   if (o_.checkpoint_async) {
     co_await engine_.save_sharded_async(dir, state);
   } else {
     co_await engine_.save_sharded(dir, state);
-    co_await finish_checkpoint();
   }
+}
+
+// The loss of `step` (0-based) is not finite. It is the same mean on every rank, so all of them
+// end here. The weights that gave it are those checkpoint(step) saved, not committed yet: resuming
+// from them would diverge again, and the rotation would have dropped a good checkpoint for them.
+Task<void> TrainLoop::diverged(int step, float loss) {
+  std::string removed;
+  if (saving_ && *saving_ == step) {
+    co_await engine_.wait_for_checkpoint();  // every rank's file is written once the manifest is
+    if (pg_.rank() == 0) checkpoints_->discard(step);
+    removed = "; the checkpoint of the weights that gave it, " + checkpoints_->step_dir(step).filename().string() +
+              ", is removed, so --resume auto restarts from an older one";
+    saving_.reset();
+  }
+  throw Error(Errc::invalid_argument,
+              "step " + std::to_string(step + 1) + ": the training loss (mean over ranks) is " +
+                  (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf") +
+                  ": training diverged, and --save is not written" + removed +
+                  ". Lower --lr, raise --warmup-steps, or clip gradients (--clip)");
 }
 
 Task<void> TrainLoop::finish_checkpoint() {

@@ -93,6 +93,7 @@ class TrainLoop {
   // After `steps_done` steps: finishes the previous save, and saves when one is due or `now`.
   Task<void> checkpoint(int steps_done, bool now);
   Task<void> finish_checkpoint();
+  Task<void> diverged(int step, float loss);
 
   Runtime& rt_;
   const TrainOptions& o_;
@@ -112,7 +113,7 @@ class TrainLoop {
   const int first_step_;
   CheckpointDir* checkpoints_;
   const transport::StopSignal* stop_;  // null: no stop requests (no --checkpoint-dir)
-  std::optional<int> saving_;  // the step of a checkpoint being written
+  std::optional<int> saving_;  // the step of a checkpoint written or being written, not committed yet
 };
 
 }  // namespace coshard::train
