@@ -123,8 +123,8 @@ std::vector<double> losses_in(const fs::path& path) {
 
 // Two nodes of one rank each; only node 1's launcher gets SIGUSR2. Rank 0 never sees the signal,
 // yet both ranks stop after the same step (they reduce the request with the step's loss), with a
-// checkpoint of it, and both launchers exit 75 without restarting. Resumed, the run logs the
-// uninterrupted run's losses.
+// checkpoint of it, and both launchers exit 75 without restarting (--metrics-linger does not hold
+// them). Resumed, the run logs the uninterrupted run's losses.
 TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContinuesFrom) {
   auto d = temp_dir("sigusr2");
   const std::string common = "--steps 100 --seq 32 --collective-timeout 30 --log-json ";
@@ -138,7 +138,8 @@ TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContin
   for (int n = 0; n < 2; ++n) {
     nodes[n] = std::thread([&, n] {
       node[n] = run_command(kRun + " --nnodes 2 --node-rank " + std::to_string(n) + " --nproc-per-node 1 --max-restarts 1 " +
-                            master + "-- " + kTrain + " --metrics-port 0 --samples 0 " + common + log.string() + ckpt);
+                            master + "-- " + kTrain + " --metrics-port 0 --samples 0 --metrics-linger 300 " + common +
+                            log.string() + ckpt);
     });
   }
   const auto deadline = Clock::now() + std::chrono::seconds(120);
@@ -158,6 +159,7 @@ TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContin
                                            std::to_string(step))).string();
   for (const auto& r : node) {
     EXPECT_EQ(r.rc, 75) << r.output;
+    EXPECT_LT(r.seconds, 200) << "--metrics-linger held a stop on request: " << r.output;
     EXPECT_NE(r.output.find("coshard-run: the job stopped (exit code 75): the ranks stopped on request (SIGUSR2)"),
               std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("restart 1 of 1"), std::string::npos) << r.output;

@@ -92,6 +92,22 @@ TEST(TrainerCheckpoint, ResumedRunsLogTheUninterruptedLosses) {
   }
 }
 
+// A restart emptied --log-json ("w"): only the records since the checkpoint were left.
+TEST(TrainerCheckpoint, AResumeKeepsTheLogOfTheStepsBeforeItsCheckpoint) {
+  auto d = temp_dir("log-resume");
+  const std::string dir = (d / "c").string(), log = (d / "log.jsonl").string();
+  const std::string args = "--steps 4 --seq 32 --checkpoint-every 2 --checkpoint-dir " + dir + " --log-json " + log;
+  auto r = run_command(launch(2, args));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  fs::remove_all(fs::path(dir) / "step-00000004");  // as if the job died before its last checkpoint
+  r = run_command(launch(2, args + " --resume auto"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::vector<int> steps;
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);) steps.push_back(json::parse(line)["step"].get<int>());
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4})) << r.output;
+}
+
 TEST(TrainerCheckpoint, KeepsTheNewestAndPointsLatestAtIt) {
   auto d = temp_dir("keep");
   auto r = run_command(launch(2, "--steps 8 --seq 32 --checkpoint-dir " + d.string() +
@@ -145,7 +161,18 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   auto x = run_command("SLURM_JOB_ID=42 " + launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto"));
   EXPECT_NE(x.rc, 0) << x.output;
   EXPECT_NE(x.output.find("is in use by another job (pid " + std::to_string(::getpid())), std::string::npos) << x.output;
+  // An empty lock (a job that died writing it, a full disk) read as "pid 0 on host ".
+  std::ofstream(fs::path(dir) / ".lock").close();
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto",
+                 "of --checkpoint-dir names no job (it is empty or unreadable");
   fs::remove(fs::path(dir) / ".lock");
+  // A manifest that cannot be looked at is no absent one: --resume auto went on from step 4.
+  fs::create_directories(fs::path(dir) / "step-00000006");
+  fs::create_symlink("manifest.json", fs::path(dir) / "step-00000006" / "manifest.json");
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto",
+                 "cannot look at " + dir + "/step-00000006/manifest.json: Too many levels of symbolic links; the "
+                 "checkpoint may be intact");
+  fs::remove_all(fs::path(dir) / "step-00000006");
   // A step that is no number, in a manifest of version 1 (no checksum of its own): was std::stoi's
   // bare "stoi", or "8x" read as 8.
   const auto manifest = fs::path(dir) / "step-00000002" / "manifest.json";
@@ -599,6 +626,7 @@ TEST(TrainerErrors, UnwritableSaveFailsBeforeTraining) {
            {"--save-hf " + (d / "hf").string(), (d / "hf" / "model.safetensors").string() + " is a directory"},
            {"--save " + long_name, "the name short enough for the temporary"},
            {"--trace " + (d / "adir").string(), "cannot write --trace " + (d / "adir").string()},
+           {"--log-json " + (d / "adir").string(), "cannot write --log-json " + (d / "adir").string()},
            {"--trace " + (d / "nodir" / "t.json").string(), "the folder " + (d / "nodir").string() + " must exist"}}) {
     r = run_command(kTrain + " --metrics-port 0 --samples 0 --steps 5 " + args);
     EXPECT_NE(r.rc, 0) << args;

@@ -75,13 +75,22 @@ void CheckpointDir::lock() {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       const bool ok = ::write(fd, me.data(), me.size()) == static_cast<ssize_t>(me.size());
+      const int err = errno;
       ::close(fd);
-      if (!ok) throw Error(Errc::io, "cannot write the lock " + path.string() + ": " + std::strerror(errno));
+      if (!ok) {
+        ::unlink(path.c_str());  // an empty lock would keep every later run out
+        throw Error(Errc::io, "cannot write the lock " + path.string() + ": " + std::strerror(err));
+      }
       locked_ = true;
       return;
     }
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path.string() + ": " + std::strerror(errno));
     const auto [pid, host, job] = holder(path);
+    if (pid <= 0 || host.empty()) {
+      throw Error(Errc::bad_config, "the lock " + path.string() + " of --checkpoint-dir names no job (it is empty or "
+                                    "unreadable: a job that died while writing it, or a full disk): remove it if no "
+                                    "job writes to " + root_.string());
+    }
     // Gone: a process of this host that no longer exists (or whose pid this process now has), or
     // an earlier run of this very job on another host (a Slurm requeue may land elsewhere). On
     // this host the process decides: two steps of one allocation share the job id.
@@ -116,7 +125,17 @@ std::map<int, fs::path> CheckpointDir::complete() const {
                               "; make it readable (or give another directory)");
   }
   for (const auto& e : it) {
-    if (auto s = step_of(e.path()); s && fsdp::is_checkpoint(e.path())) out[*s] = e.path();
+    const auto s = step_of(e.path());
+    if (!s) continue;
+    // A manifest that cannot be looked at (permissions, a stale NFS handle) is not an absent one:
+    // --resume auto would train from an older checkpoint, or afresh, and say nothing.
+    std::error_code stat;
+    const auto manifest = fs::status(e.path() / fsdp::kManifestName, stat);
+    if (stat && manifest.type() != fs::file_type::not_found) {
+      throw Error(Errc::io, "cannot look at " + (e.path() / fsdp::kManifestName).string() + ": " + stat.message() +
+                                "; the checkpoint may be intact: make it readable to this job");
+    }
+    if (fs::is_regular_file(manifest)) out[*s] = e.path();
   }
   return out;
 }

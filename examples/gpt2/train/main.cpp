@@ -138,6 +138,7 @@ train::Inputs prepare(const train::TrainOptions& o) {
     in.tokenizer = gpt2::Tokenizer::bytes();
   }
   if (!o.save.empty()) probe_output(o.save, "--save " + o.save, false);
+  if (!o.log_json.empty() && o.log_json != "-") probe_output(o.log_json, "--log-json " + o.log_json, false);
   for (const char* file : {"config.json", "model.safetensors"}) {
     if (!o.save_hf.empty()) probe_output((fs::path(o.save_hf) / file).string(), "--save-hf " + o.save_hf, true);
   }
@@ -277,7 +278,10 @@ int prepare_and_run(train::Job& job) {
     auto watching = m.watch(rt.allocator());  // live allocator gauges; the last figures stay served
     rc = rt.scheduler().sync_wait(run(rt, job));
   }
-  if (job.o.metrics_linger > 0) std::this_thread::sleep_for(std::chrono::duration<double>(job.o.metrics_linger));
+  // Not after a stop on request: a scheduler's pre-emption waits for exit code 75, not for a scrape.
+  if (job.o.metrics_linger > 0 && rc != transport::StopSignal::kExitCode) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(job.o.metrics_linger));
+  }
   m.stop();
   return rc;
 }

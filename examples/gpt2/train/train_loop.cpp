@@ -1,17 +1,22 @@
 #include "train_loop.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 
 #include "checkpoints.hpp"
 #include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/file_io.hpp"
 
 namespace coshard::train {
 namespace {
@@ -47,10 +52,29 @@ StepMetrics step_metrics(Telemetry& tel) {
 
 }  // namespace
 
-StepLog::StepLog(const TrainOptions& o, int rank) {
+StepLog::StepLog(const TrainOptions& o, int rank, int first_step) : path_(o.log_json) {
   if (rank != 0 || o.log_json.empty()) return;
-  f_ = o.log_json == "-" ? stdout : std::fopen(o.log_json.c_str(), "w");
-  if (!f_) throw Error(Errc::io, "cannot open --log-json " + o.log_json + " for writing");
+  if (o.log_json == "-") {
+    f_ = stdout;
+    return;
+  }
+  std::error_code ec;
+  if (first_step > 0 && std::filesystem::exists(o.log_json, ec)) {
+    // The records of steps after the checkpoint were trained again by this run: they go.
+    std::string kept;
+    std::istringstream in(read_text(o.log_json));
+    for (std::string line; std::getline(in, line);) {
+      int step = 0;
+      const char* at = line.c_str() + std::min<std::size_t>(line.size(), 8);
+      if (line.rfind("{\"step\":", 0) == 0 && std::from_chars(at, line.c_str() + line.size(), step).ec == std::errc() &&
+          step <= first_step) {
+        kept += line + "\n";
+      }
+    }
+    write_atomic(o.log_json, kept);
+  }
+  f_ = std::fopen(o.log_json.c_str(), first_step > 0 ? "a" : "w");
+  if (!f_) throw Error(Errc::io, "cannot open --log-json " + o.log_json + " for writing: " + std::strerror(errno));
 }
 
 StepLog::~StepLog() { close(); }
@@ -64,7 +88,12 @@ void StepLog::write(const StepRecord& r) {
                r.step, json_number(r.loss).c_str(), json_number(r.val).c_str(), json_number(r.lr).c_str(),
                json_number(r.tokens_per_s).c_str(), json_number(r.step_s).c_str(), json_number(r.exposed).c_str(),
                json_number(r.overlap).c_str(), r.peak, r.state_bytes, r.pool_bytes);
-  std::fflush(f_);
+  if (std::fflush(f_) != 0 && !said_failed_) {
+    // Not worth ending a training run for (its checkpoints are what it keeps), but said.
+    said_failed_ = true;
+    std::fprintf(stderr, "gpt2-train: warning: writing --log-json %s failed (%s); records from step %d on are lost\n",
+                 path_.c_str(), std::strerror(errno), r.step);
+  }
 }
 
 void StepLog::close() {
@@ -142,7 +171,7 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
       model_(model),
       engine_(engine),
       loader_(job.in.train, loader_options(job.o, pg.rank(), pg.size(), job.o.shuffle)),
-      log_(job.o, pg.rank()),
+      log_(job.o, pg.rank(), first_step),
       metrics_(step_metrics(rt.telemetry())),
       compute_(rt.stream("compute")),
       scalars_(Tensor::empty(rt.allocator(), DType::f32, {2})),

@@ -33,10 +33,11 @@ struct StepRecord {
 };
 
 // Rank 0's --log-json: one JSON object per step, to a file or stdout. Closed by close() or at
-// destruction; stdout stays open.
+// destruction; stdout stays open. A run resumed after `first_step` steps keeps the file's records
+// of steps up to it and appends: a restart must not erase the history before its checkpoint.
 class StepLog {
  public:
-  StepLog(const TrainOptions& o, int rank);
+  StepLog(const TrainOptions& o, int rank, int first_step);
   ~StepLog();
   StepLog(const StepLog&) = delete;
   StepLog& operator=(const StepLog&) = delete;
@@ -46,6 +47,8 @@ class StepLog {
 
  private:
   std::FILE* f_ = nullptr;
+  std::string path_;
+  bool said_failed_ = false;  // said that a write failed
 };
 
 // The step's Prometheus series.
