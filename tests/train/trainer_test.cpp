@@ -593,6 +593,24 @@ TEST(TrainerErrors, ADivergedRunStopsWithoutKeepingTheWeightsThatDiverged) {
   }
 }
 
+// A --trace in a folder local to each host: rank 0 failed after training with "cannot read the
+// trace '...rank1': check the path".
+TEST(TrainerErrors, ATraceTheRanksSeeApartIsNamedAndItsPartsAreKept) {
+  auto d = temp_dir("trace-apart");
+  const std::string apart = kRun + " --nproc-per-node 2 -- sh -c 'mkdir -p " + d.string() + "/r$RANK && exec \"$0\" " +
+                            "\"$@\" --trace " + d.string() + "/r$RANK/t.json' " + kTrain +
+                            " --metrics-port 0 --samples 0 --steps 2 --seq 32";
+  auto r = run_command(apart);
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--trace " + (d / "r0" / "t.json").string() + ": rank 0 does not find the part(s) of rank(s) "
+                          "1 (" + (d / "r0" / "t.json").string() + ".rankN): give --trace on a file system that every "
+                          "rank sees"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(d / "r1" / "t.json.rank1")) << r.output;
+  EXPECT_TRUE(fs::exists(d / "r0" / "t.json.rank0")) << r.output;
+}
+
 // A directory as --init's config.json gave a parse error without naming it.
 TEST(TrainerErrors, AnInitConfigThatIsADirectoryIsNamed) {
   auto d = temp_dir("init-dir");

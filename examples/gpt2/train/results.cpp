@@ -95,7 +95,18 @@ std::string trace_part(const std::string& trace, int rank) { return trace + ".ra
 
 void merge_timeline(const std::string& trace, int world) {
   std::vector<std::string> parts;
-  for (int q = 0; q < world; ++q) parts.push_back(trace_part(trace, q));
+  std::string missing;
+  for (int q = 0; q < world; ++q) {
+    parts.push_back(trace_part(trace, q));
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(parts.back(), ec)) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+  }
+  if (!missing.empty()) {
+    // Each rank wrote its part where it sees --trace: a folder local to each host.
+    throw Error(Errc::io, "--trace " + trace + ": rank 0 does not find the part(s) of rank(s) " + missing + " (" +
+                              trace + ".rankN): give --trace on a file system that every rank sees; the parts "
+                              "written are left where their ranks wrote them (coshard-trace-merge joins them)");
+  }
   const auto spans = metrics::merge_trace_files(parts, trace);
   for (const auto& p : parts) std::filesystem::remove(p);
   std::printf("timeline: %zu spans of %d rank(s) in %s (open in https://ui.perfetto.dev or chrome://tracing)\n",
@@ -133,6 +144,11 @@ void print_summary(const TrainOptions& o, const TrainSummary& s, int world) {
 }
 
 Task<void> finish_job(Job& job, transport::ProcessGroup& pg) {
+  if (job.timeline && job.timeline->dropped() > 0) {
+    std::fprintf(stderr, "gpt2-train: rank %d: the timeline is full: it holds the first spans of the last %d step(s) "
+                 "and dropped %zu later ones; lower --trace-steps to see whole steps\n", pg.rank(), job.o.trace_steps,
+                 job.timeline->dropped());
+  }
   if (job.timeline) job.timeline->write(trace_part(job.o.trace, pg.rank()));
   co_await pg.finish();
   if (job.timeline && pg.rank() == 0) merge_timeline(job.o.trace, pg.size());
