@@ -224,8 +224,17 @@ bool is_checkpoint(const std::filesystem::path& dir) {
 Manifest read_manifest(const std::filesystem::path& dir) {
   const auto path = dir / kManifestName;
   if (!is_checkpoint(dir)) {
+    // A directory of checkpoints (gpt2-train's --checkpoint-dir) is the likeliest mix-up.
+    std::error_code ec;
+    std::string newest;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (is_checkpoint(e.path()) && e.path().string() > newest) newest = e.path().string();
+    }
     throw Error(Errc::io, "'" + dir.string() + "' is not a checkpoint: it has no " + kManifestName +
-                              " (a save that did not finish leaves none); give a complete checkpoint directory");
+                              (newest.empty() ? " (a save that did not finish leaves none); give a complete checkpoint "
+                                                "directory"
+                                              : ", but holds checkpoints: give one of them, such as '" + newest +
+                                                    "' (the last by name)"));
   }
   std::string text(coshard::file_size(path), '\0');
   read_at(path, 0, std::as_writable_bytes(std::span<char>(text)));

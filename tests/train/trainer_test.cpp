@@ -346,7 +346,8 @@ TEST(TrainerCheckpoint, AKillBetweenTheLastRankFileAndTheManifestLeavesThePrevio
 TEST(TrainerCheckpoint, CkptToolExportsWhatSaveWritesImportsAndVerifies) {
   auto d = temp_dir("ckpt-tool");
   const std::string tool = COSHARD_CKPT_BIN, dir = (d / "c").string(), step = dir + "/step-00000004";
-  auto r = run_command(launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --save " + (d / "saved.safetensors").string()));
+  auto r = run_command(launch(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --save " +
+                                     (d / "saved.safetensors").string() + " --save-hf " + (d / "hf").string()));
   ASSERT_EQ(r.rc, 0) << r.output;
   auto bytes = [](const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
@@ -360,6 +361,18 @@ TEST(TrainerCheckpoint, CkptToolExportsWhatSaveWritesImportsAndVerifies) {
   x = run_command(tool + " export " + (d / "imported").string() + " --to " + (d / "again.safetensors").string());
   ASSERT_EQ(x.rc, 0) << x.output;
   EXPECT_EQ(bytes(d / "again.safetensors"), bytes(d / "saved.safetensors"));
+  // A Hugging Face directory, as --init takes it (was "Is a directory").
+  x = run_command(tool + " import " + (d / "hf").string() + " " + (d / "from-hf").string() + " --model tiny");
+  ASSERT_EQ(x.rc, 0) << x.output;
+  x = run_command(tool + " export " + (d / "from-hf").string() + " --to " + (d / "hf.safetensors").string());
+  ASSERT_EQ(x.rc, 0) << x.output;
+  EXPECT_EQ(bytes(d / "hf.safetensors"), bytes(d / "saved.safetensors"));
+  // The --checkpoint-dir itself, for one of its checkpoints.
+  x = run_command(tool + " export " + dir + " --to " + (d / "root.safetensors").string());
+  EXPECT_EQ(x.rc, 1) << x.output;
+  EXPECT_NE(x.output.find("has no manifest.json, but holds checkpoints: give one of them, such as '" + step + "'"),
+            std::string::npos)
+      << x.output;
   x = run_command(tool + " inspect " + step);
   EXPECT_EQ(x.rc, 0) << x.output;
   EXPECT_NE(x.output.find("saved by 2 rank(s), full_shard"), std::string::npos) << x.output;

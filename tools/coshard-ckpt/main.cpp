@@ -2,7 +2,8 @@
 //   coshard-ckpt inspect DIR                  what is in it
 //   coshard-ckpt verify DIR                   every checksum, every piece covered exactly once
 //   coshard-ckpt export DIR --to FILE         the full model as GPT-2 safetensors (what --save writes)
-//   coshard-ckpt import FILE DIR --model M    a GPT-2 safetensors as a checkpoint (fresh optimizer)
+//   coshard-ckpt import FILE DIR --model M    a GPT-2 safetensors file or Hugging Face directory as a
+//                                             checkpoint (fresh optimizer)
 // Exit codes: 0 ok, 1 the checkpoint or file is bad (the message says what and where), 2 usage.
 #include <cstdio>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "coshard/fsdp/checkpoint.hpp"
 #include "coshard/gpt2/config.hpp"
+#include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/params.hpp"
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/runtime/error.hpp"
@@ -24,7 +26,7 @@ constexpr const char* kUsage =
     "usage: coshard-ckpt inspect DIR\n"
     "       coshard-ckpt verify DIR\n"
     "       coshard-ckpt export DIR --to FILE.safetensors\n"
-    "       coshard-ckpt import FILE.safetensors DIR --model MODEL\n"
+    "       coshard-ckpt import FILE.safetensors|HF_DIR DIR --model MODEL\n"
     "  DIR is a sharded checkpoint (gpt2-train --checkpoint-dir writes them as DIR/step-NNNNNNNN).\n"
     "  export writes the full model under its Hugging Face GPT-2 names, as gpt2-train --save does;\n"
     "  import makes a checkpoint of a model (MODEL as gpt2-train --model) with a fresh optimizer.\n";
@@ -91,7 +93,7 @@ int export_model(const fs::path& dir, const fs::path& to) {
 
 int import_model(const fs::path& file, const fs::path& dir, const std::string& model) {
   const auto config = gpt2::parse_config(model);
-  const auto state = gpt2::read_model(file, config);
+  const auto state = gpt2::read_init(file, config);  // a safetensors file or a Hugging Face directory, as --init
   std::vector<fsdp::FullTensor> params;
   for (const auto& p : gpt2::all_params(config)) {
     if (auto it = state.find(p.name); it != state.end()) params.push_back({p.name, p.shape, it->second});
