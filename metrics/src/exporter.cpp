@@ -24,6 +24,10 @@ std::string why_not_bindable(const std::string& address, std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
+    if (address.find(':') != std::string::npos) {
+      return "the metrics endpoint serves IPv4 only; give an IPv4 address (0.0.0.0 for every interface, 127.0.0.1 "
+             "for this host only)";
+    }
     return "the address is not an IPv4 literal this host has, or the port is in use";
   }
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

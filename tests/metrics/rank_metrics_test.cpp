@@ -107,6 +107,23 @@ TEST(RankMetrics, AnAddressThatIsNotLocalIsNamed) {
   }
 }
 
+// An IPv6 address was told "not an IPv4 literal this host has, or the port is in use".
+TEST(RankMetrics, AnIpv6AddressIsRefusedSayingTheEndpointServesIpv4) {
+  for (const char* address : {"::1", "[::1]"}) {
+    RankMetrics::Options o = on_port(0, 0, 0);
+    o.bind_address = address;
+    RankMetrics m(o);
+    try {
+      m.start();
+      FAIL() << "expected an error for " << address;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the metrics endpoint serves IPv4 only; give an IPv4 address"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(RankMetrics, StopClosesTheEndpointAndStartOpensItAgain) {
   RankMetrics m(on_port(0, 0, 0));
   m.start();
