@@ -606,8 +606,8 @@ TEST(LauncherNodes, ANodeWithAnotherTokenIsToldToGiveEveryNodeTheSameToken) {
 
 // A typo in --master was retried as a store that does not answer, for the whole --join-timeout,
 // and named only as a timeout.
-TEST(LauncherNodes, AMasterWhoseNameDoesNotResolveIsNamedAtOnce) {
-  // Retried for a minute at most (a name not published yet), here up to --join-timeout.
+TEST(LauncherNodes, AMasterWhoseNameDoesNotResolveIsNamedAsSuch) {
+  // Retried for a minute at most (a name not published yet): here --join-timeout ends it first.
   expect_node_1_cannot_join("--master no-such-host.invalid:29500 --token t --join-timeout 3",
                             {"node 1 cannot join the job: cannot resolve the rendezvous store's host "
                              "'no-such-host.invalid'",

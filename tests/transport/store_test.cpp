@@ -159,6 +159,30 @@ TEST_F(StoreTest, ConcurrentClientsOnSeveralThreads) {
   EXPECT_EQ(winners, 1);
 }
 
+// A rank whose MASTER_ADDR names a host not published yet retries it for resolve_timeout (it used
+// to fail at once, or to wait the whole connect_timeout as if the store were down), then is told
+// the name does not resolve.
+TEST_F(StoreTest, AHostNameThatDoesNotResolveIsRetriedForTheResolveTimeoutThenNamed) {
+  auto o = client_options(9);
+  o.host = "no-such-host.invalid";  // RFC 6761: never resolves
+  o.connect_timeout = 30s;
+  o.resolve_timeout = 1500ms;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    client_sched.sync_wait(StoreClient::connect(o));
+    FAIL() << "expected the name not to resolve";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::bad_config) << e.what();
+    EXPECT_EQ(e.context().op, StoreClient::kResolveOp) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot resolve the rendezvous store's host 'no-such-host.invalid'"),
+              std::string::npos)
+        << e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 1.4);
+  EXPECT_LT(waited, 10);
+}
+
 TEST_F(StoreTest, WrongTokenIsRejectedAndTheServerKeepsServing) {
   auto server = serve("right");
   try {

@@ -86,7 +86,6 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
 void Coordinator::connect(transport::StoreClient::Options so) {
   const std::string who = "node " + std::to_string(o_.node_rank) + " cannot join the job: ";
   const auto deadline = Clock::now() + o_.join_timeout;
-  constexpr auto kUnresolvedFor = std::chrono::seconds(60);
   std::optional<Clock::time_point> unresolved_since;
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -95,12 +94,10 @@ void Coordinator::connect(transport::StoreClient::Options so) {
       store_ = sched_->sync_wait(transport::StoreClient::connect(so));
       return;
     } catch (const Error& e) {
-      // A name that does not resolve may be one not published yet (a pod's DNS record): retried
-      // for a minute at most, as a typo must not cost the whole --join-timeout.
+      // Each 2 s slice is a connect of its own: resolve_timeout counts across them here.
       if (e.context().op == transport::StoreClient::kResolveOp) {
         if (!unresolved_since) unresolved_since = Clock::now();
-        if (Clock::now() >= std::min(deadline, *unresolved_since + kUnresolvedFor)) throw Error(e.code(), who + e.message());
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (Clock::now() >= std::min(deadline, *unresolved_since + so.resolve_timeout)) throw Error(e.code(), who + e.message());
       } else if (e.code() != Errc::timeout) {
         throw Error(e.code(), who + e.message());
       } else if (Clock::now() >= deadline) {

@@ -216,8 +216,9 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
   try {
     children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight.path);
   } catch (const CannotStart& e) {
-    // Found before any store was started, unless exec refused it (or it changed since): no
-    // restart runs it either, so the job ends on every node (the verdict names it).
+    // launch() checked the program before the store, but only exec can tell some reasons (a
+    // format it does not run), and the file may have changed since. No restart can run it
+    // either: the job ends on every node, and the verdict names the reason.
     coordinator.report(attempt, Failure{.node = o.node_rank, .code = 127, .restartable = false,
                                         .what = "coshard-run on " + this_host() + ": " + e.message()});
     return AttemptEnd{.rc = 127};

@@ -143,8 +143,7 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
   if (err != 0 && !lasting) {
     std::fprintf(stderr, "coshard-run: cannot start '%s': %s\n", cmd.path_.c_str(), std::strerror(err));
   } else if (err != 0) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     throw CannotStart("cannot start '" + cmd.path_ + "': " + std::strerror(err) +
                                       (err == ENOEXEC ? " (not a program this machine runs, nor a script with #!)" : ""));

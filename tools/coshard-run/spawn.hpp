@@ -50,7 +50,7 @@ class ChildCommand {
 
 // Forks and execs `cmd` in a process group of its own, with stdout/stderr on the given
 // descriptors, `mask` as its signal mask, and SIGKILL when the launcher dies. Returns once the
-// child has exec'd. Throws Error(io) if fork fails, and CannotStart naming the reason when exec
+// child has exec'd (or after 5 s without a word from it: then it is the supervisor's, as a rank). Throws Error(io) if fork fails, and CannotStart naming the reason when exec
 // fails for good (ENOEXEC, EACCES, ...; the child is reaped then). A passing refusal (ETXTBSY,
 // ENOMEM) is said on stderr and left to show as the child's exit status 127.
 pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_t& mask);

@@ -3,6 +3,7 @@
 #include "coshard/transport/stop_signal.hpp"
 #include "hang_report.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -244,20 +245,18 @@ void Supervisor::relay(Output& out) {
 // process outside the groups (one that called setsid) still holds. True once nothing is left to
 // wait for.
 bool Supervisor::leftovers_ended() {
-  const auto alive = [](Child& c) {
-    if (c.group_gone) return false;
+  std::vector<char> alive(children_.size(), 0);
+  bool any_alive = false, any_held = false;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Child& c = children_[i];
+    any_held |= c.out.fd.get() >= 0 || c.err.fd.get() >= 0;
+    if (c.group_gone) continue;
     while (::waitpid(-c.pid, nullptr, WNOHANG) > 0) {
     }  // orphans that came to this launcher (as PID 1 or a subreaper) would stay zombies
-    if (::kill(-c.pid, 0) == 0) return true;
-    // Gone for good: the number may go to a new group of someone else's, which must never be signalled.
-    c.group_gone = errno == ESRCH;
-    return !c.group_gone;
-  };
-  const auto held = [](const Child& c) { return c.out.fd.get() >= 0 || c.err.fd.get() >= 0; };
-  bool any_alive = false, any_held = false;
-  for (auto& c : children_) {
-    any_alive |= alive(c);
-    any_held |= held(c);
+    alive[i] = ::kill(-c.pid, 0) == 0;
+    // Gone for good: the number may go to a new group of someone else's, never to be signalled.
+    c.group_gone = !alive[i] && errno == ESRCH;
+    any_alive |= alive[i] != 0;
   }
   if (!any_alive && !any_held) return true;
   const auto now = Clock::now();
@@ -271,10 +270,12 @@ bool Supervisor::leftovers_ended() {
   if (any_alive && (leftover_signal_ == 0 || (leftover_signal_ == SIGTERM && now >= leftovers_signalled_at_ + grace))) {
     leftover_signal_ = leftover_signal_ == 0 ? SIGTERM : SIGKILL;
     leftovers_signalled_at_ = now;
-    for (auto& c : children_) {
-      if (!alive(c)) continue;
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      const Child& c = children_[i];
+      if (!alive[i]) continue;
       std::fprintf(stderr, "coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
-                   "group%s; %s\n", c.rank, static_cast<int>(c.pid), held(c) ? " and hold its output" : "",
+                   "group%s; %s\n", c.rank, static_cast<int>(c.pid),
+                   c.out.fd.get() >= 0 || c.err.fd.get() >= 0 ? " and hold its output" : "",
                    leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end after SIGTERM: killing them");
       ::kill(-c.pid, leftover_signal_);
       ::kill(-c.pid, SIGCONT);
@@ -283,17 +284,28 @@ bool Supervisor::leftovers_ended() {
   }
   if (any_alive && leftover_signal_ == SIGTERM) return false;  // within the grace
   if (leftover_signal_ != 0 && now < leftovers_signalled_at_ + std::chrono::seconds(1)) return false;  // pipes to close
-  for (auto& c : children_) {
-    if (!held(c)) continue;
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    Child& c = children_[i];
+    if (c.out.fd.get() < 0 && c.err.fd.get() < 0) continue;
     std::fprintf(stderr, "coshard-run: rank %d's output is still held open by %s; not waiting for it\n", c.rank,
-                 alive(c) ? "processes of its group that SIGKILL did not end"
+                 alive[i] ? "processes of its group that SIGKILL did not end"
                           : "a process outside its process group (one that called setsid)");
-    for (Output* out : {&c.out, &c.err}) {
-      emit_lines(*out, c.rank, true, said_closed_);
-      out->fd.reset();
-    }
+    for (Output* out : {&c.out, &c.err}) drain(*out, c.rank);
   }
   return true;
+}
+
+// What is in the pipe now, without waiting for a writer that may never close it; then it is closed.
+void Supervisor::drain(Output& out, int rank) {
+  if (out.fd.get() < 0) return;
+  ::fcntl(out.fd.get(), F_SETFL, ::fcntl(out.fd.get(), F_GETFL) | O_NONBLOCK);
+  char buf[65536];
+  for (ssize_t n; (n = ::read(out.fd.get(), buf, sizeof buf)) > 0;) {
+    out.pending.append(buf, static_cast<std::size_t>(n));
+    emit_lines(out, rank, false, said_closed_);
+  }
+  emit_lines(out, rank, true, said_closed_);
+  out.fd.reset();
 }
 
 // Reaps whoever ended; the first failure that no interrupt caused stops the others.

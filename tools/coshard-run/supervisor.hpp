@@ -52,6 +52,7 @@ class Supervisor {
   void pass_on_stop_request();
   void relay(Output& out);
   bool leftovers_ended();
+  void drain(Output& out, int rank);
   void reap();
   void kill_late_ranks();
   void check_other_nodes();

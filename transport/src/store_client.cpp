@@ -1,6 +1,7 @@
 #include <asio/connect.hpp>
 #include <asio/ip/tcp.hpp>
 #include <memory>
+#include <optional>
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/semaphore.hpp"
@@ -112,6 +113,13 @@ Task<std::error_code> connect_once(StoreClient::Impl& impl, tcp::resolver::resul
   co_return r.ec;
 }
 
+Error unresolved_error(const StoreClient::Impl& impl, std::error_code ec) {
+  return Error(Errc::bad_config, "cannot resolve the rendezvous store's host '" + impl.options.host + "' (" +
+                                     ec.message() + "). Check MASTER_ADDR (coshard-run's --master) for a typo, or "
+                                     "give the address of rank 0's host",
+               op_context(std::string(StoreClient::kResolveOp)));
+}
+
 // Every attempt has a deadline of its own: a SYN that is dropped (a full accept queue, a host
 // that is not there) is otherwise retried by the kernel for about two minutes, past any deadline.
 Task<void> connect_with_retry(StoreClient::Impl& impl) {
@@ -120,21 +128,18 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
   auto deadline = clock::now() + impl.options.connect_timeout;
   auto pause = std::chrono::milliseconds(10);
   std::string last_error;
+  std::optional<clock::time_point> unresolved_since;
   for (;;) {
     std::error_code ec;
     tcp::resolver resolver(impl.sched.io_context());
     // A synchronous lookup, once per rank at start-up; numeric addresses never touch DNS.
     auto endpoints = resolver.resolve(impl.options.host, std::to_string(impl.options.port), ec);
-    if (ec == asio::error::host_not_found) {
-      // An authoritative "no such name": a typo, or a name not published yet (a pod whose DNS
-      // record comes with it). A caller that waits for the store may retry it (the op says which
-      // error this is); a failed lookup (try_again, a DNS server down) is retried here as a
-      // refused connect.
-      throw Error(Errc::bad_config, "cannot resolve the rendezvous store's host '" + impl.options.host + "' (" +
-                                        ec.message() + "). Check MASTER_ADDR (coshard-run's --master) for a typo, "
-                                        "or give the address of rank 0's host",
-                  op_context(std::string(StoreClient::kResolveOp)));
-    }
+    // An authoritative "no such name" is a typo, or a name not published yet (a pod whose DNS
+    // record comes with it): retried for resolve_timeout at most, then named. A failed lookup
+    // (try_again, a DNS server down) is retried as a refused connect.
+    const bool unresolved = ec == asio::error::host_not_found;
+    if (unresolved && !unresolved_since) unresolved_since = clock::now();
+    if (unresolved && clock::now() >= *unresolved_since + impl.options.resolve_timeout) throw unresolved_error(impl, ec);
     if (!ec) {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - clock::now());
       try {
@@ -147,7 +152,10 @@ Task<void> connect_with_retry(StoreClient::Impl& impl) {
       }
     }
     last_error = ec.message();
-    if (clock::now() + pause >= deadline) break;
+    if (clock::now() + pause >= deadline) {
+      if (ec == asio::error::host_not_found) throw unresolved_error(impl, ec);
+      break;
+    }
     co_await sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }

@@ -77,6 +77,9 @@ class StoreClient {
     std::uint16_t port = 0;          ///< the store's port (MASTER_PORT)
     std::string token;               ///< the server's token, if it has one (COSHARD_TOKEN)
     std::chrono::milliseconds connect_timeout{30000};  ///< retries with back-off until then
+    /// A host name that does not resolve (no such name) is retried this long at most, within
+    /// connect_timeout: a name not published yet, not a typo for the whole wait.
+    std::chrono::milliseconds resolve_timeout{60000};
     std::chrono::milliseconds op_timeout{300000};      ///< any one call
     StoreLimits limits;                                ///< larger frames are refused, both ways
     /// Put in front of every key this client names, so that clients of one attempt of a job never
@@ -84,8 +87,9 @@ class StoreClient {
     std::string key_prefix;
   };
 
-  /// The op of connect()'s Error(bad_config) when the store's host name does not resolve (no such
-  /// name, authoritatively): a caller that waits for a store not published yet may retry it.
+  /// The op of connect()'s Error(bad_config) when the store's host name did not resolve (no such
+  /// name) within resolve_timeout, or by connect_timeout: a caller that connects in slices of a
+  /// longer wait (coshard-run) tells it from a timeout by this.
   static constexpr std::string_view kResolveOp = "store resolve";
 
   /// Connects (retrying while the server is not up yet) and presents the token.
