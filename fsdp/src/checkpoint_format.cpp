@@ -218,7 +218,12 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
 
 bool is_checkpoint(const std::filesystem::path& dir) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(dir / kManifestName, ec);
+  const auto manifest = std::filesystem::status(dir / kManifestName, ec);
+  if (ec && manifest.type() != std::filesystem::file_type::not_found) {
+    throw Error(Errc::io, "cannot look at " + (dir / kManifestName).string() + ": " + ec.message() +
+                              "; the checkpoint may be intact: make it readable to this job");
+  }
+  return std::filesystem::is_regular_file(manifest);
 }
 
 Manifest read_manifest(const std::filesystem::path& dir) {
@@ -236,9 +241,7 @@ Manifest read_manifest(const std::filesystem::path& dir) {
                                               : ", but holds checkpoints: give one of them, such as '" + newest +
                                                     "' (the last by name)"));
   }
-  std::string text(coshard::file_size(path), '\0');
-  read_at(path, 0, std::as_writable_bytes(std::span<char>(text)));
-  return manifest_from_json(text, path.string());
+  return manifest_from_json(read_text(path), path.string());
 }
 
 void write_manifest(const std::filesystem::path& dir, const Manifest& m) { write_atomic(dir / kManifestName, to_json(m)); }

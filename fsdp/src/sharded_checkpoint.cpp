@@ -157,11 +157,20 @@ ShardedCheckpoint::~ShardedCheckpoint() {
 
 Task<void> ShardedCheckpoint::save(std::filesystem::path dir, CheckpointMetadata metadata, bool async) {
   co_await finish();  // a second save waits for the first
-  // Overwriting a checkpoint in place could leave its manifest over new files: refuse.
-  const bool exists = is_checkpoint(dir);
-  if (const std::string there = co_await failures(!exists); !there.empty()) {
-    throw Error(Errc::bad_config, "'" + dir.string() + "' already holds a checkpoint" +
-                                      (exists ? "" : " (seen by rank(s) " + there + ")") +
+  // Overwriting a checkpoint in place could leave its manifest over new files: refuse. So is a
+  // target whose manifest cannot be looked at, by every rank (none may enter the save alone).
+  bool exists = false;
+  std::string unseen;
+  try {
+    exists = is_checkpoint(dir);
+  } catch (const Error& e) {
+    unseen = e.message();
+  }
+  if (const std::string there = co_await failures(!exists && unseen.empty()); !there.empty()) {
+    throw Error(Errc::bad_config,
+                !unseen.empty() ? "cannot save to '" + dir.string() + "': " + unseen
+                                : "'" + dir.string() + "' already holds a checkpoint" +
+                                      (exists ? "" : " (or cannot be looked at) on rank(s) " + there) +
                                       ": save to a new directory, or remove it first",
                 ErrorContext{.rank = ctx_.rank, .op = "save_sharded", .unit = {}});
   }

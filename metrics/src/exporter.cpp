@@ -24,10 +24,6 @@ std::string why_not_bindable(const std::string& address, std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
-    if (address.find(':') != std::string::npos) {
-      return "the metrics endpoint serves IPv4 only; give an IPv4 address (0.0.0.0 for every interface, 127.0.0.1 "
-             "for this host only)";
-    }
     return "the address is not an IPv4 literal this host has, or the port is in use";
   }
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -70,6 +66,12 @@ Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::st
     : bind_(bind_address) {
   (void)detail::thread_stack_floor_linked();  // keeps the civetweb stack fix in static links
   const std::string where = bind_address + ":" + std::to_string(port);
+  // civetweb's builds differ in IPv6 support, and url() writes no brackets: one behaviour for all.
+  if (bind_address.find(':') != std::string::npos) {
+    throw Error(Errc::bad_config, "cannot serve metrics on " + bind_address + ": the metrics endpoint serves IPv4 only; "
+                                  "give an IPv4 address with --metrics-bind (0.0.0.0 for every interface, 127.0.0.1 "
+                                  "for this host only)");
+  }
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(where, 2);
   } catch (const std::exception& e) {

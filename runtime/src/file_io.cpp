@@ -1,6 +1,7 @@
 #include "coshard/runtime/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -88,15 +89,24 @@ std::uint64_t file_size(const std::filesystem::path& path) {
 }
 
 std::string read_text(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec) throw Error(Errc::io, "cannot read '" + path.string() + "': " + ec.message());
-  if (std::filesystem::is_directory(st)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
-  if (!std::filesystem::is_regular_file(st)) {
+  // Opened without blocking and judged by the descriptor: a FIFO would block the open itself, and
+  // a path checked before opening could be swapped in between.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (fd.get() < 0) throw io_error("cannot read", path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw io_error("cannot read", path, errno);
+  if (S_ISDIR(st.st_mode)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
+  if (!S_ISREG(st.st_mode)) {
     throw Error(Errc::io, "cannot read '" + path.string() + "': it is not a regular file (a FIFO, socket or device)");
   }
-  std::string text(static_cast<std::size_t>(coshard::file_size(path)), '\0');
-  read_at(path, 0, std::as_writable_bytes(std::span<char>(text.data(), text.size())));
+  std::string text(static_cast<std::size_t>(st.st_size), '\0');
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::pread(fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw io_error("cannot read", path, errno);
+    if (n == 0) throw Error(Errc::corrupt_file, "'" + path.string() + "' shrank while being read");
+    done += static_cast<std::size_t>(n);
+  }
   return text;
 }
 

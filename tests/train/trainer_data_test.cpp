@@ -116,8 +116,8 @@ TEST(TrainerData, TokenizersThatCannotDecodeAreNamedBeforeTraining) {
            {"--data " + data + kModel + " --tokenizer " + fifo,
             "cannot read '" + fifo + "': it is not a regular file (a FIFO, socket or device)"},
            {"--data " + data + kModel + " --tokenizer " + empty, "its vocabulary is empty"},
-           {"--tokenizer " + empty, "but this run trains on the embedded corpus (byte text, no tokenizer needed): give "
-                                    "--data, or drop --tokenizer"}}) {
+           {"--tokenizer " + empty, "without --data the run trains on the embedded corpus (byte text, no tokenizer "
+                                    "needed): give --data, or drop --tokenizer"}}) {
     auto r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 " + args);
     EXPECT_NE(r.rc, 0) << args << "\n" << r.output;
     EXPECT_NE(r.rc, 124) << "hung: " << args << "\n" << r.output;

@@ -125,17 +125,7 @@ std::map<int, fs::path> CheckpointDir::complete() const {
                               "; make it readable (or give another directory)");
   }
   for (const auto& e : it) {
-    const auto s = step_of(e.path());
-    if (!s) continue;
-    // A manifest that cannot be looked at (permissions, a stale NFS handle) is not an absent one:
-    // --resume auto would train from an older checkpoint, or afresh, and say nothing.
-    std::error_code stat;
-    const auto manifest = fs::status(e.path() / fsdp::kManifestName, stat);
-    if (stat && manifest.type() != fs::file_type::not_found) {
-      throw Error(Errc::io, "cannot look at " + (e.path() / fsdp::kManifestName).string() + ": " + stat.message() +
-                                "; the checkpoint may be intact: make it readable to this job");
-    }
-    if (fs::is_regular_file(manifest)) out[*s] = e.path();
+    if (auto s = step_of(e.path()); s && fsdp::is_checkpoint(e.path())) out[*s] = e.path();
   }
   return out;
 }

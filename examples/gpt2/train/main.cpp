@@ -123,10 +123,6 @@ train::Inputs prepare(const train::TrainOptions& o) {
   train::Inputs in;
   split_validation(load_tokens(o, in), o, in);
   if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config);
-  if (!o.tokenizer.empty() && in.corpus) {
-    throw Error(Errc::bad_config, "--tokenizer " + o.tokenizer + " decodes the samples of --data, but this run trains on "
-                                  "the embedded corpus (byte text, no tokenizer needed): give --data, or drop --tokenizer");
-  }
   if (!o.tokenizer.empty()) {
     in.tokenizer = gpt2::Tokenizer::from_file(o.tokenizer);
     if (static_cast<std::int64_t>(in.tokenizer->size()) != o.config.vocab) {
@@ -197,7 +193,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
     co_return transport::StopSignal::kExitCode;
   }
   co_await train::save_and_sample(job, *engine, pg->rank());
-  if (pg->rank() == 0) train::print_summary(job.o, summary, pg->size());
+  if (pg->rank() == 0) train::print_summary(job.o, summary, pg->size(), first_step);
   co_await train::finish_job(job, *pg);
   co_return 0;
 }

@@ -132,10 +132,10 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   if (want_samples) print_samples(o, job.in, state);
 }
 
-void print_summary(const TrainOptions& o, const TrainSummary& s, int world) {
-  if (s.first_step >= o.steps) {
+void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int first_step) {
+  if (first_step >= o.steps) {
     std::printf("nothing to train: the run resumed after step %d, and --steps is %d; give a larger --steps to "
-                "train on\n", s.first_step, o.steps);
+                "train on\n", first_step, o.steps);
   } else {
     std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s\n", o.steps, s.seconds, s.first_loss,
                 s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str());

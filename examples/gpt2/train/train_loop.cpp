@@ -187,7 +187,6 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::G
 
 Task<TrainSummary> TrainLoop::run() {
   TrainSummary s;
-  s.first_step = first_step_;
   const auto start = Clock::now();
   for (int step = first_step_; step < o_.steps; ++step) {
     // The timeline keeps the last --trace-steps steps: enough to see the overlap, small enough to draw.
@@ -280,11 +279,24 @@ Task<void> TrainLoop::checkpoint(int steps_done, bool now) {
 Task<void> TrainLoop::diverged(int step, float loss) {
   std::string removed;
   if (saving_ && *saving_ == step) {
-    co_await engine_.wait_for_checkpoint();  // every rank's file is written once the manifest is
-    if (pg_.rank() == 0) checkpoints_->discard(step);
-    removed = "; the checkpoint of the weights that gave it, " + checkpoints_->step_dir(step).filename().string() +
-              ", is removed, so --resume auto restarts from an older one";
     saving_.reset();
+    co_await engine_.wait_for_checkpoint();  // every rank's file is written once the manifest is
+    const std::string name = checkpoints_->step_dir(step).filename().string();
+    float failed = 0;
+    if (pg_.rank() == 0) {
+      try {
+        checkpoints_->discard(step);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gpt2-train: removing %s failed: %s\n", name.c_str(), e.what());
+        failed = 1;
+      }
+    }
+    // Every rank says the same, once rank 0 is done: none exits while the removal runs.
+    const bool removed_it = (co_await mean_over_ranks(failed, 0)).first == 0;
+    removed = removed_it ? "; the checkpoint of the weights that gave it, " + name +
+                               ", is removed, so --resume auto restarts from an older one"
+                         : "; removing the checkpoint of the weights that gave it, " + name +
+                               ", failed (rank 0 says why): remove it before --resume auto";
   }
   throw Error(Errc::invalid_argument,
               "step " + std::to_string(step + 1) + ": the training loss (mean over ranks) is " +

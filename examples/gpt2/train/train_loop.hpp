@@ -59,7 +59,6 @@ struct StepMetrics {
 };
 
 struct TrainSummary {
-  int first_step = 0;  // a resume starts later
   float first_loss = NAN, loss = NAN;
   double seconds = 0;
   std::optional<int> stopped_after;  // the step after which a stop request (SIGUSR2) ended the run

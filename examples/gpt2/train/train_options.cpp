@@ -207,6 +207,10 @@ std::string conflicts(const TrainOptions& o) {
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     return "gpt2-train: --checkpoint-every needs --checkpoint-dir DIR";
   }
+  if (!o.tokenizer.empty() && o.data.empty()) {
+    return "gpt2-train: --tokenizer decodes the samples of --data, but without --data the run trains on the embedded "
+           "corpus (byte text, no tokenizer needed): give --data, or drop --tokenizer";
+  }
   return {};
 }
 

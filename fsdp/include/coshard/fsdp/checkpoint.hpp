@@ -72,7 +72,9 @@ struct Manifest {
   CheckpointMetadata metadata;          ///< the trainer's, as given to save_sharded
 };
 
-/// True when `dir` holds a complete checkpoint (its manifest exists).
+/// True when `dir` holds a complete checkpoint (its manifest exists), false when the manifest is
+/// absent. Error(io) when it cannot be looked at (permissions, a stale NFS handle): a checkpoint
+/// that may be intact is not an absent one.
 bool is_checkpoint(const std::filesystem::path& dir);
 /// Reads and checks the manifest: Errc::corrupt_file when it is not one, fails its own checksum,
 /// or its pieces do not tile every (parameter, kind) exactly once inside the files it lists;
