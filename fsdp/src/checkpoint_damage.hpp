@@ -13,4 +13,19 @@ inline Error checkpoint_damaged(const std::filesystem::path& file, const std::st
                                        ". The checkpoint is damaged: resume from an earlier one");
 }
 
+// Only an absent piece file, or one of another kind, shows damage. A look that fails otherwise
+// (EACCES on a folder, ELOOP, ESTALE) says nothing about the bytes: calling the checkpoint damaged
+// would send the user to an older one for a permission they can fix.
+inline void require_piece_file(const std::filesystem::path& file) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(file, ec);
+  if (st.type() == std::filesystem::file_type::not_found) throw checkpoint_damaged(file, " is missing");
+  if (ec) {
+    throw Error(Errc::io, "cannot look at checkpoint file '" + file.string() + "': " + ec.message() +
+                              "; the checkpoint may be intact: make it readable to this job and retry");
+  }
+  // Not exists(): opening a FIFO in its place would block for ever.
+  if (!std::filesystem::is_regular_file(st)) throw checkpoint_damaged(file, " is not a regular file");
+}
+
 }  // namespace coshard::fsdp::detail

@@ -248,9 +248,7 @@ void write_manifest(const std::filesystem::path& dir, const Manifest& m) { write
 
 std::vector<float> read_piece(const std::filesystem::path& dir, const CheckpointPiece& piece) {
   const auto path = dir / piece.file;
-  std::error_code ec;
-  // Not exists(): opening a FIFO in its place would block for ever.
-  if (!std::filesystem::is_regular_file(path, ec)) throw checkpoint_damaged(path, " is missing or not a regular file");
+  detail::require_piece_file(path);
   std::vector<float> out(static_cast<std::size_t>(piece.length));
   read_at(path, piece.byte_offset, std::as_writable_bytes(std::span<float>(out)));
   if (crc32c(std::as_bytes(std::span<const float>(out))) != piece.crc32c) {

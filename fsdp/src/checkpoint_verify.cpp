@@ -28,8 +28,7 @@ std::uint32_t file_crc(const std::filesystem::path& path, std::uint64_t bytes) {
 void check_files(const std::filesystem::path& dir, const Manifest& m) {
   for (const auto& f : m.files) {
     const auto path = dir / f.name;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) throw damaged(path, "is missing");
+    detail::require_piece_file(path);
     const auto size = coshard::file_size(path);
     if (size != f.bytes) {
       throw damaged(path, "has " + std::to_string(size) + " bytes where the manifest says " + std::to_string(f.bytes) +

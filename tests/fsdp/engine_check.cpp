@@ -665,6 +665,9 @@ struct Run {
     co_await expect_load_error(*other, in("truncated"), by(1, "truncated file", "rank(s) 1 failed"));
     co_await expect_load_error(*other, in("corrupt"), by(0, "fail their checksum", "rank(s) 0 failed"));
     co_await expect_load_error(*other, in("missing"), by(1, "rank-00001.bin' is missing", "rank(s) 1 failed"));
+    co_await expect_load_error(*other, in("looped"),
+                               by(1, "rank-00001.bin': Too many levels of symbolic links; the checkpoint may be intact",
+                                  "rank(s) 1 failed"));
     co_await expect_load_error(*other, in("newer"), by(0, "newer than the 2 this build reads", "newer than the 2"));
     co_await expect_load_error(*other, in("edited"), by(0, "manifest.json' fails its checksum", "fails its checksum"));
     co_await expect_load_error(*other, in("unfinished"), by(0, "it has no manifest.json", "it has no manifest.json"));
@@ -733,6 +736,9 @@ struct Run {
     f.write(&c, 1);
     f.close();
     fs::remove(copy("missing") / "rank-00001.bin");
+    const auto looped = copy("looped") / "rank-00001.bin";  // stat fails, but not with ENOENT
+    fs::remove(looped);
+    fs::create_symlink("rank-00001.bin", looped);
     fs::remove(copy("unfinished") / fsdp::kManifestName);
     auto newer = fsdp::read_manifest(good);
     newer.version = 99;
