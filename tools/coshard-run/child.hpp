@@ -3,7 +3,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -33,7 +32,7 @@ class Fd {
 // One stream of a child: buffered so each line is written whole, with its rank in front.
 struct Output {
   Fd fd;
-  std::FILE* to = stdout;
+  bool to_stderr = false;  // else to stdout
   std::string pending;
 };
 

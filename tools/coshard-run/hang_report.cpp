@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -22,6 +23,32 @@ char process_state(pid_t pid) {
   // "pid (comm) S ...": the command may hold spaces and parentheses, so look after the last ')'.
   auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+}
+
+std::vector<bool> groups_alive(const std::vector<pid_t>& pgids) {
+  std::vector<bool> alive(pgids.size(), false);
+  std::error_code ec;
+  fs::directory_iterator proc("/proc", ec);
+  if (ec) {  // no /proc to read: a zombie then counts as alive
+    for (std::size_t i = 0; i < pgids.size(); ++i) alive[i] = ::kill(-pgids[i], 0) == 0;
+    return alive;
+  }
+  for (const auto& e : proc) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    std::string stat;
+    std::getline(f, stat);
+    // "pid (comm) S ppid pgrp ...": after the last ')', as in process_state.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;  // it ended while the scan ran
+    std::istringstream fields(stat.substr(close + 1));
+    char state = '?';
+    long ppid = 0, pgrp = 0;
+    if (!(fields >> state >> ppid >> pgrp) || state == 'Z' || state == 'X') continue;
+    for (std::size_t i = 0; i < pgids.size(); ++i) alive[i] = alive[i] || pgrp == pgids[i];
+  }
+  return alive;
 }
 
 bool takes_signal(pid_t pid, const std::string& flight_dir, int sig) {

@@ -15,6 +15,11 @@ namespace coshard::run {
 // 'Z'...), or '?' when it cannot be read.
 char process_state(pid_t pid);
 
+// For each process group in `pgids`, whether a process other than a zombie is in it (one /proc
+// scan). kill(-pgid, 0) cannot tell: a zombie counts, and an orphan's zombie waits for a PID 1
+// that may take its time to reap it (a container's entrypoint).
+std::vector<bool> groups_alive(const std::vector<pid_t>& pgids);
+
 // True when `pid` asked for `sig` (SIGUSR1 or SIGUSR2: a transport::DiagnosticsSignal or
 // StopSignal leaves its transport::SignalMarker in `flight_dir`) and catches it now, so sending it
 // cannot kill the rank nor set off another meaning the program gives the signal.

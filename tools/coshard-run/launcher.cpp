@@ -191,7 +191,7 @@ std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t 
       c.running = true;
       c.out.fd = std::move(out_read);
       c.err.fd = std::move(err_read);
-      c.err.to = stderr;
+      c.err.to_stderr = true;
     }
   } catch (...) {
     // The ranks started already would wait for peers that never come.
@@ -208,7 +208,7 @@ std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t 
 
 // One attempt of every local rank.
 AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
-                     Coordinator& coordinator, int attempt, const LastFailure& last) {
+                     Coordinator& coordinator, int attempt, const LastFailure& last, Console& console) {
   coordinator.begin(attempt);
   const FlightDir flight(attempt);
   const Place at = place_of(o, coordinator.nodes());
@@ -223,19 +223,73 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
                                         .what = "coshard-run on " + this_host() + ": " + e.message()});
     return AttemptEnd{.rc = 127};
   }
-  std::fprintf(stderr, "coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
-               at.groups * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
-  Supervisor supervisor(o, children, flight.path, coordinator, attempt);
+  console.say("coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
+              at.groups * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
+  Supervisor supervisor(o, children, flight.path, coordinator, attempt, console);
   supervisor.watch(signals.fd.get());
   const int rc = supervisor.result();
   if (rc != 0) {
     std::vector<int> local;
     for (const auto& c : children) local.push_back(c.rank);
     const auto report = flight_report(flight.path, local);
-    if (!report.empty()) std::fprintf(stderr, "coshard-run: flight records (in %s):\n", flight.path.c_str());
-    for (const auto& line : report) std::fprintf(stderr, "coshard-run:   %s\n", line.c_str());
+    if (!report.empty()) console.say("coshard-run: flight records (in %s):\n", flight.path.c_str());
+    for (const auto& line : report) console.say("coshard-run:   %s\n", line.c_str());
   }
   return AttemptEnd{.rc = rc, .interrupted = supervisor.interrupted(), .stop_requested = supervisor.stop_requested()};
+}
+
+// The job on this node, attempt after attempt; returns the exit code.
+int run_job(const Options& o, BlockedSignals& signals, Console& console) {
+  const std::string token = o.token.empty() ? random_token() : o.token;
+  const auto store = host_store(o, token);
+  auto coordinator = std::make_unique<Coordinator>(o, store->port, token);
+  LastFailure last;
+  for (int attempt = coordinator->first_attempt();; ++attempt) {
+    AttemptEnd end;
+    if (!coordinator->runs_ranks(attempt)) {
+      coordinator->begin(attempt);  // no ranks of this node run in it: it ends now
+    } else {
+      end = run_ranks(o, store->port, token, signals, *coordinator, attempt, last, console);
+    }
+    const Verdict v = coordinator->finish(attempt, end);
+    if (!v.restart && !end.interrupted && !end.stop_requested && coordinator->may_rejoin(attempt)) {
+      // Node 0 goes on without this node: it joins again, as a launcher that comes late, once
+      // the store answers (--join-timeout), and is taken in at the restart that this causes.
+      console.say("coshard-run: node %d %s; trying to reach the store for up to %lld s (--join-timeout) to "
+                  "be taken back in\n", o.node_rank, v.reason.c_str(), static_cast<long long>(o.join_timeout.count()));
+      coordinator.reset();
+      coordinator = std::make_unique<Coordinator>(o, store->port, token, attempt);
+      attempt = coordinator->first_attempt() - 1;
+      continue;
+    }
+    if (!v.restart) {
+      if (v.code != 0) {
+        console.say("coshard-run: the job %s (exit code %d): %s\n", v.stopped ? "stopped" : "failed", v.code,
+                    v.reason.c_str());
+      }
+      return v.code;
+    }
+    const auto& nodes = coordinator->nodes();
+    if (std::find(nodes.begin(), nodes.end(), o.node_rank) == nodes.end()) {
+      // It was dropped, having been silent (frozen, or cut off) for longer than --rejoin-timeout,
+      // or it asked in too late for this restart: the next one takes it in.
+      if (attempt + 1 >= o.max_restarts) {
+        console.say("coshard-run: node %d is left out of the job, which restarts without it: %s; no restart "
+                    "is left to take it back in (--max-restarts %d)\n", o.node_rank, v.reason.c_str(),
+                    o.max_restarts);
+        return 1;
+      }
+      console.say("coshard-run: node %d is left out of restart %d: %s\n", o.node_rank, attempt + 1,
+                  v.reason.c_str());
+      // The restart's ranks have only just resumed from a checkpoint: nothing to save yet.
+      coordinator->ask_in(attempt + 1, "its coshard-run was left out of restart " + std::to_string(attempt + 1) +
+                                          " and asks to rejoin", false);
+      continue;
+    }
+    console.say("coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
+                o.max_restarts, v.reason.c_str());
+    last = LastFailure{.code = v.code, .rank = v.failed_rank};
+  }
 }
 
 }  // namespace
@@ -248,56 +302,16 @@ int launch(const Options& o) {
     return 127;  // what a shell returns for a command it cannot run
   }
   BlockedSignals signals = block_signals();
-  const std::string token = o.token.empty() ? random_token() : o.token;
-  const auto store = host_store(o, token);
-  auto coordinator = std::make_unique<Coordinator>(o, store->port, token);
-  LastFailure last;
-  for (int attempt = coordinator->first_attempt();; ++attempt) {
-    AttemptEnd end;
-    if (!coordinator->runs_ranks(attempt)) {
-      coordinator->begin(attempt);  // no ranks of this node run in it: it ends now
-    } else {
-      end = run_ranks(o, store->port, token, signals, *coordinator, attempt, last);
-    }
-    const Verdict v = coordinator->finish(attempt, end);
-    if (!v.restart && !end.interrupted && !end.stop_requested && coordinator->may_rejoin(attempt)) {
-      // Node 0 goes on without this node: it joins again, as a launcher that comes late, once
-      // the store answers (--join-timeout), and is taken in at the restart that this causes.
-      std::fprintf(stderr, "coshard-run: node %d %s; trying to reach the store for up to %lld s (--join-timeout) to "
-                   "be taken back in\n", o.node_rank, v.reason.c_str(), static_cast<long long>(o.join_timeout.count()));
-      coordinator.reset();
-      coordinator = std::make_unique<Coordinator>(o, store->port, token, attempt);
-      attempt = coordinator->first_attempt() - 1;
-      continue;
-    }
-    if (!v.restart) {
-      if (v.code != 0) {
-        std::fprintf(stderr, "coshard-run: the job %s (exit code %d): %s\n", v.stopped ? "stopped" : "failed", v.code,
-                     v.reason.c_str());
-      }
-      return v.code;
-    }
-    const auto& nodes = coordinator->nodes();
-    if (std::find(nodes.begin(), nodes.end(), o.node_rank) == nodes.end()) {
-      // It was dropped, having been silent (frozen, or cut off) for longer than --rejoin-timeout,
-      // or it asked in too late for this restart: the next one takes it in.
-      if (attempt + 1 >= o.max_restarts) {
-        std::fprintf(stderr, "coshard-run: node %d is left out of the job, which restarts without it: %s; no restart "
-                     "is left to take it back in (--max-restarts %d)\n", o.node_rank, v.reason.c_str(),
-                     o.max_restarts);
-        return 1;
-      }
-      std::fprintf(stderr, "coshard-run: node %d is left out of restart %d: %s\n", o.node_rank, attempt + 1,
-                   v.reason.c_str());
-      // The restart's ranks have only just resumed from a checkpoint: nothing to save yet.
-      coordinator->ask_in(attempt + 1, "its coshard-run was left out of restart " + std::to_string(attempt + 1) +
-                                          " and asks to rejoin", false);
-      continue;
-    }
-    std::fprintf(stderr, "coshard-run: restart %d of %d: %s; starting every rank again\n", attempt + 1,
-                 o.max_restarts, v.reason.c_str());
-    last = LastFailure{.code = v.code, .rank = v.failed_rank};
-  }
+  Console console;  // last lines written on the way out, for at most 10 s without progress when an error ends it
+  const int rc = run_job(o, signals, console);
+  // A reader paused at the end gets what waits for as long as it takes bytes. It gets a Ctrl-C
+  // then, as any program waiting to write would (SIGPIPE stays blocked: an EPIPE is no death).
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
+  ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
+  console.finish();
+  return rc;
 }
 
 }  // namespace coshard::run

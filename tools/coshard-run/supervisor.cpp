@@ -37,36 +37,28 @@ bool stopped_on_request(const Child& c) {
   return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == transport::StopSignal::kExitCode;
 }
 
-// A closed stdout or stderr (`coshard-run ... | head`, a log reader that ended) fails the write
-// with EPIPE (SIGPIPE is blocked): the lines are dropped, the job goes on, and the launcher says so
-// once on the other stream.
-void emit_lines(Output& o, int rank, bool flush_partial, bool& said_closed) {
+// Whole lines, each with its rank in front; a partial last line only when the stream ended.
+void emit_lines(Output& o, int rank, bool flush_partial, LineSink& to) {
+  std::string lines;
   std::size_t start = 0;
   for (std::size_t nl; (nl = o.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    std::fprintf(o.to, "[rank %d] %.*s\n", rank, static_cast<int>(nl - start), o.pending.data() + start);
+    lines += "[rank " + std::to_string(rank) + "] ";
+    lines.append(o.pending, start, nl + 1 - start);
   }
   o.pending.erase(0, start);
   if (flush_partial && !o.pending.empty()) {
-    std::fprintf(o.to, "[rank %d] %s\n", rank, o.pending.c_str());
+    lines += "[rank " + std::to_string(rank) + "] " + o.pending + "\n";
     o.pending.clear();
   }
-  if (std::fflush(o.to) == 0 && !std::ferror(o.to)) return;
-  const int err = errno;
-  std::clearerr(o.to);
-  if (err == EPIPE && !said_closed) {
-    said_closed = true;
-    std::fprintf(o.to == stdout ? stderr : stdout,
-                 "coshard-run: the ranks' %s is a closed pipe (its reader ended); their lines to it are dropped "
-                 "and the job goes on\n", o.to == stdout ? "stdout" : "stderr");
-    std::fflush(o.to == stdout ? stderr : stdout);
-  }
+  to.add(lines);
 }
 
 }  // namespace
 
 void Supervisor::watch(int sigfd) {
   for (;;) {
-    std::vector<pollfd> fds{{sigfd, POLLIN, 0}};
+    std::vector<pollfd> fds{{sigfd, POLLIN, 0}, console_.out.want(), console_.err.want()};
+    constexpr std::size_t kFirstOutput = 3;
     std::vector<Output*> outs = open_outputs(fds);
     if (!any_running() && leftovers_ended()) break;
 
@@ -76,9 +68,10 @@ void Supervisor::watch(int sigfd) {
     if (fds[0].revents & POLLIN) take_signals(sigfd);
     note_stop_takers();
     if (stop_requested_) pass_on_stop_request();  // also to a rank that takes SIGUSR2 only now
-    for (std::size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - 1]);
+    for (std::size_t i = kFirstOutput; i < fds.size(); ++i) {
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(*outs[i - kFirstOutput]);
     }
+    console_.write_ready();
     reap();
     if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
@@ -89,7 +82,7 @@ void Supervisor::watch(int sigfd) {
       ask_at_.reset();
       if (!exit_code_) exit_code_ = 1;
       if (taking_in_ && any_running() && !lost_store_) {
-        std::fprintf(stderr, "coshard-run: the local ranks did not stop after a checkpoint within %lld s "
+        console_.say("coshard-run: the local ranks did not stop after a checkpoint within %lld s "
                      "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
         coordinator_.stop_now(attempt_);
       }
@@ -114,19 +107,22 @@ int Supervisor::result() const {
   if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
       if (!stopped_on_request(c) && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
-        std::fprintf(stderr, "coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
+        console_.say("coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
       }
     }
   }
   return exit_code_;
 }
 
-// The streams still open, each after its pollfd in `fds`.
+// The streams to read now, each after its pollfd in `fds`. While ranks run, one whose lines the
+// console cannot take yet is left unread: its rank waits to write. Once they have ended, what
+// their pipes hold (64 KiB each at most) is read, so that leftovers_ended sees them closed.
 std::vector<Output*> Supervisor::open_outputs(std::vector<pollfd>& fds) {
   std::vector<Output*> outs;
+  const bool running = any_running();
   for (auto& c : children_) {
     for (Output* out : {&c.out, &c.err}) {
-      if (out->fd.get() >= 0) {
+      if (out->fd.get() >= 0 && (!running || sink(*out).has_room())) {
         fds.push_back({out->fd.get(), POLLIN, 0});
         outs.push_back(out);
       }
@@ -173,14 +169,14 @@ void Supervisor::take_signals(int sigfd) {
   while (::read(sigfd, &si, sizeof si) == sizeof si) {
     int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGUSR2 && !stop_requested_) {
-      std::fprintf(stderr, "coshard-run: got %s, passing it to the ranks that stop after a checkpoint on it\n",
+      console_.say("coshard-run: got %s, passing it to the ranks that stop after a checkpoint on it\n",
                    strsignal(sig));
       stop_requested_ = Clock::now();
     }
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
       // A rank has no use for a hang-up, and SIGQUIT would dump its core: they get SIGTERM.
       const int pass = sig == SIGINT ? SIGINT : SIGTERM;
-      std::fprintf(stderr, "coshard-run: got %s, passing %s to the ranks\n", strsignal(sig), sig == pass ? "it" : "SIGTERM");
+      console_.say("coshard-run: got %s, passing %s to the ranks\n", strsignal(sig), sig == pass ? "it" : "SIGTERM");
       ask_at_.reset();  // stopping already
       if (!interrupted_by_) {
         interrupted_by_ = sig;
@@ -217,8 +213,8 @@ void Supervisor::pass_on_stop_request() {
   // A rank says it takes SIGUSR2 once it has started: give the ranks time before saying none does.
   if (!any && !said_none_stops_ && Clock::now() - *stop_requested_ >= std::chrono::seconds(10)) {
     said_none_stops_ = true;
-    std::fprintf(stderr, "coshard-run: no local rank takes SIGUSR2 (gpt2-train does with --checkpoint-dir), so none "
-                         "was asked to stop: the job goes on (SIGTERM ends it without a checkpoint)\n");
+    console_.say("coshard-run: no local rank takes SIGUSR2 (gpt2-train does with --checkpoint-dir), so none "
+                 "was asked to stop: the job goes on (SIGTERM ends it without a checkpoint)\n");
   }
 }
 
@@ -231,9 +227,9 @@ void Supervisor::relay(Output& out) {
   }
   if (n > 0) {
     out.pending.append(buf, static_cast<std::size_t>(n));
-    emit_lines(out, rank, false, said_closed_);
+    emit_lines(out, rank, false, sink(out));
   } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-    emit_lines(out, rank, true, said_closed_);
+    emit_lines(out, rank, true, sink(out));
     out.fd.reset();
   }
 }
@@ -256,7 +252,17 @@ bool Supervisor::leftovers_ended() {
     alive[i] = ::kill(-c.pid, 0) == 0;
     // Gone for good: the number may go to a new group of someone else's, never to be signalled.
     c.group_gone = !alive[i] && errno == ESRCH;
-    any_alive |= alive[i] != 0;
+  }
+  std::vector<pid_t> members;  // groups with a process in them, maybe only zombies
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    if (alive[i]) members.push_back(children_[i].pid);
+  }
+  if (!members.empty()) {
+    const auto lives = groups_alive(members);
+    for (std::size_t i = 0, k = 0; i < children_.size(); ++i) {
+      if (alive[i]) alive[i] = lives[k++];
+      any_alive |= alive[i] != 0;
+    }
   }
   if (!any_alive && !any_held) return true;
   const auto now = Clock::now();
@@ -273,7 +279,7 @@ bool Supervisor::leftovers_ended() {
     for (std::size_t i = 0; i < children_.size(); ++i) {
       const Child& c = children_[i];
       if (!alive[i]) continue;
-      std::fprintf(stderr, "coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
+      console_.say("coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
                    "group%s; %s\n", c.rank, static_cast<int>(c.pid),
                    c.out.fd.get() >= 0 || c.err.fd.get() >= 0 ? " and hold its output" : "",
                    leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end after SIGTERM: killing them");
@@ -287,7 +293,7 @@ bool Supervisor::leftovers_ended() {
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
     if (c.out.fd.get() < 0 && c.err.fd.get() < 0) continue;
-    std::fprintf(stderr, "coshard-run: rank %d's output is still held open by %s; not waiting for it\n", c.rank,
+    console_.say("coshard-run: rank %d's output is still held open by %s; not waiting for it\n", c.rank,
                  alive[i] ? "processes of its group that SIGKILL did not end"
                           : "a process outside its process group (one that called setsid)");
     for (Output* out : {&c.out, &c.err}) drain(*out, c.rank);
@@ -302,9 +308,9 @@ void Supervisor::drain(Output& out, int rank) {
   char buf[65536];
   for (ssize_t n; (n = ::read(out.fd.get(), buf, sizeof buf)) > 0;) {
     out.pending.append(buf, static_cast<std::size_t>(n));
-    emit_lines(out, rank, false, said_closed_);
+    emit_lines(out, rank, false, sink(out));
   }
-  emit_lines(out, rank, true, said_closed_);
+  emit_lines(out, rank, true, sink(out));
   out.fd.reset();
 }
 
@@ -322,12 +328,12 @@ void Supervisor::reap() {
     bool ok = stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (!ok && !exit_code_ && !interrupted_by_) {
       exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
-      std::fprintf(stderr, "coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
+      console_.say("coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
       coordinator_.report(attempt_, Failure{.node = o_.node_rank, .rank = c.rank, .code = exit_code_, .restartable = true,
                                             .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
                                                     " on " + this_host() + ") " + describe(status)});
-      for (const auto& line : stopped_ranks(children_)) std::fprintf(stderr, "coshard-run: %s\n", line.c_str());
+      for (const auto& line : stopped_ranks(children_)) console_.say("coshard-run: %s\n", line.c_str());
       if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       ask_at_.reset();  // stopping now
       ask_for_flight_records();
@@ -354,7 +360,7 @@ void Supervisor::stop_for(const Failure& f) {
   exit_code_ = f.code;
   stopped_for_other_node_ = true;
   ask_at_.reset();
-  std::fprintf(stderr, "coshard-run: node %d failed: %s; stopping the local ranks\n", f.node, f.what.c_str());
+  console_.say("coshard-run: node %d failed: %s; stopping the local ranks\n", f.node, f.what.c_str());
   ask_for_flight_records();
 }
 
@@ -366,7 +372,7 @@ void Supervisor::lose_store(const Failure& f) {
   lost_store_ = true;
   const auto now = Clock::now();
   ask_at_ = ask_at_ ? std::min(*ask_at_, now + kLostStoreWait) : now + kLostStoreWait;
-  std::fprintf(stderr, "coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
+  console_.say("coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
                static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(*ask_at_ - now).count()));
 }
 
@@ -388,7 +394,7 @@ bool Supervisor::stop_at_checkpoint(const Failure& f) {
   for (const auto& c : children_) {
     if (c.running) ::kill(c.pid, SIGUSR2);
   }
-  std::fprintf(stderr, "coshard-run: node %d: %s; asking the local ranks to stop after a checkpoint (SIGUSR2), so "
+  console_.say("coshard-run: node %d: %s; asking the local ranks to stop after a checkpoint (SIGUSR2), so "
                "that the restart loses no step (--take-in-timeout %lld s)\n", f.node, f.what.c_str(),
                static_cast<long long>(o_.take_in_timeout.count()));
   return true;
@@ -412,7 +418,7 @@ void Supervisor::check_stop_now() {
   exit_code_ = 1;
   stopped_for_other_node_ = true;
   ask_at_.reset();
-  std::fprintf(stderr, "coshard-run: %s; stopping the local ranks\n", why->c_str());
+  console_.say("coshard-run: %s; stopping the local ranks\n", why->c_str());
   if (any_running()) ask_for_flight_records();
 }
 
@@ -420,7 +426,7 @@ void Supervisor::kill_late_ranks() {
   if (!kill_at_ || killed_ || Clock::now() < *kill_at_) return;
   for (const auto& c : children_) {
     if (c.running) {
-      std::fprintf(stderr, "coshard-run: rank %d (pid %d) did not stop within %.0f s; killing it\n", c.rank,
+      console_.say("coshard-run: rank %d (pid %d) did not stop within %.0f s; killing it\n", c.rank,
                    static_cast<int>(c.pid), o_.grace_seconds);
       ::kill(-c.pid, SIGKILL);
     }

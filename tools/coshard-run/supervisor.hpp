@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "child.hpp"
+#include "console.hpp"
 #include "coordinator.hpp"
 #include "options.hpp"
 
@@ -22,12 +23,19 @@ namespace coshard::run {
 class Supervisor {
  public:
   // `flight_dir`: where this attempt's ranks write their flight records (and say they take SIGUSR1).
+  // `console`: where the ranks' lines and the launcher's messages go, never blocking the loop.
   Supervisor(const Options& o, std::vector<Child>& children, std::string flight_dir, Coordinator& coordinator,
-             int attempt)
-      : o_(o), children_(children), flight_dir_(std::move(flight_dir)), coordinator_(coordinator), attempt_(attempt) {}
+             int attempt, Console& console)
+      : o_(o),
+        children_(children),
+        flight_dir_(std::move(flight_dir)),
+        coordinator_(coordinator),
+        attempt_(attempt),
+        console_(console) {}
 
   // Returns once every rank has ended and its pipes are closed (what the ranks started and left
-  // behind is stopped: see leftovers_ended). `sigfd`: a signalfd for SIGINT,
+  // behind is stopped: see leftovers_ended); their last lines may still wait in the console.
+  // `sigfd`: a signalfd for SIGINT,
   // SIGTERM, SIGUSR2 and SIGCHLD.
   void watch(int sigfd);
   // The launcher's exit code; names the ranks that failed when one did.
@@ -51,6 +59,7 @@ class Supervisor {
   void note_stop_takers();
   void pass_on_stop_request();
   void relay(Output& out);
+  LineSink& sink(const Output& out) { return out.to_stderr ? console_.err : console_.out; }
   bool leftovers_ended();
   void drain(Output& out, int rank);
   void reap();
@@ -66,6 +75,7 @@ class Supervisor {
   std::string flight_dir_;
   Coordinator& coordinator_;
   int attempt_;
+  Console& console_;
   static constexpr std::chrono::seconds kLostStoreWait{10};
   std::optional<Clock::time_point> ask_at_;   // after losing the store, or taking a node in: stop the ranks then
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
@@ -80,7 +90,6 @@ class Supervisor {
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
   bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
-  bool said_closed_ = false;  // said that the ranks' stdout or stderr is a closed pipe
   std::optional<Clock::time_point> leftovers_since_;  // every rank had ended, but not what they started
   int leftover_signal_ = 0;                         // the last signal sent to what they started
   Clock::time_point leftovers_signalled_at_{};

@@ -1,0 +1,126 @@
+#include "console.hpp"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+namespace coshard::run {
+
+std::optional<std::string> LineSink::write_ready() {
+  std::optional<std::string> failure;
+  // A bound per call keeps the loop turning for a reader that is fast but never done.
+  for (std::size_t budget = std::size_t{1} << 20; !idle() && budget > 0;) {
+    pollfd p{fd_, POLLOUT, 0};
+    if (::poll(&p, 1, 0) <= 0 || (p.revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) == 0) break;
+    // No more than PIPE_BUF: a pipe that polls writable has a free page, so this never blocks,
+    // where a larger write would wait for the reader until all of it is taken.
+    const std::size_t n = std::min<std::size_t>(queued(), PIPE_BUF);
+    const ssize_t w = ::write(fd_, text_.data() + head_, n);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (w < 0) {
+      const int err = errno;
+      closed_ = err == EPIPE || err == EBADF;
+      const std::size_t lost = drop();
+      if (!said_failure_) {
+        said_failure_ = true;
+        failure = err == EPIPE ? std::string("the ranks' ") + name_ +
+                                     " is a closed pipe (its reader ended); their lines to it are dropped and the "
+                                     "job goes on"
+                               : std::string("cannot write the ranks' ") + name_ + " (" + std::strerror(err) + "); " +
+                                     std::to_string(lost) + " bytes of their lines are dropped" +
+                                     (closed_ ? "" : ", and so are later ones it does not take");
+      }
+      break;
+    }
+    head_ += static_cast<std::size_t>(w);
+    budget -= std::min(budget, static_cast<std::size_t>(w));
+    progress_at_ = Clock::now();
+  }
+  if (idle()) {
+    text_.clear();
+    head_ = 0;
+  } else if (head_ >= (std::size_t{1} << 20)) {
+    text_.erase(0, head_);
+    head_ = 0;
+  }
+  return failure;
+}
+
+void LineSink::add(std::string_view text) {
+  if (closed_ || text.empty()) return;
+  if (idle()) progress_at_ = Clock::now();  // the wait is counted from the first byte that waits
+  text_.append(text);
+}
+
+std::size_t LineSink::drop() noexcept {
+  const std::size_t n = queued();
+  text_.clear();
+  head_ = 0;
+  return n;
+}
+
+void Console::say(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list again;
+  va_copy(again, args);
+  const int n = std::vsnprintf(nullptr, 0, format, args);
+  va_end(args);
+  std::string text(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(text.data(), text.size() + 1, format, again);
+  va_end(again);
+  err.add(text);
+  write_ready();  // at once when the stream keeps up: in order with what the coordinator writes itself
+}
+
+void Console::note(LineSink& broken, const std::string& what) {
+  LineSink& other = &broken == &out ? err : out;
+  other.add("coshard-run: " + what + "\n");
+  (void)other.write_ready();  // a failure of that one too has nowhere left to be said
+}
+
+void Console::write_ready() {
+  LineSink* sinks[2] = {&out, &err};
+  for (int i = 0; i < 2; ++i) {
+    LineSink& s = *sinks[i];
+    if (auto failure = s.write_ready()) note(s, *failure);
+    if (s.idle()) {
+      warned_[i] = false;
+    } else if (!warned_[i] && s.stalled_for() >= kStallWarning) {
+      warned_[i] = true;
+      note(s, std::string("the launcher's ") + s.name() + " has taken nothing for " +
+                  std::to_string(kStallWarning.count()) + " s: its reader is not reading (a paused pager or "
+                  "terminal?). The ranks wait to write to it, and ranks elsewhere may time out waiting for them");
+    }
+  }
+}
+
+void Console::finish(Clock::duration stall) noexcept {
+  try {
+    for (;;) {
+      write_ready();
+      if (out.idle() && err.idle()) return;
+      for (LineSink* s : {&out, &err}) {
+        if (s->idle() || s->stalled_for() < stall) continue;
+        const std::size_t lost = s->drop();
+        LineSink& other = s == &out ? err : out;
+        if (other.idle()) {  // one that waits too would only be given up on in turn
+          note(*s, std::string("the launcher's ") + s->name() + " took nothing for " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(stall).count()) + " s; the " +
+                       std::to_string(lost) + " bytes of lines left for it are dropped");
+        }
+      }
+      pollfd fds[2] = {out.want(), err.want()};
+      ::poll(fds, 2, 1000);
+    }
+  } catch (...) {
+    // Out of memory while saying so: what waits is lost with the process.
+  }
+}
+
+}  // namespace coshard::run
