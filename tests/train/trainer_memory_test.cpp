@@ -1,8 +1,9 @@
-// GPT-2 124M under gpt2-train on 2 ranks: the allocator's peak follows the FSDP memory formula,
-// computed here from the model's shape (not from the engine's report), for full_shard and
-// shard_grad_op. 124M is the model whose embedding-and-head unit is 5.5 blocks, where pooling
-// every slot at the largest unit's size once held 2 GB more than the units need. Label e2e: a
-// 124M run is too heavy for the sanitizer builds.
+// GPT-2 124M under gpt2-train: a batch that the host, or the job's memory cgroup, cannot hold is
+// refused before training, naming a batch that fits. On 2 ranks the allocator's peak follows the
+// FSDP memory formula, computed here from the model's shape (not from the engine's report), for
+// full_shard and shard_grad_op. 124M is the model whose embedding-and-head unit is 5.5 blocks,
+// where pooling every slot at the largest unit's size once held 2 GB more than the units need.
+// Label e2e: a 124M run is too heavy for the sanitizer builds.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -85,6 +86,39 @@ TEST(TrainerMemory, PeakFollowsTheFsdpFormulaOnGpt2_124M_FullShard) { expect_pea
 
 TEST(TrainerMemory, PeakFollowsTheFsdpFormulaOnGpt2_124M_ShardGradOp) {
   expect_peak_follows_the_formula("shard_grad_op", true);
+}
+
+// Such a batch was killed by the OOM killer in its first step (exit 137, or a swapping host).
+TEST(TrainerMemory, ABatchTheHostCannotHoldIsRefusedBeforeTrainingNamingOneThatFits) {
+  const auto r = run_command("timeout 120 " + launch(kRanks, "--model 124M --batch 4096 --seq 1024 --steps 1"));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_LT(r.seconds, 60) << r.output;
+  for (const char* part : {"the 2 rank(s) on this host need at least ", "activations of --batch 4096 x --seq 1024 ",
+                           "sharded parameters, gradients and AdamW state ", " is available (MemAvailable in "
+                           "/proc/meminfo)", " fits (--global-batch or --grad-accum keeps the global batch)",
+                           "--no-memory-check skips this check"}) {
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "training started: " << r.output;
+}
+
+// A job's memory cgroup (Slurm's, a container's) may leave far less than the host has free: the
+// kernel kills within the cgroup's limit. A v1 child of this process's memory cgroup with 512 MiB.
+TEST(TrainerMemory, TheMemoryCgroupsLimitCountsWhereItLeavesLessThanTheHost) {
+  const auto where = run_command("awk -F: '$2 ~ /(^|,)memory(,|$)/ { print $3 }' /proc/self/cgroup");
+  const std::string parent = "/sys/fs/cgroup/memory" + where.output.substr(0, where.output.find('\n'));
+  const std::string cg = parent + "/coshard-test-" + std::to_string(::getpid());
+  if (where.output.empty() || run_command("mkdir " + cg + " && echo 536870912 > " + cg + "/memory.limit_in_bytes").rc != 0) {
+    run_command("rmdir " + cg);
+    GTEST_SKIP() << "needs a cgroup v1 memory hierarchy this test may add a child to (as root): " << where.output;
+  }
+  const auto r = run_command("sh -c 'echo $$ > " + cg + "/cgroup.procs && exec timeout 60 " + kTrain +
+                             " --metrics-port 0 --model 124M --steps 1'");
+  run_command("rmdir " + cg);
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("the 1 rank(s) on this host need at least "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" is available (the memory cgroup limit of " + cg + ")"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not even --batch 1 fits"), std::string::npos) << r.output;  // 124M's state: 2 GB
 }
 
 }  // namespace

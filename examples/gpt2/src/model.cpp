@@ -86,6 +86,32 @@ void Activations::set_batch(std::span<const std::int32_t> tokens, std::span<cons
   loss_ = std::numeric_limits<float>::quiet_NaN();
 }
 
+double Activations::bytes_for(const Config& c, double B, double T) noexcept {
+  const double L = static_cast<double>(c.layers), C = static_cast<double>(c.width), H = static_cast<double>(c.heads),
+               V = static_cast<double>(c.vocab), BT = B * T;
+  // resid_ L+1, a block 15, ln_f 1, backward scratch 17 (times C); means and rstds 4 a block, ln_f's
+  // 2 and lse_ 1; attention's lse a head; logits_ and dlogits_; tokens_ and targets_ (int32).
+  const double floats = BT * C * (16 * L + 19) + BT * (4 * L + 3) + L * B * H * T + 2 * BT * V;
+  return 4 * floats + 8 * BT;
+}
+
+std::size_t Activations::bytes() const noexcept {
+  std::size_t floats = 0;
+  auto add = [&](const std::vector<float>& v) { floats += v.size(); };
+  for (const auto& r : resid_) add(r);
+  for (const auto& b : blocks_) {
+    for (const auto* v : {&b.ln1, &b.ln1_mean, &b.ln1_rstd, &b.qkv, &b.att_lse, &b.atty, &b.res2, &b.ln2, &b.ln2_mean,
+                          &b.ln2_rstd, &b.fch, &b.fch_gelu}) {
+      add(*v);
+    }
+  }
+  for (const auto* v : {&lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &lse_, &dlogits_, &dresid_, &dres2_, &dtmp_, &dln_,
+                        &datty_, &dqkv_, &dfch_, &dfch_gelu_, &tmp_}) {
+    add(*v);
+  }
+  return floats * sizeof(float) + (tokens_.size() + targets_.size()) * sizeof(std::int32_t);
+}
+
 void Activations::embedding_forward(std::span<const float> wte, std::span<const float> wpe) {
   ops::embedding_forward(tokens_, wte, wpe, resid_[0], B_, T_, static_cast<std::size_t>(c_.width),
                          static_cast<std::size_t>(c_.vocab));

@@ -30,6 +30,7 @@
 #include "coshard/transport/diagnostics_signal.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "job.hpp"
+#include "memory_check.hpp"
 #include "results.hpp"
 #include "train_loop.hpp"
 #include "train_options.hpp"
@@ -233,6 +234,7 @@ int prepare_and_run(train::Job& job) {
   // a rank still reading its data too, whose default action would end it.
   std::optional<transport::StopSignal> stop;
   if (!job.o.checkpoint_dir.empty()) job.stop = &stop.emplace();
+  train::check_memory(job.o, job.env);  // before the data, the weights and the activations are allocated
   job.in = prepare(job.o);
   choose_threads(job);
   if (job.env.rank == 0) describe_data(job.o, job.in);

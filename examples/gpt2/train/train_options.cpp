@@ -98,6 +98,9 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
                "the bf16 parameters themselves (f32 GEMMs; more memory and slower; the default where the CPU "
                "has no avx512_bf16)");
   app.add_flag("--offload", o.offload, "keep master shards, gradients and optimizer state in host memory");
+  app.add_flag("--no-memory-check", o.skip_memory_check,
+               "start even where the ranks on this host need more memory than it has left (the check counts "
+               "activations, state, unsharded units and data; see docs/gpt2.md)");
   app.add_option("--threads", o.threads,
                  "BLAS threads per rank (default: the CPUs this process may use / ranks on this host, at least 1; "
                  "OPENBLAS_NUM_THREADS, when set, is the default instead)")

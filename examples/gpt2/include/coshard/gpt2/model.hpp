@@ -45,6 +45,11 @@ class Activations {
   // forward without loss). Buffers are sized on the first batch of a shape.
   void set_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::size_t B,
                  std::size_t T);
+  // The bytes these buffers hold once a forward and a backward of a [B, T] batch have run; they
+  // stay for the run. In double: an estimate for any flags, which no product of them overflows.
+  static double bytes_for(const Config& c, double B, double T) noexcept;
+  // The bytes they hold now.
+  std::size_t bytes() const noexcept;
 
   void embedding_forward(std::span<const float> wte, std::span<const float> wpe);
   void embedding_forward(std::span<const std::uint16_t> wte, std::span<const std::uint16_t> wpe);  // bf16 compute

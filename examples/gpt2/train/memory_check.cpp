@@ -1,0 +1,185 @@
+#include "memory_check.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "coshard/gpt2/model.hpp"
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bytes_text(double bytes) {
+  char buf[48];
+  if (bytes >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f MiB", std::ceil(bytes / (1024.0 * 1024)));
+  }
+  return buf;
+}
+
+int shard_group_size(const TrainOptions& o, const transport::LaunchEnv& env) {
+  switch (o.strategy) {
+    case fsdp::Strategy::no_shard:
+      return 1;
+    case fsdp::Strategy::hybrid_shard:
+    case fsdp::Strategy::hybrid_shard_zero2:
+      return std::max(1, std::min(env.world_size, o.shard_group > 0 ? o.shard_group : env.local_world_size));
+    default:
+      return std::max(1, env.world_size);
+  }
+}
+
+double file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto n = path.empty() ? 0 : fs::file_size(path, ec);
+  return ec ? 0 : static_cast<double>(n);  // an unreadable file is named when it is loaded
+}
+
+std::optional<double> number_in(const fs::path& file) {
+  std::ifstream f(file);
+  std::string word;
+  if (!(f >> word) || word == "max") return std::nullopt;
+  try {
+    return std::stod(word);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<double> stat_value(const fs::path& file, const std::string& key) {
+  std::ifstream f(file);
+  std::string name;
+  for (double value = 0; f >> name >> value;) {
+    if (name == key) return value;
+  }
+  return std::nullopt;
+}
+
+// The memory cgroup's directory and its files: v2 (memory.max) or v1 (memory.limit_in_bytes).
+struct Cgroup {
+  fs::path mount, dir;
+  bool v2 = true;
+};
+
+std::optional<Cgroup> memory_cgroup() {
+  std::ifstream f("/proc/self/cgroup");
+  std::optional<Cgroup> found;
+  for (std::string line; std::getline(f, line);) {
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
+    const fs::path rel = fs::path(line.substr(b + 1)).relative_path();
+    if (controllers.find(",memory,") != std::string::npos) {
+      return Cgroup{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/memory" / rel, false};  // v1 wins: it is the one in force
+    }
+    if (line.starts_with("0::")) {
+      const fs::path mount = fs::exists("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+      found = Cgroup{mount, mount / rel, true};
+    }
+  }
+  return found;
+}
+
+// What the cgroup and those above it leave: the least of limit - (usage - inactive file cache),
+// the working set that container runtimes count, since cache is given back before an OOM kill.
+std::optional<HostMemory> cgroup_memory() {
+  const auto cg = memory_cgroup();
+  if (!cg) return std::nullopt;
+  const char* limit_file = cg->v2 ? "memory.max" : "memory.limit_in_bytes";
+  const char* usage_file = cg->v2 ? "memory.current" : "memory.usage_in_bytes";
+  const char* inactive = cg->v2 ? "inactive_file" : "total_inactive_file";
+  std::optional<HostMemory> least;
+  // Without a cgroup namespace the path may not exist under the mount: the levels that do count.
+  for (fs::path d = cg->dir;; d = d.parent_path()) {
+    const auto limit = number_in(d / limit_file);
+    const auto usage = number_in(d / usage_file);
+    if (limit && usage && *limit < 0x1p62) {  // v1 writes "no limit" as a page-rounded 2^63 - 1
+      const double used = *usage - std::min(*usage, stat_value(d / "memory.stat", inactive).value_or(0));
+      const double left = std::max(0.0, *limit - used);
+      if (!least || left < least->available) least = HostMemory{left, "the memory cgroup limit of " + d.string()};
+    }
+    if (d == cg->mount || d == d.parent_path()) break;
+  }
+  return least;
+}
+
+}  // namespace
+
+MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
+  const auto& c = o.config;
+  const double C = static_cast<double>(c.width), V = static_cast<double>(c.vocab);
+  const double P = static_cast<double>(c.num_params());
+  // Units as gpt2's plan makes them: the root (embeddings, ln_f, and an untied head kept like it) and
+  // the blocks; full_shard has the root and two blocks open at once (one computes, one is fetched).
+  const double root = V * C + static_cast<double>(c.context) * C + 2 * C + (c.tie_head ? 0 : V * C);
+  const double open = root + std::min(2.0, static_cast<double>(c.layers)) * (12 * C * C + 13 * C);
+  const double p = o.param_dtype == DType::f32 ? 4 : 2;
+  const bool keeps_all = o.strategy == fsdp::Strategy::shard_grad_op || o.strategy == fsdp::Strategy::hybrid_shard_zero2;
+  double gathered = p * (keeps_all ? P : open);
+  if (o.strategy == fsdp::Strategy::no_shard) gathered = o.param_dtype == DType::f32 ? 0 : p * P;  // else the master
+  MemoryNeed n;
+  n.activations = gpt2::Activations::bytes_for(c, o.batch, o.seq);
+  n.state = 16 * P / shard_group_size(o, env);
+  n.unsharded = gathered + 4 * open;
+  n.accumulators = o.grad_accum > 1 ? 4 * P : 0;
+  n.data = file_bytes(o.data) + file_bytes(o.val_data);
+  return n;
+}
+
+std::optional<HostMemory> host_memory() {
+  std::optional<HostMemory> host;
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);) {
+    if (line.starts_with("MemAvailable:")) host = HostMemory{std::stod(line.substr(13)) * 1024, "MemAvailable in /proc/meminfo"};
+  }
+  const auto cg = cgroup_memory();
+  if (cg && (!host || cg->available < host->available)) host = cg;
+  return host;
+}
+
+void check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
+  if (o.skip_memory_check) return;
+  const auto host = host_memory();
+  if (!host) return;
+  const MemoryNeed need = memory_need(o, env);
+  const int local = std::max(1, env.local_world_size);
+  const double all = need.total() * local;
+  const std::string ranks = std::to_string(local) + " rank(s) on this host";
+  // The need is a floor: scratch, BLAS buffers and rank 0's copies at the end come on top.
+  constexpr double kHeadroom = 0.8;
+  if (all <= host->available) {
+    if (env.local_rank == 0 && all > kHeadroom * host->available) {
+      std::fprintf(stderr, "gpt2-train: warning: the %s need at least %s of the %s available (%s), and scratch "
+                   "comes on top: if the job is killed for memory (exit 137), lower --batch\n",
+                   ranks.c_str(), bytes_text(all).c_str(), bytes_text(host->available).c_str(), host->from.c_str());
+    }
+    return;
+  }
+  std::string terms = "activations of --batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) +
+                      " " + bytes_text(need.activations) + ", sharded parameters, gradients and AdamW state " +
+                      bytes_text(need.state) + ", unsharded units " + bytes_text(need.unsharded);
+  if (need.accumulators > 0) terms += ", --grad-accum gradients " + bytes_text(need.accumulators);
+  if (need.data > 0) terms += ", token data " + bytes_text(need.data);
+  const double per_sequence = gpt2::Activations::bytes_for(o.config, 1, o.seq);
+  const double room = kHeadroom * host->available / local - need.fixed();
+  const double fits = room > 0 ? std::floor(room / per_sequence) : 0;
+  const std::string advice =
+      fits >= 1 ? "--batch " + std::to_string(static_cast<long long>(fits)) +
+                      " fits (--global-batch or --grad-accum keeps the global batch)"
+                : "not even --batch 1 fits: shard the model over more ranks (full_shard), lower --seq, use a "
+                  "smaller model, or start fewer ranks on this host";
+  throw Error(Errc::out_of_memory,
+              "the " + ranks + " need at least " + bytes_text(all) + " (each: " + terms + "), but " +
+                  bytes_text(host->available) + " is available (" + host->from + "). " + advice +
+                  ". --no-memory-check skips this check");
+}
+
+}  // namespace coshard::train
