@@ -226,26 +226,33 @@ TEST(Launcher, AClosedStdoutDropsTheLinesAndTheJobGoesOn) {
 // A reader that stops reading (a paused pager): the launcher's writes used to block its loop, so
 // a rank's failure went unseen (and no heartbeat reached the other nodes) until the reader read
 // again. Now the lines wait in a queue, the rank that fills it waits to write, and once the reader
-// reads again it gets every line, in order, none dropped.
+// reads again it gets every line, whole and in order, stdout and stderr sharing the pipe (2>&1).
+// Rank 0 writes the pid of its seq: the launcher stopping it shows while the reader still stalls.
 TEST(Launcher, AReaderThatStopsReadingStopsNeitherTheLauncherNorItsLines) {
   const auto r = run("d=$(mktemp -d); mkfifo $d/fifo; "
                      "( read -r first; echo \"$first\"; while [ ! -e $d/go ]; do sleep 0.1; done; cat ) < $d/fifo "
                      "> $d/out & reader=$!; "
                      "timeout 120 " + kRun + " --nproc-per-node 2 -- sh -c 'if [ \"$LOCAL_RANK\" = 0 ]; then "
-                     "seq 1 2000000; else sleep 3; echo failing >&2; exit 3; fi' > $d/fifo 2> $d/err & launcher=$!; "
-                     "for i in $(seq 300); do grep -q 'stopping the other ranks' $d/err && break; sleep 0.1; done; "
-                     "grep -q 'stopping the other ranks' $d/err && echo seen while the reader stalls; "
-                     "touch $d/go; wait $launcher; echo launcher exited $?; wait $reader; cat $d/err; "
+                     "seq 1 2000000 & echo $! > '$d'/seq; wait; else sleep 3; echo failing >&2; exit 3; fi' "
+                     "> $d/fifo 2>&1 & launcher=$!; "
+                     // Gone, or a zombie that PID 1 has yet to reap.
+                     "gone() { s=$(awk '{ print $3 }' /proc/$(cat $d/seq)/stat 2>/dev/null); [ -z \"$s\" ] || "
+                     "[ \"$s\" = Z ]; }; "
+                     "for i in $(seq 300); do [ -s $d/seq ] && gone && break; sleep 0.1; done; "
+                     "[ -s $d/seq ] && gone && echo stopped while the reader stalls; "
+                     "touch $d/go; wait $launcher; echo launcher exited $?; wait $reader; "
+                     "grep -v '^\\[rank 0\\] [0-9]*$' $d/out; "
                      // The last line may be cut where the rank was stopped.
-                     "awk '!bad && ($1 != \"[rank\" || $3 != NR) { bad = NR; what = $0; n = $3 } "
+                     "grep '^\\[rank 0\\] ' $d/out | awk '!bad && ($3 != NR || NF != 3) { bad = NR; what = $0; n = $3 } "
                      "END { if (bad && (bad != NR || index(NR, n) != 1)) print \"line \" bad \" is \" what; "
-                     "print \"lines \" NR }' $d/out; rm -rf $d");
-  EXPECT_NE(r.output.find("seen while the reader stalls"), std::string::npos) << r.output;
+                     "print \"lines \" NR }'; rm -rf $d");
+  EXPECT_NE(r.output.find("stopped while the reader stalls"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("launcher exited 3"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("[rank 1] failing"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\n[rank 1] failing\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\ncoshard-run: rank 1 (pid "), std::string::npos) << r.output;
   // The orphaned seq's zombie, which PID 1 may reap late, is nothing left behind.
   EXPECT_EQ(r.output.find("live on"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("line "), std::string::npos) << r.output;  // a line dropped or out of order
+  EXPECT_EQ(r.output.find("line "), std::string::npos) << r.output;  // a line dropped, cut or out of order
   const auto at = r.output.find("lines ");
   ASSERT_NE(at, std::string::npos) << r.output;
   // Far more than the pipes hold (64 KiB each, some 8,000 lines): the queue kept them.

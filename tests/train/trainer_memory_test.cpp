@@ -94,8 +94,8 @@ TEST(TrainerMemory, ABatchTheHostCannotHoldIsRefusedBeforeTrainingNamingOneThatF
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_LT(r.seconds, 60) << r.output;
   for (const char* part : {"the 2 rank(s) on this host need at least ", "activations of --batch 4096 x --seq 1024 ",
-                           "sharded parameters, gradients and AdamW state ", " is available (MemAvailable in "
-                           "/proc/meminfo)", " fits (--global-batch or --grad-accum keeps the global batch)",
+                           "sharded parameters, gradients and AdamW state ", " is available (",
+                           " fits (--global-batch or --grad-accum keeps the global batch)",
                            "--no-memory-check skips this check"}) {
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   }

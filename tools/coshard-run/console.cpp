@@ -1,6 +1,11 @@
 #include "console.hpp"
 
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,17 +16,38 @@
 
 namespace coshard::run {
 
+LineSink::LineSink(int fd, const char* name) : fd_(fd), name_(name) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return;
+  socket_ = S_ISSOCK(st.st_mode);
+  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    own_ = Fd(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  }
+}
+
+// At most PIPE_BUF, ending at a line's end where one is in reach: a pipe takes that much whole or
+// not at all, so the ranks' stdout and stderr sharing one (2>&1) never cut each other's lines.
+ssize_t LineSink::write_some(std::size_t n) {
+  const char* at = text_.data() + head_;
+  if (n > PIPE_BUF) {
+    n = PIPE_BUF;
+    const std::string_view chunk(at, n);
+    if (const auto nl = chunk.rfind('\n'); nl != std::string_view::npos) n = nl + 1;
+  }
+  if (own_.get() >= 0) return ::write(own_.get(), at, n);
+  if (socket_) return ::send(fd_, at, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return ::write(fd_, at, n);  // polled writable: a page fits in a pipe (the FIFO without a reader yet)
+}
+
 std::optional<std::string> LineSink::write_ready() {
   std::optional<std::string> failure;
   // A bound per call keeps the loop turning for a reader that is fast but never done.
   for (std::size_t budget = std::size_t{1} << 20; !idle() && budget > 0;) {
-    pollfd p{fd_, POLLOUT, 0};
+    pollfd p{target(), POLLOUT, 0};
     if (::poll(&p, 1, 0) <= 0 || (p.revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) == 0) break;
-    // No more than PIPE_BUF: a pipe that polls writable has a free page, so this never blocks,
-    // where a larger write would wait for the reader until all of it is taken.
-    const std::size_t n = std::min<std::size_t>(queued(), PIPE_BUF);
-    const ssize_t w = ::write(fd_, text_.data() + head_, n);
-    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    const ssize_t w = write_some(queued());
+    if (w < 0 && errno == EINTR) continue;
+    if (w == 0 || (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) break;
     if (w < 0) {
       const int err = errno;
       closed_ = err == EPIPE || err == EBADF;
@@ -100,6 +126,16 @@ void Console::write_ready() {
   }
 }
 
+bool Console::stop_signalled() const noexcept {
+  signalfd_siginfo si;
+  bool stop = false;
+  while (::read(stop_fd_, &si, sizeof si) == sizeof si) {
+    const auto sig = static_cast<int>(si.ssi_signo);
+    stop = stop || sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+  }
+  return stop;
+}
+
 void Console::finish(Clock::duration stall) noexcept {
   try {
     for (;;) {
@@ -115,8 +151,14 @@ void Console::finish(Clock::duration stall) noexcept {
                        std::to_string(lost) + " bytes of lines left for it are dropped");
         }
       }
-      pollfd fds[2] = {out.want(), err.want()};
-      ::poll(fds, 2, 1000);
+      // Signals stay blocked (the coordinator reads what is pending): a Ctrl-C comes through here.
+      pollfd fds[3] = {out.want(), err.want(), {stop_fd_, POLLIN, 0}};
+      ::poll(fds, 3, 1000);
+      if ((fds[2].revents & POLLIN) && stop_signalled()) {
+        out.drop();
+        err.drop();
+        return;
+      }
     }
   } catch (...) {
     // Out of memory while saying so: what waits is lost with the process.

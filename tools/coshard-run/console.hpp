@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "child.hpp"
+
 namespace coshard::run {
 
 class LineSink {
@@ -21,7 +23,10 @@ class LineSink {
   // Past this much queued, the ranks' pipes to this stream are not read while ranks run.
   static constexpr std::size_t kRoom = std::size_t{4} << 20;
 
-  LineSink(int fd, const char* name) : fd_(fd), name_(name) {}
+  // A pipe, FIFO or terminal gets a non-blocking description of its own (setting O_NONBLOCK on the
+  // inherited one would set it for the shell and whoever else shares it); a socket is sent to
+  // with MSG_DONTWAIT; anything else (a file) is written a page at a time once it polls writable.
+  LineSink(int fd, const char* name);
 
   // Queues `text` and writes what the stream takes now. A stream that failed (EPIPE: its reader
   // ended) takes nothing more: the text is dropped.
@@ -33,7 +38,7 @@ class LineSink {
   bool idle() const noexcept { return queued() == 0; }
   std::size_t queued() const noexcept { return text_.size() - head_; }
   // For poll: POLLOUT on the stream while text waits (fd -1, which poll skips, otherwise).
-  pollfd want() const noexcept { return {idle() ? -1 : fd_, POLLOUT, 0}; }
+  pollfd want() const noexcept { return {idle() ? -1 : target(), POLLOUT, 0}; }
   // How long text has waited with none of it taken.
   Clock::duration stalled_for() const noexcept { return idle() ? Clock::duration{} : Clock::now() - progress_at_; }
   // Drops what waits; returns how many bytes that was.
@@ -41,7 +46,12 @@ class LineSink {
   const char* name() const noexcept { return name_; }
 
  private:
+  int target() const noexcept { return own_.get() >= 0 ? own_.get() : fd_; }
+  ssize_t write_some(std::size_t n);
+
   int fd_;
+  Fd own_;               // the non-blocking description, where one could be opened
+  bool socket_ = false;
   const char* name_;
   std::string text_;
   std::size_t head_ = 0;  // text_ before it is written
@@ -55,7 +65,8 @@ class LineSink {
 class Console {
  public:
   using Clock = LineSink::Clock;
-  Console() = default;
+  // `stop_fd`: the launcher's signalfd; SIGINT, SIGTERM, SIGHUP or SIGQUIT on it ends finish().
+  explicit Console(int stop_fd) : stop_fd_(stop_fd) {}
   Console(const Console&) = delete;
   Console& operator=(const Console&) = delete;
   // Writes what waits (finish), giving a stalled reader 10 s: an error is on its way out.
@@ -70,14 +81,18 @@ class Console {
   // has taken nothing for kStallWarning while text waits.
   void write_ready();
   // Waits for what is queued to be written, as long as the readers take bytes; a stream that
-  // takes nothing for `stall` is given up on: the rest is dropped, and that is said on the other
-  // one if it can take it.
+  // has taken nothing for `stall` (counted from its last progress, maybe before this call) is given
+  // up on: the rest is dropped, and that is said on the other one if it can take it. A stop
+  // signal drops what waits at once.
   void finish(Clock::duration stall = std::chrono::minutes(5)) noexcept;
 
   static constexpr std::chrono::seconds kStallWarning{30};
 
  private:
   void note(LineSink& broken, const std::string& what);
+  bool stop_signalled() const noexcept;
+
+  int stop_fd_;
   bool warned_[2] = {false, false};
 };
 

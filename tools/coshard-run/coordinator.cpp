@@ -164,7 +164,7 @@ void Coordinator::say_ended(int attempt) {
 
 void Coordinator::ask_in(int attempt, const std::string& why, bool at_checkpoint) {
   asked_in_ = attempt;
-  std::fprintf(stderr, "coshard-run: node %d: %s; attempt %d ends so that every node restarts, taking node %d in\n",
+  console_.say("coshard-run: node %d: %s; attempt %d ends so that every node restarts, taking node %d in\n",
                o_.node_rank, why.c_str(), attempt, o_.node_rank);
   const Failure f{.node = o_.node_rank, .code = 1, .restartable = true, .at_checkpoint = at_checkpoint, .what = why};
   try {  // the end before the report, which node 0 may act on at once
@@ -257,7 +257,7 @@ Verdict Coordinator::decide(int attempt) {
       rejoining.push_back(*n);
       rejoin_by = Clock::now() + Clock::duration(o_.rejoin_timeout);
       deadline = std::max({deadline.value_or(Clock::now()), *rejoin_by, ending_by(*failed)});
-      std::fprintf(stderr, "coshard-run: node %d fell silent; waiting up to %lld s (--rejoin-timeout) for it to come "
+      console_.say("coshard-run: node %d fell silent; waiting up to %lld s (--rejoin-timeout) for it to come "
                    "back\n", *n, static_cast<long long>(o_.rejoin_timeout.count()));
       continue;
     }
@@ -419,7 +419,7 @@ void Coordinator::await_readers(int attempt, const std::vector<int>& nodes) {
   try {
     sched_->sync_wait(store_->wait(std::move(keys), std::chrono::milliseconds(30000)));
   } catch (const Error& e) {  // the verdict is out: a late reader only misses the store's last reply
-    std::fprintf(stderr, "coshard-run: not every node read how the job ended within 30 s: %s\n", e.message().c_str());
+    console_.say("coshard-run: not every node read how the job ended within 30 s: %s\n", e.message().c_str());
   }
 }
 

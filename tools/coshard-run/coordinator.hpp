@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
+#include "console.hpp"
 #include "coshard/transport/store.hpp"
 #include "options.hpp"
 
@@ -97,8 +98,8 @@ class Coordinator {
   // naming the protocol or flag that differs, or the launcher that holds the node rank already.
   // `cut_off_in`: the attempt in which this launcher, cut off from the store for longer than
   // --rejoin-timeout, stopped its ranks (may_rejoin): it asks to be taken in rather than run ranks
-  // in that attempt again.
-  Coordinator(const Options& o, std::uint16_t port, const std::string& token, int cut_off_in = -1);
+  // in that attempt again. `console`: where it says what it does (never blocking on a stalled reader).
+  Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console, int cut_off_in = -1);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -184,6 +185,7 @@ class Coordinator {
   bool silent(int node);
 
   const Options& o_;
+  Console& console_;
   std::string where_;  // the store's ADDR:PORT, for errors
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<transport::StoreClient> store_;

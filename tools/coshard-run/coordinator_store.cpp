@@ -62,8 +62,9 @@ std::string this_host() {
   return host[0] != '\0' ? host : "?";  // an empty one would shift the claim's fields
 }
 
-Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, int cut_off_in)
-    : o_(o), where_(o.master_addr + ":" + std::to_string(port)) {
+Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console,
+                         int cut_off_in)
+    : o_(o), console_(console), where_(o.master_addr + ":" + std::to_string(port)) {
   sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
   sched_->start();
   transport::StoreClient::Options so;
@@ -197,12 +198,12 @@ void Coordinator::gather() {
     if (absent.empty()) return;
     if (!last_call && nodes_.size() >= static_cast<std::size_t>(o_.min_nodes)) {
       last_call = Clock::now() + o_.last_call;
-      std::fprintf(stderr, "coshard-run: %zu of %d nodes joined (--nnodes %s); the job starts in %lld s (--last-call) "
+      console_.say("coshard-run: %zu of %d nodes joined (--nnodes %s); the job starts in %lld s (--last-call) "
                    "on those that have joined by then\n", nodes_.size(), o_.nnodes, range.c_str(),
                    static_cast<long long>(o_.last_call.count()));
     }
     if (last_call && Clock::now() >= *last_call) {
-      std::fprintf(stderr, "coshard-run: the job starts on node(s) %s of %d; node(s) %s are taken in at the restart "
+      console_.say("coshard-run: the job starts on node(s) %s of %d; node(s) %s are taken in at the restart "
                    "that their coshard-run causes when it joins\n", node_words(nodes_).c_str(), o_.nnodes,
                    node_words(absent).c_str());
       return;
@@ -264,7 +265,7 @@ bool Coordinator::member() const { return std::find(nodes_.begin(), nodes_.end()
 bool Coordinator::holder_gone(const std::string& holder) {
   const std::string key = "alive/" + std::to_string(o_.node_rank);
   const auto first = sched_->sync_wait(store_->get(key));
-  std::fprintf(stderr, "coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
+  console_.say("coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
                o_.node_rank, parse_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
   for (const auto until = Clock::now() + kSilentFor; Clock::now() < until;) {
     if (const int sig = pending_stop()) {
@@ -357,7 +358,7 @@ bool Coordinator::usable() {
     if (Clock::now() - *cut_since_ >= o_.rejoin_timeout) lost_ = true;
     return false;
   }
-  std::fprintf(stderr, "coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
+  console_.say("coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
                seconds_since(*cut_since_));
   cut_since_.reset();
   try {
@@ -400,7 +401,7 @@ void Coordinator::broke(const Error& e) {
   if (cut_since_) return;
   cut_since_ = Clock::now();
   next_reconnect_ = *cut_since_;
-  std::fprintf(stderr, "coshard-run: the store at %s stopped answering (%s); trying to reach it again for %lld s "
+  console_.say("coshard-run: the store at %s stopped answering (%s); trying to reach it again for %lld s "
                "(--rejoin-timeout)\n", where_.c_str(), e.message().c_str(),
                static_cast<long long>(o_.rejoin_timeout.count()));
 }

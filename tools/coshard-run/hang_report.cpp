@@ -44,8 +44,12 @@ std::vector<bool> groups_alive(const std::vector<pid_t>& pgids) {
     if (close == std::string::npos) continue;  // it ended while the scan ran
     std::istringstream fields(stat.substr(close + 1));
     char state = '?';
-    long ppid = 0, pgrp = 0;
-    if (!(fields >> state >> ppid >> pgrp) || state == 'Z' || state == 'X') continue;
+    long ppid = 0, pgrp = 0, skip = 0, threads = 0;
+    if (!(fields >> state >> ppid >> pgrp)) continue;
+    for (int i = 6; i < 20 && fields >> skip; ++i) {
+    }
+    fields >> threads;  // field 20: a leader that exited shows Z while its other threads run
+    if ((state == 'Z' || state == 'X') && threads <= 1) continue;
     for (std::size_t i = 0; i < pgids.size(); ++i) alive[i] = alive[i] || pgrp == pgids[i];
   }
   return alive;

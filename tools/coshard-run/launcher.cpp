@@ -242,7 +242,7 @@ AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& to
 int run_job(const Options& o, BlockedSignals& signals, Console& console) {
   const std::string token = o.token.empty() ? random_token() : o.token;
   const auto store = host_store(o, token);
-  auto coordinator = std::make_unique<Coordinator>(o, store->port, token);
+  auto coordinator = std::make_unique<Coordinator>(o, store->port, token, console);
   LastFailure last;
   for (int attempt = coordinator->first_attempt();; ++attempt) {
     AttemptEnd end;
@@ -258,7 +258,7 @@ int run_job(const Options& o, BlockedSignals& signals, Console& console) {
       console.say("coshard-run: node %d %s; trying to reach the store for up to %lld s (--join-timeout) to "
                   "be taken back in\n", o.node_rank, v.reason.c_str(), static_cast<long long>(o.join_timeout.count()));
       coordinator.reset();
-      coordinator = std::make_unique<Coordinator>(o, store->port, token, attempt);
+      coordinator = std::make_unique<Coordinator>(o, store->port, token, console, attempt);
       attempt = coordinator->first_attempt() - 1;
       continue;
     }
@@ -302,14 +302,8 @@ int launch(const Options& o) {
     return 127;  // what a shell returns for a command it cannot run
   }
   BlockedSignals signals = block_signals();
-  Console console;  // last lines written on the way out, for at most 10 s without progress when an error ends it
+  Console console(signals.fd.get());  // on the way out by an error, it waits 10 s at most for a stalled reader
   const int rc = run_job(o, signals, console);
-  // A reader paused at the end gets what waits for as long as it takes bytes. It gets a Ctrl-C
-  // then, as any program waiting to write would (SIGPIPE stays blocked: an EPIPE is no death).
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&stop, sig);
-  ::sigprocmask(SIG_UNBLOCK, &stop, nullptr);
   console.finish();
   return rc;
 }

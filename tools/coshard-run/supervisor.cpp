@@ -306,7 +306,10 @@ void Supervisor::drain(Output& out, int rank) {
   if (out.fd.get() < 0) return;
   ::fcntl(out.fd.get(), F_SETFL, ::fcntl(out.fd.get(), F_GETFL) | O_NONBLOCK);
   char buf[65536];
-  for (ssize_t n; (n = ::read(out.fd.get(), buf, sizeof buf)) > 0;) {
+  // No more than a full pipe, and some: a writer outside the group could keep it full for ever.
+  std::size_t read = 0;
+  for (ssize_t n; read < (std::size_t{1} << 20) && (n = ::read(out.fd.get(), buf, sizeof buf)) > 0;) {
+    read += static_cast<std::size_t>(n);
     out.pending.append(buf, static_cast<std::size_t>(n));
     emit_lines(out, rank, false, sink(out));
   }

@@ -88,21 +88,23 @@ std::optional<Cgroup> memory_cgroup() {
   return found;
 }
 
-// What the cgroup and those above it leave: the least of limit - (usage - inactive file cache),
-// the working set that container runtimes count, since cache is given back before an OOM kill.
+// What the cgroup and those above it leave: the least of limit - (usage - file cache), since the
+// kernel takes the cache back before an OOM kill (as MemAvailable counts it free).
 std::optional<HostMemory> cgroup_memory() {
   const auto cg = memory_cgroup();
   if (!cg) return std::nullopt;
   const char* limit_file = cg->v2 ? "memory.max" : "memory.limit_in_bytes";
   const char* usage_file = cg->v2 ? "memory.current" : "memory.usage_in_bytes";
-  const char* inactive = cg->v2 ? "inactive_file" : "total_inactive_file";
+  const std::string prefix = cg->v2 ? "" : "total_";
   std::optional<HostMemory> least;
   // Without a cgroup namespace the path may not exist under the mount: the levels that do count.
   for (fs::path d = cg->dir;; d = d.parent_path()) {
     const auto limit = number_in(d / limit_file);
     const auto usage = number_in(d / usage_file);
     if (limit && usage && *limit < 0x1p62) {  // v1 writes "no limit" as a page-rounded 2^63 - 1
-      const double used = *usage - std::min(*usage, stat_value(d / "memory.stat", inactive).value_or(0));
+      const double cache = stat_value(d / "memory.stat", prefix + "inactive_file").value_or(0) +
+                           stat_value(d / "memory.stat", prefix + "active_file").value_or(0);
+      const double used = *usage - std::min(*usage, cache);
       const double left = std::max(0.0, *limit - used);
       if (!least || left < least->available) least = HostMemory{left, "the memory cgroup limit of " + d.string()};
     }
@@ -120,7 +122,11 @@ MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
   // Units as gpt2's plan makes them: the root (embeddings, ln_f, and an untied head kept like it) and
   // the blocks; full_shard has the root and two blocks open at once (one computes, one is fetched).
   const double root = V * C + static_cast<double>(c.context) * C + 2 * C + (c.tie_head ? 0 : V * C);
-  const double open = root + std::min(2.0, static_cast<double>(c.layers)) * (12 * C * C + 13 * C);
+  const double block = 12 * C * C + 13 * C, layers = static_cast<double>(c.layers);
+  // Without prefetch one block is open at a time; gradients of two are (one computes, one reduces).
+  const bool prefetch = o.forward_prefetch > 0 || o.backward_prefetch != fsdp::BackwardPrefetch::none;
+  const double open = root + std::min(prefetch ? 2.0 : 1.0, layers) * block;
+  const double open_grads = root + std::min(2.0, layers) * block;
   const double p = o.param_dtype == DType::f32 ? 4 : 2;
   const bool keeps_all = o.strategy == fsdp::Strategy::shard_grad_op || o.strategy == fsdp::Strategy::hybrid_shard_zero2;
   double gathered = p * (keeps_all ? P : open);
@@ -128,7 +134,8 @@ MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
   MemoryNeed n;
   n.activations = gpt2::Activations::bytes_for(c, o.batch, o.seq);
   n.state = 16 * P / shard_group_size(o, env);
-  n.unsharded = gathered + 4 * open;
+  // With --grad-accum every unit's gradient is a lasting accumulator, and the open ones are those.
+  n.unsharded = gathered + (o.grad_accum > 1 ? 0 : 4 * open_grads);
   n.accumulators = o.grad_accum > 1 ? 4 * P : 0;
   n.data = file_bytes(o.data) + file_bytes(o.val_data);
   return n;
@@ -152,11 +159,15 @@ void check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
   const MemoryNeed need = memory_need(o, env);
   const int local = std::max(1, env.local_world_size);
   const double all = need.total() * local;
+  // The ranks on a host start together, but one may read the memory after others loaded their
+  // data: local rank L allows for L such loads, so that it refuses only a real shortage; local rank
+  // 0 allows for none, and its refusal ends the job.
+  const double available = host->available + need.data * env.local_rank;
   const std::string ranks = std::to_string(local) + " rank(s) on this host";
   // The need is a floor: scratch, BLAS buffers and rank 0's copies at the end come on top.
   constexpr double kHeadroom = 0.8;
-  if (all <= host->available) {
-    if (env.local_rank == 0 && all > kHeadroom * host->available) {
+  if (all <= available) {
+    if (env.local_rank == 0 && all > kHeadroom * available) {
       std::fprintf(stderr, "gpt2-train: warning: the %s need at least %s of the %s available (%s), and scratch "
                    "comes on top: if the job is killed for memory (exit 137), lower --batch\n",
                    ranks.c_str(), bytes_text(all).c_str(), bytes_text(host->available).c_str(), host->from.c_str());
