@@ -221,6 +221,11 @@ TEST(Launcher, AClosedStdoutDropsTheLinesAndTheJobGoesOn) {
       << r.output;
   EXPECT_NE(r.output.find("[rank 0] rank finished"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("launcher exited 0"), std::string::npos) << r.output;
+  // A closed stdout (>&-): the launcher's signalfd took its number, and the lines waited there.
+  const auto closed = run("{ timeout 30 " + kRun + " --nproc-per-node 1 -- sh -c 'seq 1 1000000; echo rank finished "
+                          ">&2' >&-; }");
+  EXPECT_EQ(closed.rc, 0) << closed.output;
+  EXPECT_NE(closed.output.find("[rank 0] rank finished"), std::string::npos) << closed.output;
 }
 
 // A reader that stops reading (a paused pager): the launcher's writes used to block its loop, so

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "support/run_command.hpp"
@@ -60,6 +61,20 @@ Formula formula_124m(bool keep_after_forward) {
   return f;
 }
 
+// gpt2-train's end line: what the ranks peaked at (least, most, MiB resident) and what its memory
+// check counted a rank. The check refuses only what cannot fit because that count is a floor.
+void expect_the_check_counts_no_more_than_a_rank_peaks_at(const std::string& output, const std::string& run) {
+  const auto at = output.find("memory: the ranks peaked at ");
+  ASSERT_NE(at, std::string::npos) << output;
+  double least = 0, most = 0, counted = 0;
+  ASSERT_EQ(std::sscanf(output.c_str() + at, "memory: the ranks peaked at %lf-%lf MiB resident; the memory check "
+                        "counted at least %lf MiB", &least, &most, &counted), 3)
+      << output.substr(at);
+  EXPECT_LE(counted, least) << run << ": " << output.substr(at);
+  // And it counts most of it: what it leaves out (the program, BLAS scratch) is small beside this.
+  EXPECT_GE(counted, 0.5 * least) << run << ": " << output.substr(at);
+}
+
 void expect_peak_follows_the_formula(const std::string& strategy, bool keep_after_forward) {
   const Formula f = formula_124m(keep_after_forward);
   auto r = run_command(launch(kRanks, "--model 124M --strategy " + strategy +
@@ -80,12 +95,24 @@ void expect_peak_follows_the_formula(const std::string& strategy, bool keep_afte
   // Tight from below too (measured: the formula less its 1 MiB for scalars): a formula loose by a
   // buffer, the smallest a block's 14 MB shard, would hide a unit kept too long.
   EXPECT_GE(peak, f.total - (4 << 20)) << figures;
+  expect_the_check_counts_no_more_than_a_rank_peaks_at(r.output, strategy);
 }
 
 TEST(TrainerMemory, PeakFollowsTheFsdpFormulaOnGpt2_124M_FullShard) { expect_peak_follows_the_formula("full_shard", false); }
 
 TEST(TrainerMemory, PeakFollowsTheFsdpFormulaOnGpt2_124M_ShardGradOp) {
   expect_peak_follows_the_formula("shard_grad_op", true);
+}
+
+// The same on 10M, where activations weigh more: strategies, mixed precision, accumulation and no
+// prefetch each change a term.
+TEST(TrainerMemory, TheCheckCountsNoMoreThanAnyRankPeaksAt) {
+  for (const std::string flags : {"", " --strategy shard_grad_op --mixed-precision bf16 --grad-accum 2",
+                                  " --strategy no_shard --forward-prefetch 0 --backward-prefetch none"}) {
+    const auto r = run_command("timeout 300 " + launch(kRanks, "--model 10M --batch 8 --seq 256 --steps 1" + flags));
+    ASSERT_EQ(r.rc, 0) << flags << "\n" << r.output;
+    expect_the_check_counts_no_more_than_a_rank_peaks_at(r.output, flags);
+  }
 }
 
 // Such a batch was killed by the OOM killer in its first step (exit 137, or a swapping host).

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "coordinator_internal.hpp"
+
 namespace coshard::run {
 
 LineSink::LineSink(int fd, const char* name) : fd_(fd), name_(name) {
@@ -22,6 +24,12 @@ LineSink::LineSink(int fd, const char* name) : fd_(fd), name_(name) {
   socket_ = S_ISSOCK(st.st_mode);
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
     own_ = Fd(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    // The same file, or none: opening a pty's master by its name makes a new pty nobody reads.
+    struct stat again;
+    if (own_.get() >= 0 && (::fstat(own_.get(), &again) != 0 || again.st_dev != st.st_dev ||
+                            again.st_ino != st.st_ino || again.st_rdev != st.st_rdev)) {
+      own_.reset();
+    }
   }
 }
 
@@ -136,8 +144,21 @@ bool Console::stop_signalled() const noexcept {
   return stop;
 }
 
+void Console::wait(Clock::duration d) {
+  const auto until = Clock::now() + d;
+  for (auto now = Clock::now(); now < until; now = Clock::now()) {
+    pollfd fds[2] = {out.want(), err.want()};
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    ::poll(fds, 2, static_cast<int>(left));
+    write_ready();
+  }
+}
+
 void Console::finish(Clock::duration stall) noexcept {
   try {
+    // A stop signal the job already ended on stays pending for main's exit code.
+    const bool stopped = coord::pending_stop() != 0;
+    if (stopped) stall = std::min<Clock::duration>(stall, std::chrono::seconds(10));
     for (;;) {
       write_ready();
       if (out.idle() && err.idle()) return;
@@ -152,7 +173,7 @@ void Console::finish(Clock::duration stall) noexcept {
         }
       }
       // Signals stay blocked (the coordinator reads what is pending): a Ctrl-C comes through here.
-      pollfd fds[3] = {out.want(), err.want(), {stop_fd_, POLLIN, 0}};
+      pollfd fds[3] = {out.want(), err.want(), {stopped ? -1 : stop_fd_, POLLIN, 0}};
       ::poll(fds, 3, 1000);
       if ((fds[2].revents & POLLIN) && stop_signalled()) {
         out.drop();

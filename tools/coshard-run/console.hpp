@@ -25,7 +25,9 @@ class LineSink {
 
   // A pipe, FIFO or terminal gets a non-blocking description of its own (setting O_NONBLOCK on the
   // inherited one would set it for the shell and whoever else shares it); a socket is sent to
-  // with MSG_DONTWAIT; anything else (a file) is written a page at a time once it polls writable.
+  // with MSG_DONTWAIT; anything else (a file), or one that cannot be opened again (no /proc, or
+  // another user's terminal), is written a page at a time once it polls writable, which a pipe
+  // takes without blocking and a terminal nearly always does.
   LineSink(int fd, const char* name);
 
   // Queues `text` and writes what the stream takes now. A stream that failed (EPIPE: its reader
@@ -80,10 +82,14 @@ class Console {
   // Writes what each stream takes now; says on the other stream what failed, and once when one
   // has taken nothing for kStallWarning while text waits.
   void write_ready();
+  // Waits `d` for the streams to take what waits, writing it as they do: the coordinator's waits
+  // between attempts, which would otherwise hold back the end of the ranks' output.
+  void wait(Clock::duration d);
   // Waits for what is queued to be written, as long as the readers take bytes; a stream that
   // has taken nothing for `stall` (counted from its last progress, maybe before this call) is given
   // up on: the rest is dropped, and that is said on the other one if it can take it. A stop
-  // signal drops what waits at once.
+  // signal drops what waits at once; one that came before (pending: the job ended on it) leaves
+  // it 10 s, and pending for the exit code.
   void finish(Clock::duration stall = std::chrono::minutes(5)) noexcept;
 
   static constexpr std::chrono::seconds kStallWarning{30};

@@ -7,7 +7,6 @@
 #include <iterator>
 #include <map>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "coordinator_internal.hpp"
@@ -269,7 +268,7 @@ Verdict Coordinator::decide(int attempt) {
       deadline = ending_by(*failed);
       continue;
     }
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
   if (!stop && (stop = pending_stop())) failed = stopped(attempt, stop);  // also when node 0 ended last
   if (!failed) failed = failure(attempt);
@@ -441,7 +440,7 @@ Verdict Coordinator::await_verdict(int attempt) {
       return Verdict{.code = 128 + stop,
                      .reason = std::string("got ") + strsignal(stop) + " while waiting for node 0's verdict"};
     }
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
 }
 

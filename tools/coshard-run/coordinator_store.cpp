@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -218,7 +217,7 @@ void Coordinator::gather() {
     if (const int sig = pending_stop()) {
       throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while the nodes joined");
     }
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
 }
 
@@ -249,7 +248,7 @@ void Coordinator::await_attempt() {
                                      std::to_string(kSilentFor.count()) + " s ago, before it started the job");
     }
     if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + " got " + strsignal(sig) + " while joining");
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
 }
 
@@ -271,7 +270,7 @@ bool Coordinator::holder_gone(const std::string& holder) {
     if (const int sig = pending_stop()) {
       throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
     }
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
     if (sched_->sync_wait(store_->get(key)) != first) return false;
   }
   return true;
@@ -304,7 +303,7 @@ std::string Coordinator::await_node_zero() {
     if (const int sig = pending_stop()) {
       throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
     }
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
 }
 
@@ -409,7 +408,7 @@ void Coordinator::broke(const Error& e) {
 int Coordinator::await_store() {
   while (!lost_ && !usable()) {
     if (const int sig = pending_stop()) return sig;
-    std::this_thread::sleep_for(kPoll);
+    console_.wait(kPoll);  // writing what waits meanwhile
   }
   return 0;
 }

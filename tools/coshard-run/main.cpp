@@ -1,4 +1,8 @@
 // coshard-run: a torchrun-like launcher for coshard programs.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <stdexcept>
 
@@ -8,6 +12,14 @@
 #include "options.hpp"
 
 int main(int argc, char** argv) {
+  // A closed stdin, stdout or stderr (`coshard-run >&-`) would be the number of the next file
+  // opened (the signalfd, a pipe to a rank), and the ranks' lines would go there: /dev/null then.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      const int null = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (null >= 0 && null != fd) ::close(null);  // lower numbers are open: it took `fd`, or failed
+    }
+  }
   coshard::run::Options options;
   try {
     options = coshard::run::parse_options(argc, argv, coshard::transport::process_env());

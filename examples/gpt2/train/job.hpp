@@ -32,6 +32,7 @@ struct Job {
   std::unique_ptr<CheckpointDir> checkpoints;  // --checkpoint-dir (locked by rank 0)
   std::optional<std::filesystem::path> resume;  // the checkpoint --resume names, if any
   const transport::StopSignal* stop = nullptr;  // SIGUSR2: stop after a checkpoint (with --checkpoint-dir)
+  double memory_counted = 0;  // bytes a rank needs at least, as check_memory counted them
 };
 
 }  // namespace coshard::train

@@ -194,7 +194,11 @@ Task<int> run(Runtime& rt, train::Job& job) {
     co_return transport::StopSignal::kExitCode;
   }
   co_await train::save_and_sample(job, *engine, pg->rank());
-  if (pg->rank() == 0) train::print_summary(job.o, summary, pg->size(), first_step);
+  const auto peaks = co_await loop.peak_memory_over_ranks();
+  if (pg->rank() == 0) {
+    train::print_summary(job.o, summary, pg->size(), first_step);
+    train::print_peak_memory(job.o, job.memory_counted, peaks);
+  }
   co_await train::finish_job(job, *pg);
   co_return 0;
 }
@@ -234,7 +238,8 @@ int prepare_and_run(train::Job& job) {
   // a rank still reading its data too, whose default action would end it.
   std::optional<transport::StopSignal> stop;
   if (!job.o.checkpoint_dir.empty()) job.stop = &stop.emplace();
-  train::check_memory(job.o, job.env);  // before the data, the weights and the activations are allocated
+  // Before the data, the weights and the activations are allocated.
+  job.memory_counted = train::check_memory(job.o, job.env);
   job.in = prepare(job.o);
   choose_threads(job);
   if (job.env.rank == 0) describe_data(job.o, job.in);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "coshard/gpt2/data.hpp"
 #include "coshard/gpt2/model.hpp"
 #include "coshard/runtime/error.hpp"
 
@@ -37,10 +38,14 @@ int shard_group_size(const TrainOptions& o, const transport::LaunchEnv& env) {
   }
 }
 
-double file_bytes(const std::string& path) {
+// What a token file takes loaded: an llm.c file its size; text, read a byte a token, two bytes a byte.
+double data_bytes(const std::string& path) {
   std::error_code ec;
   const auto n = path.empty() ? 0 : fs::file_size(path, ec);
-  return ec ? 0 : static_cast<double>(n);  // an unreadable file is named when it is loaded
+  if (ec || n == 0) return 0;  // an unreadable file is named when it is loaded
+  std::int32_t magic = 0;
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(&magic), sizeof magic);
+  return static_cast<double>(n) * (magic == gpt2::kLlmcMagic ? 1 : 2);
 }
 
 std::optional<double> number_in(const fs::path& file) {
@@ -137,7 +142,7 @@ MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
   // With --grad-accum every unit's gradient is a lasting accumulator, and the open ones are those.
   n.unsharded = gathered + (o.grad_accum > 1 ? 0 : 4 * open_grads);
   n.accumulators = o.grad_accum > 1 ? 4 * P : 0;
-  n.data = file_bytes(o.data) + file_bytes(o.val_data);
+  n.data = data_bytes(o.data) + data_bytes(o.val_data);
   return n;
 }
 
@@ -152,17 +157,16 @@ std::optional<HostMemory> host_memory() {
   return host;
 }
 
-void check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
-  if (o.skip_memory_check) return;
-  const auto host = host_memory();
-  if (!host) return;
+double check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
   const MemoryNeed need = memory_need(o, env);
+  if (o.skip_memory_check) return need.total();
+  const auto host = host_memory();
+  if (!host) return need.total();
   const int local = std::max(1, env.local_world_size);
   const double all = need.total() * local;
-  // The ranks on a host start together, but one may read the memory after others loaded their
-  // data: local rank L allows for L such loads, so that it refuses only a real shortage; local rank
-  // 0 allows for none, and its refusal ends the job.
-  const double available = host->available + need.data * env.local_rank;
+  // The ranks on a host start together, but one may read the memory after the others loaded their
+  // data: each allows for that, so that none refuses what fits.
+  const double available = host->available + need.data * (local - 1);
   const std::string ranks = std::to_string(local) + " rank(s) on this host";
   // The need is a floor: scratch, BLAS buffers and rank 0's copies at the end come on top.
   constexpr double kHeadroom = 0.8;
@@ -172,7 +176,7 @@ void check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
                    "comes on top: if the job is killed for memory (exit 137), lower --batch\n",
                    ranks.c_str(), bytes_text(all).c_str(), bytes_text(host->available).c_str(), host->from.c_str());
     }
-    return;
+    return need.total();
   }
   std::string terms = "activations of --batch " + std::to_string(o.batch) + " x --seq " + std::to_string(o.seq) +
                       " " + bytes_text(need.activations) + ", sharded parameters, gradients and AdamW state " +
@@ -191,6 +195,13 @@ void check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
               "the " + ranks + " need at least " + bytes_text(all) + " (each: " + terms + "), but " +
                   bytes_text(host->available) + " is available (" + host->from + "). " + advice +
                   ". --no-memory-check skips this check");
+}
+
+void print_peak_memory(const TrainOptions& o, double counted, std::pair<float, float> least_most) {
+  std::printf("memory: the ranks peaked at %.0f-%.0f MiB resident; the memory check counted at least %.0f MiB a "
+              "rank (--batch %d x --seq %d)\n", least_most.first, least_most.second, counted / (1024.0 * 1024),
+              o.batch, o.seq);
+  std::fflush(stdout);
 }
 
 }  // namespace coshard::train

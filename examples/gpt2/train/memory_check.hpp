@@ -4,6 +4,7 @@
 // by the kernel's OOM killer: exit 137, no word of why, sometimes other processes with it.
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "coshard/transport/launch_env.hpp"
 #include "train_options.hpp"
@@ -35,7 +36,11 @@ std::optional<HostMemory> host_memory();
 
 // Throws Error(out_of_memory) when the local ranks cannot fit, naming the terms, the memory and the
 // --batch that would fit; says on local rank 0's stderr when they come close. Skipped where the
-// memory cannot be read.
-void check_memory(const TrainOptions& o, const transport::LaunchEnv& env);
+// memory cannot be read, and with --no-memory-check. Returns what it counts for one rank.
+double check_memory(const TrainOptions& o, const transport::LaunchEnv& env);
+
+// Rank 0's line at the end: what the ranks peaked at (MiB resident, least and most) beside what
+// the check counted, so that a user sees how much room the floor leaves.
+void print_peak_memory(const TrainOptions& o, double counted, std::pair<float, float> least_most);
 
 }  // namespace coshard::train

@@ -1,5 +1,7 @@
 #include "train_loop.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -323,6 +325,16 @@ Task<float> TrainLoop::validation_loss() {
   co_await engine_.finish_backward();  // releases what forward left unsharded
   const float local = co_await model_.loss();
   co_return (co_await mean_over_ranks(local, 0)).first;
+}
+
+Task<std::pair<float, float>> TrainLoop::peak_memory_over_ranks() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const float mib = static_cast<float>(usage.ru_maxrss) / 1024.0f;  // Linux counts it in KiB
+  upload(compute_, scalars_, std::vector<float>{mib, -mib});
+  compute_.wait(pg_.world().all_reduce(scalars_, transport::Reduction::max(), compute_));
+  const std::vector<float> most = co_await download<float>(compute_, scalars_);
+  co_return std::pair{-most[1], most[0]};
 }
 
 Task<std::pair<float, float>> TrainLoop::mean_over_ranks(float v, float flag) {

@@ -81,6 +81,8 @@ class TrainLoop {
 
   // The whole run; the JSON log is complete when it returns.
   Task<TrainSummary> run();
+  // The least and the most resident memory (MiB) that any rank peaked at so far, in one all-reduce.
+  Task<std::pair<float, float>> peak_memory_over_ranks();
 
  private:
   // One optimizer step.
