@@ -110,6 +110,14 @@ std::string read_text(const std::filesystem::path& path) {
   return text;
 }
 
+std::string read_text(const std::filesystem::path& path, std::string_view role) {
+  try {
+    return read_text(path);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(role) + ": " + e.message());
+  }
+}
+
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw io_error("cannot open", path, errno);

@@ -16,13 +16,23 @@
 namespace coshard::run {
 namespace fs = std::filesystem;
 
-char process_state(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+namespace {
+
+// The fields of a /proc/PID/stat after the command (" S ppid pgrp ..."): the command may hold
+// spaces and parentheses, so they start after the last ')'. Empty when it cannot be read (it ended).
+std::string stat_fields(const fs::path& stat_file) {
+  std::ifstream f(stat_file);
   std::string stat;
   std::getline(f, stat);
-  // "pid (comm) S ...": the command may hold spaces and parentheses, so look after the last ')'.
-  auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  const auto close = stat.rfind(')');
+  return close == std::string::npos ? std::string() : stat.substr(close + 1);
+}
+
+}  // namespace
+
+char process_state(pid_t pid) {
+  const std::string fields = stat_fields("/proc/" + std::to_string(pid) + "/stat");
+  return fields.size() >= 2 ? fields[1] : '?';
 }
 
 std::vector<bool> groups_alive(const std::vector<pid_t>& pgids) {
@@ -36,13 +46,7 @@ std::vector<bool> groups_alive(const std::vector<pid_t>& pgids) {
   for (const auto& e : proc) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat;
-    std::getline(f, stat);
-    // "pid (comm) S ppid pgrp ...": after the last ')', as in process_state.
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos) continue;  // it ended while the scan ran
-    std::istringstream fields(stat.substr(close + 1));
+    std::istringstream fields(stat_fields(e.path() / "stat"));  // empty: it ended while the scan ran
     char state = '?';
     long ppid = 0, pgrp = 0, skip = 0, threads = 0;
     if (!(fields >> state >> ppid >> pgrp)) continue;

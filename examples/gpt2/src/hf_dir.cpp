@@ -50,12 +50,7 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
 }
 
 Config parse_hf_config(const fs::path& config_json) {
-  std::string text;
-  try {
-    text = read_text(config_json);
-  } catch (const Error& e) {
-    throw Error(e.code(), "Hugging Face config: " + e.message());
-  }
+  const std::string text = read_text(config_json, "Hugging Face config");
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
   Config c;

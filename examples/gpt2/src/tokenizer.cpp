@@ -74,12 +74,7 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
 }
 
 Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
-  std::string text;
-  try {
-    text = read_text(path);
-  } catch (const Error& e) {
-    throw Error(e.code(), "tokenizer: " + e.message());
-  }
+  const std::string text = read_text(path, "tokenizer");
   const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(path, "not JSON (a Hugging Face tokenizer.json?)");
   const json& model = j.contains("model") ? j["model"] : json();

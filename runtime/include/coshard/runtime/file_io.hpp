@@ -23,6 +23,8 @@ std::uint64_t file_size(const std::filesystem::path& path);
 /// The whole of `path`, which must be a regular file: a FIFO would block the reader, and a
 /// directory reads as empty. Errc::io naming the file and what it is otherwise.
 std::string read_text(const std::filesystem::path& path);
+/// The same, with what the file is to the caller in front of an error ("tokenizer: cannot read ...").
+std::string read_text(const std::filesystem::path& path, std::string_view role);
 
 /// Reads `out.size()` bytes at `offset`.
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out);
