@@ -8,6 +8,7 @@
 #include "coshard/runtime/error.hpp"
 #include "checkpoint_damage.hpp"
 #include "coshard/runtime/file_io.hpp"
+#include "coshard/runtime/json_integer.hpp"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
@@ -60,21 +61,43 @@ json piece_json(const CheckpointPiece& p) {
           {"crc32c", p.crc32c}, {"dtype", "f32"}};
 }
 
+// A count or offset of the manifest: an integer of T's range, never a cast of whatever number is
+// there (a double beyond the range is undefined behaviour).
+template <class T>
+T integer(const json& j, const char* key) {
+  return json_integer<T>(j.at(key), std::string("\"") + key + "\"");
+}
+
+Shape shape_of(const json& j) {
+  if (!j.at("shape").is_array()) throw std::runtime_error("\"shape\" is not an array");
+  Shape shape;
+  for (const auto& d : j.at("shape")) {
+    shape.push_back(json_integer<std::int64_t>(d, "a dimension of \"shape\""));
+    if (shape.back() < 0) throw std::runtime_error("\"shape\" has a negative dimension");
+  }
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    if (d != 0 && __builtin_mul_overflow(n, d, &n)) throw std::runtime_error("\"shape\" " + to_string(shape) + " has more than 2^63 elements");
+  }
+  return shape;
+}
+
 CheckpointPiece piece_of(const json& j) {
   CheckpointPiece p;
   p.param = j.at("param").get<std::string>();
   p.kind = j.at("kind").get<std::string>();
-  p.shape = j.at("shape").get<Shape>();
-  p.offset = j.at("offset").get<std::int64_t>();
-  p.length = j.at("length").get<std::int64_t>();
+  p.shape = shape_of(j);
+  p.offset = integer<std::int64_t>(j, "offset");
+  p.length = integer<std::int64_t>(j, "length");
   p.file = j.at("file").get<std::string>();
   if (p.file.empty() || p.file.find('/') != std::string::npos || p.file == "..") {
     throw std::runtime_error("piece file name '" + p.file + "' is not a file of the checkpoint directory");
   }
-  p.byte_offset = j.at("byte_offset").get<std::uint64_t>();
-  p.crc32c = j.at("crc32c").get<std::uint32_t>();
+  p.byte_offset = integer<std::uint64_t>(j, "byte_offset");
+  p.crc32c = integer<std::uint32_t>(j, "crc32c");
   if (j.value("dtype", "f32") != "f32") throw std::runtime_error("piece dtype " + j.at("dtype").get<std::string>());
-  if (p.offset < 0 || p.length < 0 || p.offset + p.length > numel(p.shape)) {
+  const std::int64_t n = numel(p.shape);
+  if (p.offset < 0 || p.length < 0 || p.length > n || p.offset > n - p.length) {
     throw std::runtime_error("piece of '" + p.param + "' lies outside its shape");
   }
   return p;
@@ -96,7 +119,7 @@ void check_self_checksum(json& j, int version, const std::string& where) {
     if (version >= 2) throw checkpoint_damaged(where, " has no checksum of its own (its format version " + std::to_string(version) + " writes one)");
     return;
   }
-  const auto stored = j.at(kSelfChecksum).get<std::uint32_t>();
+  const auto stored = integer<std::uint32_t>(j, kSelfChecksum);
   j.erase(kSelfChecksum);
   if (self_checksum(j) != stored) throw checkpoint_damaged(where, " fails its checksum: it was changed after it was written");
 }
@@ -117,7 +140,7 @@ void check_pieces(const Manifest& m, const std::string& where) {
     }
     const auto f = files.find(p.file);
     if (f == files.end() || p.byte_offset > f->second->bytes ||
-        static_cast<std::uint64_t>(p.length) * sizeof(float) > f->second->bytes - p.byte_offset) {
+        static_cast<std::uint64_t>(p.length) > (f->second->bytes - p.byte_offset) / sizeof(float)) {
       throw checkpoint_damaged(where, " places a piece of '" + p.param + "' outside the files it lists");
     }
     groups[{p.param, p.kind}].push_back(&p);
@@ -179,7 +202,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
   try {
     json j = json::parse(text);
     if (j.value("format", "") != "coshard-sharded-checkpoint") throw std::runtime_error("not a coshard checkpoint manifest");
-    m.version = j.at("version").get<int>();
+    m.version = integer<int>(j, "version");
     if (m.version > kCheckpointFormatVersion) {
       throw Error(Errc::bad_config, "'" + where + "' was written in checkpoint format version " +
                                         std::to_string(m.version) + ", newer than the " +
@@ -187,13 +210,13 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
                                         " this build reads: load it with a newer coshard");
     }
     check_self_checksum(j, m.version, where);
-    m.world_size = j.at("world_size").get<int>();
+    m.world_size = integer<int>(j, "world_size");
     m.strategy = j.at("strategy").get<std::string>();
-    m.shard_group_size = j.at("shard_group_size").get<int>();
+    m.shard_group_size = integer<int>(j, "shard_group_size");
     m.optimizer = j.at("optimizer").get<std::string>();
     m.param_dtype = j.at("param_dtype").get<std::string>();
     for (const auto& u : j.at("units")) {
-      m.units.push_back({u.at("name").get<std::string>(), u.at("optimizer_step").get<std::int64_t>(),
+      m.units.push_back({u.at("name").get<std::string>(), integer<std::int64_t>(u, "optimizer_step"),
                          u.at("sgd_started").get<bool>()});
     }
     for (const auto& f : j.at("files")) {
@@ -201,8 +224,7 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
       if (name.empty() || name.find('/') != std::string::npos || name == "..") {
         throw std::runtime_error("file name '" + name + "' is not a file of the checkpoint directory");
       }
-      m.files.push_back({f.at("name").get<std::string>(), f.at("rank").get<int>(), f.at("bytes").get<std::uint64_t>(),
-                         f.at("crc32c").get<std::uint32_t>()});
+      m.files.push_back({name, integer<int>(f, "rank"), integer<std::uint64_t>(f, "bytes"), integer<std::uint32_t>(f, "crc32c")});
     }
     for (const auto& p : j.at("pieces")) m.pieces.push_back(piece_of(p));
     m.metadata = j.at("metadata").get<CheckpointMetadata>();

@@ -9,6 +9,7 @@
 
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/json_integer.hpp"
 #include "trace_common.hpp"
 
 namespace coshard::metrics {
@@ -25,6 +26,16 @@ struct Event {
 
 Error corrupt(const std::string& input, const std::string& why) {
   return Error(Errc::corrupt_file, "'" + input + "' is not a Chrome trace written by coshard: " + why);
+}
+
+// A pid is a rank and a tid a track: a number beyond their type is refused, not wrapped onto another.
+template <class T>
+T integer_of(const json& v, const char* what, const std::string& input) {
+  try {
+    return json_integer<T>(v, what);
+  } catch (const std::out_of_range& e) {
+    throw corrupt(input, e.what());
+  }
 }
 
 using ThreadNames = std::map<std::pair<int, long long>, std::string>;  // (pid, tid) -> stream
@@ -52,7 +63,7 @@ ThreadNames thread_names(const json& list, const std::string& input) {
     if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" && e.contains("pid") &&
         e["pid"].is_number_integer() && e.contains("tid") && e["tid"].is_number_integer() && e.contains("args") &&
         e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string()) {
-      names[{e["pid"].get<int>(), e["tid"].get<long long>()}] = e["args"]["name"].get<std::string>();
+      names[{integer_of<int>(e["pid"], "a pid", input), integer_of<long long>(e["tid"], "a tid", input)}] = e["args"]["name"].get<std::string>();
     }
   }
   return names;
@@ -67,10 +78,10 @@ std::set<int> collect_events(const json& list, const ThreadNames& names, const s
     if (!e.contains("pid") || !e["pid"].is_number_integer()) {
       throw corrupt(input, "a \"" + ph + "\" event has no integer pid");
     }
-    Event ev{.pid = e["pid"].get<int>(), .stream = {}, .ts = 0, .body = e};
+    Event ev{.pid = integer_of<int>(e["pid"], "a pid", input), .stream = {}, .ts = 0, .body = e};
     if (e.contains("ts") && e["ts"].is_number()) ev.ts = e["ts"].get<double>();
     if (e.contains("tid") && e["tid"].is_number_integer()) {
-      const auto tid = e["tid"].get<long long>();
+      const auto tid = integer_of<long long>(e["tid"], "a tid", input);
       auto it = names.find({ev.pid, tid});
       ev.stream = it != names.end() ? it->second : "track " + std::to_string(tid);
       c.streams.insert(ev.stream);

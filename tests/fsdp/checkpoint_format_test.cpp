@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "coshard/fsdp/checkpoint.hpp"
 #include "sharded_checkpoint.hpp"
@@ -106,6 +107,51 @@ TEST(CheckpointFormat, PiecesThatDoNotTileTheirParameterInsideTheFilesAreRefused
   m = tiled();
   m.files[1].name = "rank-00000.bin";
   expect_damaged(to_json(m), "lists the file 'rank-00000.bin' twice");
+}
+
+void expect_invalid(const nlohmann::json& j, const std::string& needle) {
+  try {
+    manifest_from_json(j.dump(1), "d/manifest.json");
+    ADD_FAILURE() << "accepted; expected '" << needle << "' in:\n" << j.dump(1);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_file) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'d/manifest.json' is not a valid checkpoint manifest (" + needle), std::string::npos)
+        << e.what();
+  }
+}
+
+// The fuzzer's find: get<int64_t>() of `1e300` is a float-to-integer cast out of range, undefined
+// behaviour (UBSan stopped on it); integers beyond a field's type wrapped, and sums and products
+// of large counts overflowed past the bounds checks. Version 1 has no checksum of its own, so each
+// edit reaches the field checks.
+TEST(CheckpointFormat, NumbersNoFieldCanHoldAreRefusedNotCast) {
+  Manifest v1 = tiled();
+  v1.version = 1;
+  const auto base = nlohmann::json::parse(to_json(v1));
+  const auto edited = [&](auto edit) {
+    auto j = base;
+    edit(j);
+    return j;
+  };
+  const auto piece = [](nlohmann::json& j) -> nlohmann::json& { return j["pieces"][0]; };
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"][0] = 1e300; }),
+                 "a dimension of \"shape\" is 1e+300, not an integer from -9223372036854775808");
+  expect_invalid(edited([&](auto& j) { piece(j)["offset"] = -1e300; }), "\"offset\" is -1e+300, not an integer");
+  expect_invalid(edited([&](auto& j) { piece(j)["length"] = 8.5; }), "\"length\" is 8.5, not an integer");
+  expect_invalid(edited([&](auto& j) { piece(j)["crc32c"] = -1; }), "\"crc32c\" is -1, not an integer from 0 to 4294967295");
+  expect_invalid(edited([&](auto& j) { j["files"][0]["rank"] = 4294967296LL; }),
+                 "\"rank\" is 4294967296, not an integer from -2147483648 to 2147483647");
+  expect_invalid(edited([&](auto& j) { j["files"][0]["bytes"] = 1.8446744073709552e19; }), "\"bytes\" is 1.8446744073709552e+19");
+  expect_invalid(edited([&](auto& j) { j["world_size"] = "4"; }), "\"world_size\" is \"4\", not an integer");
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = 24; }), "\"shape\" is not an array");
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {-4, -6}; }), "\"shape\" has a negative dimension");
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {1LL << 62, 4}; }), "\"shape\" [4611686018427387904, 4] has more than 2^63 elements");
+  // offset + length once overflowed past "lies outside its shape".
+  expect_invalid(edited([&](auto& j) { piece(j)["offset"] = INT64_MAX; }), "piece of 'w' lies outside its shape");
+  // length * 4 bytes wrapped to 0 and passed as inside the file: export then read 2^62 floats.
+  Manifest huge = v1;
+  huge.pieces = {{"w", "param", {1LL << 62}, 0, 1LL << 62, "rank-00000.bin", 0, 3u}};
+  expect_damaged(to_json(huge), "places a piece of 'w' outside the files it lists");
 }
 
 TEST(CheckpointFormat, NewerVersionsAndForeignFilesAreRefusedByName) {

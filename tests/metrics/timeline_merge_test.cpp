@@ -153,6 +153,17 @@ TEST(TraceMerge, ANonTraceInputIsNamed) {
     EXPECT_NE(std::string(e.what()).find("broken.json"), std::string::npos) << e.what();
   }
   EXPECT_THROW(merge_chrome_traces({{"x.json", "{\"events\": []}"}}), Error);
+  // A pid beyond an int was wrapped onto another rank (2^32 became rank 0).
+  for (const std::string pid : {"4294967296", "-2147483649"}) {
+    try {
+      merge_chrome_traces({{"big.json", R"({"traceEvents": [{"ph": "X", "pid": )" + pid + R"(, "ts": 1, "dur": 1}]})"}});
+      ADD_FAILURE() << pid << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_file);
+      EXPECT_NE(std::string(e.what()).find("'big.json' is not a Chrome trace written by coshard: a pid is "), std::string::npos)
+          << e.what();
+    }
+  }
   EXPECT_THROW(merge_trace_files({"/nonexistent/trace.json"}, "/tmp/never-written.json"), Error);
 }
 

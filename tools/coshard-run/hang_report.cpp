@@ -11,6 +11,7 @@
 #include <set>
 #include <optional>
 
+#include "coshard/runtime/json_integer.hpp"
 #include "coshard/transport/signal_marker.hpp"
 
 namespace coshard::run {
@@ -106,8 +107,8 @@ std::string first_sentence(const std::string& s) {
 std::optional<Position> position_of(const nlohmann::json& record) {
   std::optional<Position> at;
   for (const auto& op : record.at("ops")) {
-    Position p{op.at("seq").get<std::uint64_t>(), op.at("op").get<std::string>(), op.at("state").get<std::string>(),
-               op.value("error", std::string())};
+    Position p{json_integer<std::uint64_t>(op.at("seq"), "seq"), op.at("op").get<std::string>(),
+               op.at("state").get<std::string>(), op.value("error", std::string())};
     if (p.state != "done") return p;  // the first that did not complete is where the rank is stuck
     at = p;
   }
@@ -136,7 +137,7 @@ std::vector<std::string> suspended_lines(const std::string& dir) {
   std::map<int, std::string> by_rank;
   for_each_record(dir, "coshard-coroutines-rank", [&](const nlohmann::json& record) {
     const auto& waits = record.at("suspended");
-    std::string line = "rank " + std::to_string(record.at("job_rank").get<int>()) + " awaits: ";
+    std::string line = "rank " + std::to_string(json_integer<int>(record.at("job_rank"), "job_rank")) + " awaits: ";
     if (waits.empty()) line += "nothing (no task suspended: busy or blocked in a call)";
     for (std::size_t i = 0; i < waits.size() && i < 3; ++i) {
       char secs[32];
@@ -144,7 +145,7 @@ std::vector<std::string> suspended_lines(const std::string& dir) {
       line += (i ? "; " : "") + waits[i].at("what").get<std::string>() + " for " + secs;
     }
     if (waits.size() > 3) line += " (+" + std::to_string(waits.size() - 3) + " more)";
-    by_rank[record.at("job_rank").get<int>()] = line;
+    by_rank[json_integer<int>(record.at("job_rank"), "job_rank")] = line;
   });
   std::vector<std::string> lines;
   for (auto& [rank, line] : by_rank) lines.push_back(std::move(line));
@@ -157,7 +158,8 @@ std::vector<std::string> flight_report(const std::string& dir, const std::vector
   std::map<std::string, std::map<int, Position>> comms;  // comm -> rank -> position
   for_each_record(dir, "coshard-flight-", [&](const nlohmann::json& record) {
     const auto comm = record.at("comm").get<std::string>();
-    const int rank = record.contains("job_rank") ? record.at("job_rank").get<int>() : record.at("rank").get<int>();
+    const char* key = record.contains("job_rank") ? "job_rank" : "rank";
+    const int rank = json_integer<int>(record.at(key), key);
     if (auto p = position_of(record)) comms[comm][rank] = *p;
   });
   std::vector<std::string> lines;

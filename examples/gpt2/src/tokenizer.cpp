@@ -4,6 +4,7 @@
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
+#include "coshard/runtime/json_integer.hpp"
 
 namespace coshard::gpt2 {
 namespace {
@@ -51,10 +52,17 @@ std::string piece_bytes(const std::filesystem::path& path, const std::string& to
   return out;
 }
 
-void put(std::vector<std::string>& pieces, const std::filesystem::path& path, std::int64_t id, std::string bytes) {
-  if (id < 0 || id > 65535) throw bad(path, "token id " + std::to_string(id) + " is outside [0, 65535]");
-  if (static_cast<std::size_t>(id) >= pieces.size()) pieces.resize(static_cast<std::size_t>(id) + 1);
-  pieces[static_cast<std::size_t>(id)] = std::move(bytes);
+// Token files hold 16-bit ids, so a vocabulary entry's id must be one.
+void put(std::vector<std::string>& pieces, const std::filesystem::path& path, const json& id,
+         const std::string& what, std::string bytes) {
+  std::uint16_t i = 0;
+  try {
+    i = json_integer<std::uint16_t>(id, what);
+  } catch (const std::out_of_range& e) {
+    throw bad(path, e.what());
+  }
+  if (i >= pieces.size()) pieces.resize(std::size_t{i} + 1);
+  pieces[i] = std::move(bytes);
 }
 
 }  // namespace
@@ -87,11 +95,13 @@ Tokenizer Tokenizer::parse(const std::filesystem::path& path) {
   }
   Tokenizer t;
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer()) throw bad(path, "vocabulary entry '" + token + "' has no integer id");
-    put(t.pieces_, path, id.get<std::int64_t>(), piece_bytes(path, token));
+    put(t.pieces_, path, id, "the id of vocabulary entry '" + token + "'", piece_bytes(path, token));
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& a : j["added_tokens"]) put(t.pieces_, path, a.value("id", -1), a.value("content", ""));
+    for (const auto& a : j["added_tokens"]) {
+      const auto content = a.value("content", "");
+      put(t.pieces_, path, a.contains("id") ? a["id"] : json(), "the id of added token '" + content + "'", content);
+    }
   }
   if (t.pieces_.empty()) throw bad(path, "its vocabulary is empty");
   return t;

@@ -135,7 +135,21 @@ TEST(Gpt2Tokenizer, OtherTokenizersAreRefusedNamingTheFile) {
   ws["pre_tokenizer"]["type"] = "Whitespace";
   EXPECT_NE(refused(ws.dump()).find("the pre-tokenizer is not ByteLevel"), std::string::npos);
   EXPECT_NE(refused(bpe({{"\u4e2d", 0}}).dump()).find("is not byte-level"), std::string::npos);
-  EXPECT_NE(refused(bpe({{"a", 70000}}).dump()).find("token id 70000 is outside [0, 65535]"), std::string::npos);
+  EXPECT_NE(refused(bpe({{"a", 70000}}).dump()).find("the id of vocabulary entry 'a' is 70000, not an integer from 0 to 65535"),
+            std::string::npos);
+  // Ids that a plain get<int>() would cast: a double beyond any integer's range (undefined
+  // behaviour), a fraction, a negative, an unsigned beyond int64.
+  for (const std::string id : {"1e300", "2.5", "-1", "18446744073709551615"}) {
+    EXPECT_NE(refused(R"({"model": {"type": "BPE", "vocab": {"a": )" + id + R"(}}, "pre_tokenizer": {"type": "ByteLevel"}})")
+                  .find("vocabulary entry 'a' is " + json::parse(id).dump() + ", not an integer from 0 to 65535"),
+              std::string::npos)
+        << id;
+  }
+  json added = bpe({{"a", 0}});
+  added["added_tokens"] = json::array({{{"content", "<|x|>"}, {"id", 1e300}}});
+  EXPECT_NE(refused(added.dump()).find("the id of added token '<|x|>' is 1e+300, not an integer"), std::string::npos);
+  added["added_tokens"] = json::array({{{"content", "<|x|>"}}});
+  EXPECT_NE(refused(added.dump()).find("the id of added token '<|x|>' is null"), std::string::npos);
   EXPECT_NE(error_of([&] { Tokenizer::from_file(d / "missing.json"); })
                 .find("tokenizer: cannot read '" + (d / "missing.json").string() + "': No such file or directory"),
             std::string::npos);
