@@ -60,12 +60,12 @@ Config parse_hf_config(const fs::path& config_json) {
   c.heads = shape_key(j, config_json, "n_head");
   c.width = shape_key(j, config_json, "n_embd");
   c.tie_head = j.value("tie_word_embeddings", true);
-  check_computation(j, config_json, c.width);
   try {
-    c.validate();
+    c.validate();  // first: the checks below compute with the width (4 x 2^62 overflowed)
   } catch (const Error& e) {
     throw bad(config_json, e.message());
   }
+  check_computation(j, config_json, c.width);
   return c;
 }
 

@@ -89,6 +89,9 @@ TEST(Gpt2HfDir, ConfigsCoshardDoesNotComputeAreRefusedNamingTheKey) {
   EXPECT_NE(with("scale_attn_by_inverse_layer_idx", true).find("scale_attn_by_inverse_layer_idx"), std::string::npos);
   EXPECT_NE(with("n_head", 3).find("not divisible"), std::string::npos);
   EXPECT_NE(with("vocab_size", "40").find("\"vocab_size\" is missing or not a positive integer"), std::string::npos);
+  // The n_inner check computed 4 x n_embd before the width was bounded: 2^62 overflowed.
+  EXPECT_NE(with("n_embd", std::int64_t{1} << 62).find("width=4611686018427387904 is out of range"), std::string::npos);
+  EXPECT_NE(with("vocab_size", 1e300).find("\"vocab_size\" is missing or not a positive integer"), std::string::npos);
   write(d / "m" / "config.json", good);
   fs::rename(d / "m" / "model.safetensors", d / "m" / "x");
   std::ofstream(d / "m" / "model.safetensors.index.json") << "{}";
