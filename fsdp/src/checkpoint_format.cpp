@@ -55,6 +55,8 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(const unsigned char
 
 using detail::checkpoint_damaged;
 
+constexpr std::int64_t kMaxOptimizerStep = std::int64_t{1} << 53;
+
 json piece_json(const CheckpointPiece& p) {
   return {{"param", p.param},   {"kind", p.kind},           {"shape", p.shape}, {"offset", p.offset},
           {"length", p.length}, {"file", p.file},           {"byte_offset", p.byte_offset},
@@ -218,6 +220,11 @@ Manifest manifest_from_json(const std::string& text, const std::string& where) {
     for (const auto& u : j.at("units")) {
       m.units.push_back({u.at("name").get<std::string>(), integer<std::int64_t>(u, "optimizer_step"),
                          u.at("sgd_started").get<bool>()});
+      // The next step adds one to it, and Adam's bias correction raises betas to it as a double.
+      if (const auto step = m.units.back().optimizer_step; step < 0 || step > kMaxOptimizerStep) {
+        throw std::runtime_error("unit '" + m.units.back().name + "' has optimizer step " + std::to_string(step) +
+                                 ", not one from 0 to 2^53");
+      }
     }
     for (const auto& f : j.at("files")) {
       const auto name = f.at("name").get<std::string>();

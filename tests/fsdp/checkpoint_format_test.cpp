@@ -146,6 +146,15 @@ TEST(CheckpointFormat, NumbersNoFieldCanHoldAreRefusedNotCast) {
   expect_invalid(edited([&](auto& j) { piece(j)["shape"] = 24; }), "\"shape\" is not an array");
   expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {-4, -6}; }), "\"shape\" has a negative dimension");
   expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {1LL << 62, 4}; }), "\"shape\" [4611686018427387904, 4] has more than 2^63 elements");
+  // The next optimizer step added one to INT64_MAX; a negative one failed later without naming the file.
+  Manifest stepped = v1;
+  stepped.units = {{"u", 0, false}};
+  const auto with_step = nlohmann::json::parse(to_json(stepped));
+  for (const auto step : {INT64_MAX, std::int64_t{-1}}) {
+    auto j = with_step;
+    j["units"][0]["optimizer_step"] = step;
+    expect_invalid(j, "unit 'u' has optimizer step " + std::to_string(step) + ", not one from 0 to 2^53");
+  }
   // offset + length once overflowed past "lies outside its shape".
   expect_invalid(edited([&](auto& j) { piece(j)["offset"] = INT64_MAX; }), "piece of 'w' lies outside its shape");
   // length * 4 bytes wrapped to 0 and passed as inside the file: export then read 2^62 floats.

@@ -563,6 +563,16 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
               std::string::npos)
         << r.output;
   }
+  // CLI11 read whole numbers as C literals: 010 was 8 (so this passed as 8 <= 9), 0x10 was 16.
+  r = run_command(kTrain + " --steps 9 --warmup-steps 010");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--warmup-steps 10 is more than --steps 9"), std::string::npos) << r.output;
+  for (const char* batch : {"0x10", "1e3", "+"}) {
+    r = run_command(kTrain + " --batch " + batch);
+    EXPECT_EQ(r.rc, 2) << r.output;
+    EXPECT_NE(r.output.find("--batch: must be a whole number in decimal, not " + std::string(batch)), std::string::npos)
+        << r.output;
+  }
   r = run_command(kTrain + " --steps 3 --warmup-steps 10");
   EXPECT_EQ(r.rc, 2) << r.output;
   EXPECT_NE(r.output.find("--warmup-steps 10 is more than --steps 3: the learning rate would never reach --lr"),

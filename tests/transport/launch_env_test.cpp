@@ -135,7 +135,10 @@ TEST(SlurmHostlist, ExpandsRangesPaddingAndProducts) {
     EXPECT_FALSE(expand_hostlist(bad)) << bad;
   }
   EXPECT_EQ(expand_tasks_per_node("2(x3),1").value(), (std::vector<int>{2, 2, 2, 1}));
-  for (const char* bad : {"", "x", "2(x0)", "2(x3", "0"}) EXPECT_FALSE(expand_tasks_per_node(bad)) << bad;
+  for (const char* bad : {"", "x", "2(x0)", "2(x3", "0", "4294967297"}) EXPECT_FALSE(expand_tasks_per_node(bad)) << bad;
+  // A range ending at LONG_MAX: the loop stepped past it (overflow) and never ended.
+  EXPECT_EQ(expand_hostlist("n[9223372036854775806-9223372036854775807]").value(),
+            (V{"n9223372036854775806", "n9223372036854775807"}));
 }
 
 // They were read into an int by a cast: RANK=4294967296 trained as rank 0 of a world of one.
@@ -147,6 +150,24 @@ TEST(LaunchEnv, IntegersBeyondAnIntAreRefusedNotWrapped) {
   for (const char* part : {"RANK='4294967296' is out of range (at most 2147483647)", "WORLD_SIZE='4294967297' is out of range"}) {
     EXPECT_NE(w.find(part), std::string::npos) << part << " missing in: " << w;
   }
+  // LOCAL_RANK=INT_MAX without a local size: the size taken from it, local rank + 1, overflowed.
+  r = resolve_launch_env(env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "2147483647"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.error().what()).find("local world size 2147483647 exceeds the world size 1"), std::string::npos)
+      << r.error().what();
+  r = resolve_launch_env(env({{"RANK", "0"}, {"WORLD_SIZE", "2147483647"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(std::string(r.error().what()).find("WORLD_SIZE=2147483647 is more ranks than coshard runs (at most 1048576)"),
+            std::string::npos)
+      << r.error().what();
+  // A job id of LONG_MAX: 131 x it overflowed the port's hash; the port is still below the ephemeral range.
+  auto huge = slurm_step("1", "0");
+  huge["SLURM_JOB_ID"] = "9223372036854775807";
+  huge["SLURM_STEP_ID"] = "9223372036854775807";
+  auto h = resolve_launch_env(env(huge));
+  ASSERT_TRUE(h) << h.error().what();
+  EXPECT_GE(h.value().master_port, 20000);
+  EXPECT_LT(h.value().master_port, 32000);
   auto vars = slurm_step("0", "4294967296");
   r = resolve_launch_env(env(vars));
   ASSERT_FALSE(r);

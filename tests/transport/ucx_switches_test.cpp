@@ -54,7 +54,10 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSwitch{"COSHARD_UCX_HIERARCHY_CHUNK_BYTES", "99999999999999999999999", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_MESH_MAX_BYTES", "8 KiB", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_MESH_MAX_BYTES", "2097152", "is above the mesh's limit"},
-                      BadSwitch{"COSHARD_UCX_ERROR_MODE", "fast", "is not one of peer, none, auto"}),
+                      BadSwitch{"COSHARD_UCX_ERROR_MODE", "fast", "is not one of peer, none, auto"},
+                      // strtoull read these as 32 and as 0 ("never stream"), silently.
+                      BadSwitch{"COSHARD_UCX_STREAM_MIN_BYTES", "32MiB", "is not a byte count"},
+                      BadSwitch{"COSHARD_UCX_STREAM_MIN_BYTES", "abc", "is not a byte count"}),
     [](const ::testing::TestParamInfo<BadSwitch>& p) { return std::to_string(p.index); });
 
 }  // namespace

@@ -36,13 +36,15 @@ int inspect(const fs::path& dir) {
   std::printf("checkpoint %s (format version %d)\n", dir.c_str(), m.version);
   std::printf("  saved by %d rank(s), %s, shard group %d, %s, parameters in %s\n", m.world_size, m.strategy.c_str(),
               m.shard_group_size, m.optimizer.c_str(), m.param_dtype.c_str());
-  std::map<std::string, std::int64_t> kinds;  // kind -> elements
+  std::map<std::string, std::uint64_t> kinds;  // kind -> elements
   std::map<std::string, Shape> params;
   for (const auto& p : m.pieces) {
-    kinds[p.kind] += p.length;
+    // Each piece fits the bytes its file claims, but the claims are the manifest's own: saturate.
+    auto& n = kinds[p.kind];
+    if (__builtin_add_overflow(n, static_cast<std::uint64_t>(p.length), &n)) n = UINT64_MAX;
     params[p.param] = p.shape;
   }
-  for (const auto& [kind, n] : kinds) std::printf("  %-16s %lld elements\n", kind.c_str(), static_cast<long long>(n));
+  for (const auto& [kind, n] : kinds) std::printf("  %-16s %llu elements\n", kind.c_str(), static_cast<unsigned long long>(n));
   std::printf("  %zu parameters, %zu pieces in %zu file(s):\n", params.size(), m.pieces.size(), m.files.size());
   for (const auto& f : m.files) std::printf("    %s  rank %d  %llu bytes\n", f.name.c_str(), f.rank, static_cast<unsigned long long>(f.bytes));
   if (!m.metadata.empty()) std::printf("  training state:\n");

@@ -1,6 +1,7 @@
 #include "coordinator.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +63,8 @@ Verdict decode_verdict(const std::string& s) {
 
 // What node `n` said when its ranks ended: "<rc>[ interrupted][ stop]".
 void note_end(NodesEnded& ended, int n, const std::string& said) {
-  const int rc = std::atoi(said.c_str());
+  int rc = 1;  // what cannot be read counts as a failure (atoi of a number beyond an int was undefined)
+  (void)std::from_chars(said.data(), said.data() + said.size(), rc);
   if (said.find(" interrupted") != std::string::npos) {
     ended.interrupted.push_back(n);
     if (!ended.interrupted_code) ended.interrupted_code = rc;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -23,6 +24,18 @@ using namespace coord;
 
 // A launcher cut off from the store tries to reach it again this often, each try this long: the
 // supervisor's loop, which relays the ranks' output, waits for each try.
+// A number the job's launchers wrote: anything else (stoi threw a bare "stoi"; a value beyond an
+// int was out of range) means that another program writes to this store.
+int stored_int(const std::string& v, const std::string& key) {
+  int out = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size()) {
+    throw Error(Errc::io, "store key '" + key + "' holds '" + v.substr(0, 40) +
+                              "', not a number: another program uses this store; give this job a --master port of its own");
+  }
+  return out;
+}
+
 constexpr auto kReconnectEvery = std::chrono::seconds(1);
 constexpr auto kReconnectTry = std::chrono::milliseconds(500);
 
@@ -119,7 +132,7 @@ void Coordinator::join(int cut_off_in) {
                          std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count()) + " " +
                          std::to_string(o_.nnodes);
   if (o_.node_rank != 0) like_node_zero(o_, parse_claim(await_node_zero()));
-  auto node_zeros_attempt = [&] { return std::stoi(sched_->sync_wait(store_->get("attempt")).value_or("0")); };
+  auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store_->get("attempt")).value_or("0"), "attempt"); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
   std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
   // Only while a restart may follow: on the last attempt taking over would only end the job.
@@ -234,7 +247,7 @@ void Coordinator::await_attempt() {
     try {
       attempt = sched_->sync_wait(store_->get("attempt"));
       if (attempt) {
-        first_attempt_ = std::stoi(*attempt);
+        first_attempt_ = stored_int(*attempt, "attempt");
         nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
         return;
       }

@@ -1,5 +1,6 @@
 #include "coshard/transport/launch_env.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <cstdlib>
@@ -117,6 +118,12 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   auto local_world = std::string_view(found->source) == "slurm" ? apply_slurm_step(env, r, out)
                                                                  : r.integer(found->local_world, false);
   if (world && *world < 1) r.problem(std::string(found->world) + "=" + std::to_string(*world) + " must be at least 1");
+  // Far beyond any real job, and the rendezvous would build a key per rank before anything refused.
+  constexpr long kMaxWorld = 1L << 20;
+  if (world && *world > kMaxWorld) {
+    r.problem(std::string(found->world) + "=" + std::to_string(*world) + " is more ranks than coshard runs (at most " +
+              std::to_string(kMaxWorld) + ")");
+  }
   if (rank && world && (*rank < 0 || *rank >= *world)) {
     r.problem(std::string(found->rank) + "=" + std::to_string(*rank) + " is outside [0, " + std::to_string(*world) +
               ")");
@@ -126,7 +133,7 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   // Without local information every rank is taken to be on its own node.
   out.local_rank = local_rank ? static_cast<int>(*local_rank) : 0;
   out.local_world_size = local_world ? static_cast<int>(*local_world) : 1;
-  if (local_rank && !local_world) out.local_world_size = out.local_rank + 1;
+  if (local_rank && !local_world) out.local_world_size = static_cast<int>(std::min<long>(*local_rank + 1, std::numeric_limits<int>::max()));
   if (out.local_rank < 0 || out.local_rank >= out.local_world_size) {
     r.problem("local rank " + std::to_string(out.local_rank) + " is outside [0, " +
               std::to_string(out.local_world_size) + ")");

@@ -31,10 +31,11 @@ Result<std::vector<std::string>> expand_ranges(std::string_view list, std::strin
     auto lo = to_long(lo_s), hi = dash == std::string_view::npos ? lo : to_long(part.substr(dash + 1));
     if (!lo || !hi || *hi < *lo) return bad_list(list, "has a bad range '" + std::string(part) + "'");
     if (out.size() + static_cast<std::size_t>(*hi - *lo) >= kMaxHosts) return bad_list(list, "names over 65536 hosts");
-    for (long v = *lo; v <= *hi; ++v) {
+    for (long v = *lo;; ++v) {  // ends at hi, not past it: hi may be LONG_MAX
       auto s = std::to_string(v);
       if (s.size() < lo_s.size()) s.insert(0, lo_s.size() - s.size(), '0');
       out.push_back(std::move(s));
+      if (v == *hi) break;
     }
   }
   return out;
@@ -103,7 +104,9 @@ Result<std::vector<int>> expand_tasks_per_node(std::string_view counts) {
       part = part.substr(0, paren);
     }
     auto n = to_long(part);
-    if (!n || *n < 1 || out.size() + static_cast<std::size_t>(repeat) > kMaxHosts) return bad();
+    if (!n || *n < 1 || *n > std::numeric_limits<int>::max() || out.size() + static_cast<std::size_t>(repeat) > kMaxHosts) {
+      return bad();
+    }
     out.insert(out.end(), static_cast<std::size_t>(repeat), static_cast<int>(*n));
   }
   if (out.empty()) return bad();
@@ -151,8 +154,10 @@ Result<SlurmStep> read_slurm_step(const EnvLookup& env) {
   if (first && *first >= 1 && *first <= 65535) {
     s.port = static_cast<std::uint16_t>(*first);
   } else {
-    auto job = to_long(s.job_id).value_or(0), step = to_long(s.step_id).value_or(0);
-    s.port = static_cast<std::uint16_t>(20000 + (job * 131 + step * 7) % 12000);
+    // Unsigned: ids are at most LONG_MAX, and 131 x that overflowed a long.
+    const auto job = static_cast<std::uint64_t>(to_long(s.job_id).value_or(0));
+    const auto step = static_cast<std::uint64_t>(to_long(s.step_id).value_or(0));
+    s.port = static_cast<std::uint16_t>(20000 + (job % 12000 * 131 + step % 12000 * 7) % 12000);
   }
   s.token = "slurm-" + s.job_id + "." + s.step_id;
   if (!problems.empty()) {

@@ -3,6 +3,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "coshard/gpt2/params.hpp"
@@ -133,11 +134,19 @@ Batch DataLoader::batch(std::int64_t step) const {
   b.step = step;
   b.inputs.resize(b.B * b.T);
   b.targets.resize(b.B * b.T);
-  const auto global = static_cast<std::int64_t>(o_.batch) * o_.world;
+  const auto B = static_cast<std::int64_t>(o_.batch);
+  const auto global = B * o_.world;
+  // The index of this rank's first sequence over the whole run, and of its last: past 2^63 the
+  // product overflowed.
+  std::int64_t first = 0;
+  if (step < 0 || __builtin_mul_overflow(step, global, &first) || __builtin_add_overflow(first, o_.rank * B, &first) ||
+      first > std::numeric_limits<std::int64_t>::max() - B) {
+    throw Error(Errc::invalid_argument, "data loader: micro-batch " + std::to_string(step) + " of " +
+                                            std::to_string(global) + " sequences is past the 2^63 a run can count");
+  }
   const auto& tok = *tokens_;
   for (std::size_t i = 0; i < b.B; ++i) {
-    const std::int64_t g = step * global + static_cast<std::int64_t>(o_.rank) * static_cast<std::int64_t>(o_.batch) +
-                           static_cast<std::int64_t>(i);
+    const std::int64_t g = first + static_cast<std::int64_t>(i);
     const auto start = static_cast<std::size_t>(sequence_start(g));
     for (std::size_t t = 0; t < b.T; ++t) {
       b.inputs[i * b.T + t] = tok[start + t];

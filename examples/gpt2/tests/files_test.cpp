@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "coshard/gpt2/data.hpp"
 #include "coshard/gpt2/model.hpp"
@@ -291,6 +292,18 @@ TEST(Gpt2Loader, SequentialLayoutTargetsAndWrap) {
   EXPECT_EQ(l.step(), 3);
   EXPECT_THROW(DataLoader(toks, {.batch = 1, .seq_len = 50}), Error);
   EXPECT_THROW(DataLoader(toks, {.batch = 1, .seq_len = 4, .rank = 2, .world = 2}), Error);
+  // The sequence index step x world x batch overflowed past 2^63 (a resume at a late step of a
+  // large job computed it at once); the last step that fits is still read.
+  DataLoader wide(toks, {.batch = 2, .seq_len = 4, .rank = 1, .world = 2});
+  const std::int64_t last_fit = (std::numeric_limits<std::int64_t>::max() - 4) / 4;
+  EXPECT_NO_THROW(wide.batch(last_fit));
+  try {
+    wide.batch(std::numeric_limits<std::int64_t>::max() / 4 + 1);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("sequences is past the 2^63 a run can count"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Gpt2Loader, ShuffleIsASeededPermutationPerEpoch) {

@@ -1,6 +1,7 @@
 #include "train_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +39,30 @@ CLI::Validator unsigned64() {
         return "must be a whole number from 0 to 18446744073709551615, not " + s;
       },
       "UINT64");
+}
+
+// CLI11 2.1 reads whole numbers with strtoll(s, 0): --steps 010 ran 8 steps and --batch 0x10 was
+// 16, while the checks (unsigned64) read the text as decimal. Leading zeros are dropped here; any
+// other text is refused, so that every integer flag means what it says in decimal.
+CLI::Validator decimal() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const std::size_t digits = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+        if (digits == s.size() || s.find_first_not_of("0123456789", digits) != std::string::npos) {
+          return "must be a whole number in decimal, not " + s;
+        }
+        s.erase(digits, std::min(s.find_first_not_of('0', digits), s.size() - 1) - digits);
+        return {};
+      },
+      "");
+}
+
+// Every integer flag, found by the type CLI11 gave it, so that a flag added later is covered too.
+void integers_are_decimal(CLI::App& app) {
+  for (auto* opt : app.get_options()) {
+    const auto type = opt->get_type_name();
+    if (type.starts_with("INT") || type.starts_with("UINT")) opt->transform(decimal());
+  }
 }
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
@@ -231,6 +256,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   add_sharding_flags(app, o, w);
   add_output_flags(app, o);
   add_checkpoint_flags(app, o);
+  integers_are_decimal(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

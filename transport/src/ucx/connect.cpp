@@ -1,6 +1,7 @@
 #include "connect.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "direct_probe.hpp"
 #include "env.hpp"
 #include "hierarchy.hpp"
+#include "reduce_kernels.hpp"
 #include "ring.hpp"
 
 namespace coshard::transport::detail {
@@ -40,22 +42,28 @@ std::string pack(const PeerIdentity& id) {
 }
 
 PeerIdentity unpack(const std::string& s, const std::string& key) {
+  const auto foreign = [&] { return Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it"); };
   std::size_t at[6];
   std::size_t from = 0;
   for (auto& p : at) {
     p = s.find('\n', from);
-    if (p == std::string::npos) {
-      throw Error(Errc::io, "store key '" + key + "' holds no UCX address: another program uses it");
-    }
+    if (p == std::string::npos) throw foreign();
     from = p + 1;
   }
+  // The numbers between the newlines: all of each field, in range (atoi of 2^40 was undefined).
+  const auto number = [&](auto& out, int field) {
+    const char* b = s.data() + at[field] + 1;
+    const char* e = s.data() + at[field + 1];
+    const auto [p, ec] = std::from_chars(b, e, out);
+    if (ec != std::errc() || p != e) throw foreign();
+  };
   PeerIdentity id;
   id.host = s.substr(0, at[0]);
-  id.pid = std::atoi(s.substr(at[0] + 1, at[1] - at[0] - 1).c_str());
-  id.job_rank = std::atoi(s.substr(at[1] + 1, at[2] - at[1] - 1).c_str());
-  id.hierarchy_min_bytes = std::atoll(s.substr(at[2] + 1, at[3] - at[2] - 1).c_str());
-  id.hierarchy_chunk_bytes = std::atoll(s.substr(at[3] + 1, at[4] - at[3] - 1).c_str());
-  id.mesh_max_bytes = std::atoll(s.substr(at[4] + 1, at[5] - at[4] - 1).c_str());
+  number(id.pid, 0);
+  number(id.job_rank, 1);
+  number(id.hierarchy_min_bytes, 2);
+  number(id.hierarchy_chunk_bytes, 3);
+  number(id.mesh_max_bytes, 4);
   id.address = s.substr(at[5] + 1);
   return id;
 }
@@ -168,6 +176,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   auto me = wire->self();
   me.job_rank = rt.rank();
   propose(ucx, me);
+  const std::size_t stream_from = stream_min_bytes();  // a bad value fails here, before peers wait on this rank
   std::vector<PeerIdentity> peers{me};
   if (size > 1) {
     std::vector<int> all(static_cast<std::size_t>(size));
@@ -194,6 +203,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
   const bool one_host =
       std::all_of(peers.begin(), peers.end(), [&](const PeerIdentity& p) { return p.host == me.host; });
   if (size > 1 && one_host) direct = co_await probe_direct(store, prefix, rank, size, ucx);
+  direct.stream_min_bytes = stream_from;
   Levels levels;
   levels.hierarchy = std::move(hierarchy);
   levels.min_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, agreed.min_bytes));

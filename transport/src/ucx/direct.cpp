@@ -150,7 +150,7 @@ bool Direct::all_gather(const OpInfo& info, const std::byte* input, std::size_t 
   // apart from `output`.
   const bool usable = input == own || !overlaps(input, bytes, output, bytes * static_cast<std::size_t>(n));
   if (!ready(info, input, bytes, usable)) return false;
-  const bool stream = bytes * static_cast<std::size_t>(n) >= stream_min_bytes();
+  const bool stream = bytes * static_cast<std::size_t>(n) >= stream_min_bytes_;
   std::exception_ptr failed;
   try {
     map_peers(info, bytes);
@@ -182,7 +182,7 @@ bool Direct::reduce_scatter(const OpInfo& info, const std::byte* input, std::siz
     std::vector<const void*> in(static_cast<std::size_t>(n));
     for (int q = 0; q < n; ++q) in[static_cast<std::size_t>(q)] = peer_[static_cast<std::size_t>(q)] + static_cast<std::size_t>(r) * block;
     reduce_inputs(output, in.data(), in.size(), spec.dtype, count, spec.scale, spec.op, spec.post,
-                  total >= stream_min_bytes());
+                  total >= stream_min_bytes_);
   } catch (...) {
     failed = std::current_exception();
   }
@@ -206,7 +206,7 @@ bool Direct::all_reduce(const OpInfo& info, std::byte* buffer, const Blocks& ele
   const std::size_t total = (elems.offset.back() + elems.count.back()) * esize;
   if (!ready(info, buffer, total, true)) return false;
   const auto own = static_cast<std::size_t>(r);
-  const bool stream = total >= stream_min_bytes();
+  const bool stream = total >= stream_min_bytes_;
   std::exception_ptr failed;
   try {
     map_peers(info, total);

@@ -65,8 +65,9 @@ void check_segment_ref(const OpInfo& info, int peer, const SegmentRef& ref, std:
 
 class Direct {
  public:
-  Direct(Wire& wire, std::size_t cache_entries, Gauge* mapped_bytes)
-      : wire_(wire), cache_(cache_entries, mapped_bytes) {}
+  // Operations of at least `stream_min_bytes` write with streaming stores (stream_min_bytes()).
+  Direct(Wire& wire, std::size_t cache_entries, Gauge* mapped_bytes, std::size_t stream_min_bytes)
+      : wire_(wire), cache_(cache_entries, mapped_bytes), stream_min_bytes_(stream_min_bytes) {}
 
   // Each returns false, having moved nothing, when some rank cannot take the direct path for this
   // operation (then every rank returns false); true once the operation is complete. Throws like
@@ -94,6 +95,7 @@ class Direct {
   SegmentCache cache_;
   std::vector<const std::byte*> peer_;  // per rank; this rank's own entry is its own pointer
   std::vector<SegmentRef> refs_;        // per rank, from the ready messages
+  std::size_t stream_min_bytes_;
 };
 
 }  // namespace coshard::transport::detail

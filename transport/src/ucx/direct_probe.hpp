@@ -12,6 +12,7 @@ namespace coshard::transport::detail {
 struct DirectSetup {
   bool on = false;
   std::size_t min_bytes = 0;  // per rank
+  std::size_t stream_min_bytes = ~std::size_t{0};  // operations this large write with streaming stores
 };
 
 // Decides, with every rank of a communicator whose ranks all run on this host, whether the

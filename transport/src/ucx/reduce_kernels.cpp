@@ -11,6 +11,7 @@
 #endif
 
 #include "coshard/kernels/cast.hpp"
+#include "env.hpp"
 
 namespace coshard::transport::detail {
 namespace {
@@ -42,15 +43,9 @@ void stream_lines(std::byte* d, const std::byte* s, std::size_t lines) noexcept 
 
 }  // namespace
 
-std::size_t stream_min_bytes() noexcept {
-  static const std::size_t v = [] {
-    if (const char* e = std::getenv("COSHARD_UCX_STREAM_MIN_BYTES"); e && *e) {
-      const auto n = std::strtoull(e, nullptr, 10);
-      return n == 0 ? ~std::size_t{0} : static_cast<std::size_t>(n);
-    }
-    return std::size_t{32} << 20;
-  }();
-  return v;
+std::size_t stream_min_bytes() {
+  const auto n = env_bytes("COSHARD_UCX_STREAM_MIN_BYTES").value_or(std::size_t{32} << 20);
+  return n == 0 ? ~std::size_t{0} : n;
 }
 
 void copy_large(void* dst, const void* src, std::size_t bytes, bool stream) noexcept {

@@ -34,8 +34,9 @@ void copy_large(void* dst, const void* src, std::size_t bytes, bool stream) noex
 
 // Operations whose buffer is at least this large write with streaming stores: their data does
 // not stay in the caches anyway (32 MiB, the L3 of the machine this was measured on; measured:
-// docs/transport.md). COSHARD_UCX_STREAM_MIN_BYTES overrides it; 0 turns streaming off.
-std::size_t stream_min_bytes() noexcept;
+// docs/transport.md). COSHARD_UCX_STREAM_MIN_BYTES overrides it; 0 turns streaming off. Read by a
+// communicator's set-up, which a value that is no byte count fails (Errc::bad_config).
+std::size_t stream_min_bytes();
 
 bool reducible(DType dtype) noexcept;
 

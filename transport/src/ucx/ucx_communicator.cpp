@@ -70,7 +70,7 @@ class UcxCommunicator final : public Communicator {
                               {{"comm", options_.name}, {"transport", "ucx"}});
       mapped.set(0);
       direct_ = std::make_unique<detail::Direct>(*wire_, std::max<std::size_t>(64, 32 * static_cast<std::size_t>(size())),
-                                                 &mapped);
+                                                 &mapped, direct.stream_min_bytes);
       direct_min_bytes_ = std::max<std::size_t>(1, direct.min_bytes);
     }
     Stream::Options stream_options = rt_.stream_options();  // jitter and discrete memory reach it too
