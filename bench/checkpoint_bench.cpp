@@ -23,6 +23,7 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "coshard/transport/rank_main.hpp"
+#include "flags.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -144,9 +145,9 @@ int main(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") f.config = v;
     else if (k == "--dir") f.dir = v;
-    else if (k == "--steps") f.steps = std::atoi(v.c_str());
-    else if (k == "--seq") f.seq = std::atoi(v.c_str());
-    else if (k == "--rounds") f.rounds = std::atoi(v.c_str());
+    else if (k == "--steps") f.steps = bench::flag_number("bench_checkpoint", k, v, 1, 1000000);
+    else if (k == "--seq") f.seq = bench::flag_number("bench_checkpoint", k, v, 1, 1 << 16);
+    else if (k == "--rounds") f.rounds = bench::flag_number("bench_checkpoint", k, v, 1, 1000);
     else {
       std::fprintf(stderr, "bench_checkpoint: unknown flag %s\n", k.c_str());
       return 2;

@@ -21,6 +21,7 @@
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "coshard/transport/rank_main.hpp"
+#include "flags.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -105,10 +106,10 @@ int main(int argc, char** argv) {
   Flags f;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--min") f.min = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--max") f.max = std::strtoull(argv[i + 1], nullptr, 10);
+    if (k == "--min") f.min = bench::flag_number<std::size_t>("bench_collectives", k, argv[i + 1], 4, std::size_t{1} << 30);
+    else if (k == "--max") f.max = bench::flag_number<std::size_t>("bench_collectives", k, argv[i + 1], 4, std::size_t{4} << 30);
     else if (k == "--ops") f.ops = argv[i + 1];
-    else if (k == "--pipeline") f.pipeline = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--pipeline") f.pipeline = bench::flag_number<std::size_t>("bench_collectives", k, argv[i + 1], 0, std::size_t{1} << 30);
     else {
       std::fprintf(stderr, "bench_collectives: unknown flag %s (--min, --max, --ops)\n", k.c_str());
       return 2;

@@ -23,6 +23,7 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/transport/rank_main.hpp"
 #include "mlp_model.hpp"
+#include "flags.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -154,12 +155,12 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (k == "--model") f.model = next();
-    else if (k == "--seq") f.seq = std::atoi(next().c_str());
-    else if (k == "--hidden") f.hidden = std::atoll(next().c_str());
-    else if (k == "--layers") f.layers = std::atoi(next().c_str());
-    else if (k == "--batch") f.batch = std::atoi(next().c_str());
-    else if (k == "--steps") f.steps = std::atoi(next().c_str());
-    else if (k == "--rounds") f.rounds = std::atoi(next().c_str());
+    else if (k == "--seq") f.seq = bench::flag_number("bench_fsdp_step", k, next(), 1, 1 << 16);
+    else if (k == "--hidden") f.hidden = bench::flag_number<std::int64_t>("bench_fsdp_step", k, next(), 1, 1 << 16);
+    else if (k == "--layers") f.layers = bench::flag_number("bench_fsdp_step", k, next(), 1, 1024);
+    else if (k == "--batch") f.batch = bench::flag_number("bench_fsdp_step", k, next(), 1, 1 << 16);
+    else if (k == "--steps") f.steps = bench::flag_number("bench_fsdp_step", k, next(), 1, 1000000);
+    else if (k == "--rounds") f.rounds = bench::flag_number("bench_fsdp_step", k, next(), 1, 1000);
     else if (k == "--strategy") f.strategy = next();
     else if (k == "--prefetch") f.prefetch = next() == "on";
     else if (k == "--no-compute") f.compute = false;

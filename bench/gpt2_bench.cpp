@@ -20,6 +20,7 @@
 #include "coshard/ops/cpu.hpp"
 #include "coshard/ops/optim.hpp"
 #include "blas_internal.hpp"
+#include "flags.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -95,9 +96,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--config") spec = argv[i + 1];
-    else if (k == "--batch") batch = std::atoi(argv[i + 1]);
-    else if (k == "--seq") seq = std::atoi(argv[i + 1]);
-    else if (k == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (k == "--batch") batch = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1 << 16);
+    else if (k == "--seq") seq = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1 << 16);
+    else if (k == "--steps") steps = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1000000);
     else {
       std::fprintf(stderr, "usage: bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]\n");
       return 2;

@@ -19,6 +19,7 @@
 #include "coshard/ops/gelu.hpp"
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/optim.hpp"
+#include "flags.hpp"
 #include "summary.hpp"
 
 using namespace coshard;
@@ -113,7 +114,7 @@ int main(int argc, char** argv) {
     if (k == "--only" && i + 1 < argc) {
       tm.only = argv[++i];
     } else if (k == "--min-seconds" && i + 1 < argc) {
-      tm.min_seconds = std::atof(argv[++i]);
+      tm.min_seconds = bench::flag_number("bench_kernels", k, argv[++i], 0.001, 3600.0);
     } else {
       std::fprintf(stderr, "usage: bench_kernels [--only attention|gelu|layernorm|cross_entropy|adamw] [--min-seconds S]\n");
       return 2;

@@ -11,16 +11,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "flags.hpp"
 #include "summary.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   std::size_t min = 1024, max = 256u << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--min") == 0) min = std::strtoull(argv[i + 1], nullptr, 10);
-    if (std::strcmp(argv[i], "--max") == 0) max = std::strtoull(argv[i + 1], nullptr, 10);
+    const std::string_view k = argv[i];
+    using coshard::bench::flag_number;
+    if (k == "--min") min = flag_number<std::size_t>("bench_mpi_collectives", k, argv[i + 1], 4, std::size_t{1} << 30);
+    if (k == "--max") max = flag_number<std::size_t>("bench_mpi_collectives", k, argv[i + 1], 4, std::size_t{4} << 30);
   }
   int n = 0, r = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);

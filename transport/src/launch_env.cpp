@@ -85,17 +85,11 @@ EnvLookup process_env() {
   };
 }
 
-Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
-  Reader r(env);
-  LaunchEnv out;
-  const Names* found = nullptr;
-  for (const auto& n : kLaunchers) {
-    if (std::string_view(n.source) == "slurm" && !in_slurm_step(env)) continue;  // a batch script is one process
-    if (env(n.rank) || env(n.world)) {
-      found = &n;
-      break;
-    }
-  }
+namespace {
+
+// What coshard-run (or torchrun) tells its ranks beyond their place: the store's token, and
+// whether and why this attempt is a restart.
+void read_launcher_state(const EnvLookup& env, Reader& r, LaunchEnv& out) {
   if (auto t = env("COSHARD_TOKEN")) out.token = *t;
   if (auto h = env("COSHARD_STORE_HOSTED")) out.store_hosted = *h == "1";
   if (auto n = r.integer("COSHARD_RESTART_EXIT_CODE", false)) out.restart_exit_code = static_cast<int>(*n);
@@ -109,6 +103,22 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
     }
     break;
   }
+}
+
+}  // namespace
+
+Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
+  Reader r(env);
+  LaunchEnv out;
+  const Names* found = nullptr;
+  for (const auto& n : kLaunchers) {
+    if (std::string_view(n.source) == "slurm" && !in_slurm_step(env)) continue;  // a batch script is one process
+    if (env(n.rank) || env(n.world)) {
+      found = &n;
+      break;
+    }
+  }
+  read_launcher_state(env, r, out);
   if (!found) return out;  // no launcher: one rank, no store
 
   out.source = found->source;
@@ -133,7 +143,9 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   // Without local information every rank is taken to be on its own node.
   out.local_rank = local_rank ? static_cast<int>(*local_rank) : 0;
   out.local_world_size = local_world ? static_cast<int>(*local_world) : 1;
-  if (local_rank && !local_world) out.local_world_size = static_cast<int>(std::min<long>(*local_rank + 1, std::numeric_limits<int>::max()));
+  if (local_rank && !local_world) {
+    out.local_world_size = static_cast<int>(std::min<long>(*local_rank + 1, std::numeric_limits<int>::max()));
+  }
   if (out.local_rank < 0 || out.local_rank >= out.local_world_size) {
     r.problem("local rank " + std::to_string(out.local_rank) + " is outside [0, " +
               std::to_string(out.local_world_size) + ")");
