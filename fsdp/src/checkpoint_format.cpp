@@ -77,9 +77,10 @@ Shape shape_of(const json& j) {
     shape.push_back(json_integer<std::int64_t>(d, "a dimension of \"shape\""));
     if (shape.back() < 0) throw std::runtime_error("\"shape\" has a negative dimension");
   }
-  std::int64_t n = 1;
-  for (auto d : shape) {
-    if (d != 0 && __builtin_mul_overflow(n, d, &n)) throw std::runtime_error("\"shape\" " + to_string(shape) + " has more than 2^63 elements");
+  try {
+    (void)numel(shape);  // a zero dimension makes any other size empty: only a count past 2^63 throws
+  } catch (const Error&) {
+    throw std::runtime_error("\"shape\" " + to_string(shape) + " has more than 2^63 elements");
   }
   return shape;
 }

@@ -145,7 +145,10 @@ TEST(CheckpointFormat, NumbersNoFieldCanHoldAreRefusedNotCast) {
   expect_invalid(edited([&](auto& j) { j["world_size"] = "4"; }), "\"world_size\" is \"4\", not an integer");
   expect_invalid(edited([&](auto& j) { piece(j)["shape"] = 24; }), "\"shape\" is not an array");
   expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {-4, -6}; }), "\"shape\" has a negative dimension");
-  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {1LL << 62, 4}; }), "\"shape\" [4611686018427387904, 4] has more than 2^63 elements");
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {1LL << 62, 4}; }),
+                 "\"shape\" [4611686018427387904, 4] has more than 2^63 elements");
+  // A zero dimension makes the others' product empty, not an overflow: the pieces then lie outside it.
+  expect_invalid(edited([&](auto& j) { piece(j)["shape"] = {0, 1LL << 62, 4}; }), "piece of 'w' lies outside its shape");
   // The next optimizer step added one to INT64_MAX; a negative one failed later without naming the file.
   Manifest stepped = v1;
   stepped.units = {{"u", 0, false}};

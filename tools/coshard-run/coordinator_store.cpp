@@ -22,20 +22,21 @@ namespace {
 
 using namespace coord;
 
-// A launcher cut off from the store tries to reach it again this often, each try this long: the
-// supervisor's loop, which relays the ranks' output, waits for each try.
 // A number the job's launchers wrote: anything else (stoi threw a bare "stoi"; a value beyond an
-// int was out of range) means that another program writes to this store.
+// int was out of range) means that another program writes to this store, which is bad_config.
 int stored_int(const std::string& v, const std::string& key) {
   int out = 0;
   const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   if (ec != std::errc() || p != v.data() + v.size()) {
-    throw Error(Errc::io, "store key '" + key + "' holds '" + v.substr(0, 40) +
-                              "', not a number: another program uses this store; give this job a --master port of its own");
+    throw Error(Errc::bad_config, "store key '" + key + "' holds '" + v.substr(0, 40) +
+                                      "', not a number: another program uses this store; give this job a --master "
+                                      "port of its own");
   }
   return out;
 }
 
+// A launcher cut off from the store tries to reach it again this often, each try this long: the
+// supervisor's loop, which relays the ranks' output, waits for each try.
 constexpr auto kReconnectEvery = std::chrono::seconds(1);
 constexpr auto kReconnectTry = std::chrono::milliseconds(500);
 
@@ -253,6 +254,7 @@ void Coordinator::await_attempt() {
       }
       zero_silent = silent(0);
     } catch (const Error& e) {
+      if (e.code() == Errc::bad_config) throw;  // the store answered, with what no launcher writes
       throw Error(e.code(), who + " lost the store at " + where_ + " before node 0 started the job (" + e.message() +
                                 "); node 0's output says why");
     }

@@ -140,7 +140,7 @@ Batch DataLoader::batch(std::int64_t step) const {
   // product overflowed.
   std::int64_t first = 0;
   if (step < 0 || __builtin_mul_overflow(step, global, &first) || __builtin_add_overflow(first, o_.rank * B, &first) ||
-      first > std::numeric_limits<std::int64_t>::max() - B) {
+      first > std::numeric_limits<std::int64_t>::max() - (B - 1)) {
     throw Error(Errc::invalid_argument, "data loader: micro-batch " + std::to_string(step) + " of " +
                                             std::to_string(global) + " sequences is past the 2^63 a run can count");
   }

@@ -31,10 +31,6 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
       throw bad(file, std::string("\"") + key + "\" is " + j[key].dump() + "; coshard's GPT-2 " + why);
     }
   };
-  if (j.value("model_type", std::string()) != "gpt2") {
-    throw bad(file, "\"model_type\" is " + (j.contains("model_type") ? j["model_type"].dump() : std::string("missing")) +
-                        ", not \"gpt2\"");
-  }
   if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
       j["activation_function"] != "gelu_pytorch_tanh") {
     throw bad(file, "\"activation_function\" is " + j["activation_function"].dump() +
@@ -53,6 +49,11 @@ Config parse_hf_config(const fs::path& config_json) {
   const std::string text = read_text(config_json, "Hugging Face config");
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
+  if (j.value("model_type", std::string()) != "gpt2") {  // first: another model's keys mean other things
+    throw bad(config_json, "\"model_type\" is " +
+                               (j.contains("model_type") ? j["model_type"].dump() : std::string("missing")) +
+                               ", not \"gpt2\"");
+  }
   Config c;
   c.vocab = shape_key(j, config_json, "vocab_size");
   c.context = shape_key(j, config_json, "n_positions");

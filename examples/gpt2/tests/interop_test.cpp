@@ -82,6 +82,12 @@ TEST(Gpt2HfDir, ConfigsCoshardDoesNotComputeAreRefusedNamingTheKey) {
   };
   EXPECT_NE(with("n_layer", 3).find("give --model layers=3,heads=2,width=16,vocab=40,context=8"), std::string::npos);
   EXPECT_NE(with("model_type", "llama").find("\"model_type\" is \"llama\", not \"gpt2\""), std::string::npos);
+  json llama = good;  // another model's config is named as such before its keys are read as GPT-2's
+  llama["model_type"] = "llama";
+  llama.erase("n_embd");
+  write(d / "m" / "config.json", llama);
+  EXPECT_NE(error_of([&] { read_init(d / "m", c); }).find("\"model_type\" is \"llama\", not \"gpt2\""),
+            std::string::npos);
   EXPECT_NE(with("activation_function", "relu").find("tanh GELU"), std::string::npos);
   EXPECT_EQ(with("activation_function", "gelu_pytorch_tanh"), "(no error)");
   EXPECT_NE(with("layer_norm_epsilon", 1e-6).find("\"layer_norm_epsilon\""), std::string::npos);
