@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -106,6 +107,32 @@ TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_NE(r.output.find("rank 2 (pid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
   EXPECT_LT(r.seconds, 30) << r.output;
+}
+
+// The flight-record folder was named by the launcher's pid alone: a pid the kernel gave again (it
+// wraps at pid_max, 32768 here; a CI run wraps it) reused the folder a failed job had kept, and
+// the report read that job's records as this one's. `exec` keeps the shell's pid for the launcher.
+TEST(Launcher, AFlightRecordFolderAnotherJobKeptIsNeitherReadNorTouched) {
+  const std::string base = ::testing::TempDir() + "/coshard-flight-reuse-" + std::to_string(::getpid());
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/stale.json")
+      << R"({"comm": "stale", "job_rank": 0, "ops": [{"seq": 7, "op": "all_gather", "state": "failed"}]})";
+  std::ofstream(base + "/go.sh") << "d=\"$BASE/coshard-run-$$-attempt0\"\n"
+                                 << "mkdir -p \"$d\" && cp \"$BASE/stale.json\" \"$d/coshard-flight-stale-rank0.json\"\n"
+                                 << "COSHARD_FLIGHT_DIR=\"$BASE\" exec " << kRun << " --nproc-per-node 1 -- sh -c 'exit 3'\n";
+  auto r = run("BASE=" + base + " sh " + base + "/go.sh");
+  EXPECT_EQ(r.rc, 3) << r.output;
+  EXPECT_NE(r.output.find("exited with status 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("stale"), std::string::npos) << r.output;
+  std::size_t kept = 0;  // the other job's folder, as it was; this job's own, empty, is gone
+  for (const auto& e : std::filesystem::directory_iterator(base)) {
+    if (!e.is_directory()) continue;
+    ++kept;
+    EXPECT_TRUE(std::filesystem::exists(e.path() / "coshard-flight-stale-rank0.json")) << e.path();
+  }
+  EXPECT_EQ(kept, 1u);
+  std::filesystem::remove_all(base);
 }
 
 TEST(Launcher, MismatchedWorldSizeIsNamed) {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,16 +105,23 @@ std::unique_ptr<StoreHost> host_store(const Options& o, const std::string& token
 }
 
 // Where this attempt's ranks write their flight records: a fresh folder under $COSHARD_FLIGHT_DIR
-// (or the temp dir), so the report reads only this attempt's; removed when it stayed empty.
+// (or the temp dir), so the report reads only this attempt's; removed when it stayed empty. Fresh
+// by mkdtemp: named by the pid alone, a pid the kernel gave again (it wraps at pid_max) reused the
+// folder another job had kept, and the report read that job's records as this one's.
 struct FlightDir {
   std::string path;
   explicit FlightDir(int attempt) {
-    const char* base = std::getenv("COSHARD_FLIGHT_DIR");
+    const char* env = std::getenv("COSHARD_FLIGHT_DIR");
     std::error_code ec;
-    fs::path dir = base && *base ? fs::path(base) : fs::temp_directory_path(ec);
-    dir /= "coshard-run-" + std::to_string(::getpid()) + "-attempt" + std::to_string(attempt);
-    fs::create_directories(dir, ec);
-    path = dir.string();
+    const fs::path base = env && *env ? fs::path(env) : fs::temp_directory_path(ec);
+    fs::create_directories(base, ec);
+    std::string name =
+        (base / ("coshard-run-" + std::to_string(::getpid()) + "-attempt" + std::to_string(attempt) + "-XXXXXX")).string();
+    if (!::mkdtemp(name.data())) {
+      throw Error(Errc::io, "cannot make a folder for the ranks' flight records under '" + base.string() +
+                                "': " + std::strerror(errno) + "; set COSHARD_FLIGHT_DIR to a folder this user can write");
+    }
+    path = name;
   }
   ~FlightDir() {
     std::error_code ec;
@@ -210,29 +218,38 @@ std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t 
 AttemptEnd run_ranks(const Options& o, std::uint16_t port, const std::string& token, BlockedSignals& signals,
                      Coordinator& coordinator, int attempt, const LastFailure& last, Console& console) {
   coordinator.begin(attempt);
-  const FlightDir flight(attempt);
-  const Place at = place_of(o, coordinator.nodes());
-  std::vector<Child> children;
-  try {
-    children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight.path);
-  } catch (const CannotStart& e) {
-    // launch() checked the program before the store, but only exec can tell some reasons (a
-    // format it does not run), and the file may have changed since. No restart can run it
-    // either: the job ends on every node, and the verdict names the reason.
+  // No restart mends either reason the ranks cannot start: the job ends on every node, and the
+  // verdict names the reason.
+  const auto cannot_start = [&](const Error& e) {
     coordinator.report(attempt, Failure{.node = o.node_rank, .code = 127, .restartable = false,
                                         .what = "coshard-run on " + this_host() + ": " + e.message()});
     return AttemptEnd{.rc = 127};
+  };
+  std::optional<FlightDir> flight;
+  try {
+    flight.emplace(attempt);
+  } catch (const Error& e) {
+    return cannot_start(e);
+  }
+  const Place at = place_of(o, coordinator.nodes());
+  std::vector<Child> children;
+  try {
+    children = start_ranks(o, at, port, token, signals.old_mask, attempt, last, flight->path);
+  } catch (const CannotStart& e) {
+    // launch() checked the program before the store, but only exec can tell some reasons (a
+    // format it does not run), and the file may have changed since.
+    return cannot_start(e);
   }
   console.say("coshard-run: started %d rank(s) of %d; store at %s:%u\n", o.nproc_per_node,
               at.groups * o.nproc_per_node, o.master_addr.c_str(), static_cast<unsigned>(port));
-  Supervisor supervisor(o, children, flight.path, coordinator, attempt, console);
+  Supervisor supervisor(o, children, flight->path, coordinator, attempt, console);
   supervisor.watch(signals.fd.get());
   const int rc = supervisor.result();
   if (rc != 0) {
     std::vector<int> local;
     for (const auto& c : children) local.push_back(c.rank);
-    const auto report = flight_report(flight.path, local);
-    if (!report.empty()) console.say("coshard-run: flight records (in %s):\n", flight.path.c_str());
+    const auto report = flight_report(flight->path, local);
+    if (!report.empty()) console.say("coshard-run: flight records (in %s):\n", flight->path.c_str());
     for (const auto& line : report) console.say("coshard-run:   %s\n", line.c_str());
   }
   return AttemptEnd{.rc = rc, .interrupted = supervisor.interrupted(), .stop_requested = supervisor.stop_requested()};
