@@ -296,14 +296,19 @@ TEST(CollectivesAcrossHosts, TwoNamespacesOverTcp) {
   const std::string id = std::to_string(::getpid() % 100000);
   const std::string a = "cshA" + id, b = "cshB" + id, va = "vA" + id, vb = "vB" + id;
   const std::string subnet = "10.213." + std::to_string(::getpid() % 200 + 20) + ".";
-  auto setup = run_command("ip netns add " + a + " && ip netns add " + b + " && ip link add " + va +
+  // scripts/cluster's lock: its `down` unmounts /run/netns when it sees no namespace left, which
+  // must not fall between that look and this test's first `ip netns add` (ctest runs both at once).
+  const auto netns_locked = [](const std::string& cmd) {
+    return "mkdir -p /run/lock && flock -w 120 /run/lock/coshard-netns.lock sh -c '" + cmd + "'";
+  };
+  auto setup = run_command(netns_locked("ip netns add " + a + " && ip netns add " + b + " && ip link add " + va +
                            " type veth peer name " + vb + " && ip link set " + va + " netns " + a +
                            " && ip link set " + vb + " netns " + b + " && ip -n " + a + " addr add " + subnet +
                            "1/24 dev " + va + " && ip -n " + b + " addr add " + subnet + "2/24 dev " + vb +
                            " && ip -n " + a + " link set " + va + " up && ip -n " + b + " link set " + vb +
-                           " up && ip -n " + a + " link set lo up && ip -n " + b + " link set lo up");
+                           " up && ip -n " + a + " link set lo up && ip -n " + b + " link set lo up"));
   if (setup.rc != 0) {
-    run_command("ip netns del " + a + "; ip netns del " + b);
+    run_command(netns_locked("ip netns del " + a + "; ip netns del " + b));
     GTEST_SKIP() << "cannot create network namespaces here (ip netns add failed): " << setup.output;
   }
   const std::string env = "UCX_TLS=tcp COSHARD_UCX_ERROR_MODE=peer COSHARD_UCX_DIRECT=0 ";
@@ -314,7 +319,7 @@ TEST(CollectivesAcrossHosts, TwoNamespacesOverTcp) {
                        "sleep 0.5; ip netns exec " + b + " env " + env + "UCX_NET_DEVICES=" + vb + " " + kRun +
                        " --node-rank 1" + common + "; rc=$?; wait $p; rc0=$?; cat /tmp/coshard-netns-" + id +
                        ".log; rm -f /tmp/coshard-netns-" + id + ".log; exit $((rc | rc0)))");
-  run_command("ip netns del " + a + "; ip netns del " + b);
+  run_command(netns_locked("ip netns del " + a + "; ip netns del " + b));
   EXPECT_EQ(r.rc, 0) << r.output;
   for (int i = 0; i < 4; ++i) {
     EXPECT_NE(r.output.find("rank " + std::to_string(i) + ": collectives ok"), std::string::npos) << r.output;

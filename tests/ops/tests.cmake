@@ -9,7 +9,8 @@ target_include_directories(ops_thread_team_test PRIVATE ${PROJECT_SOURCE_DIR}/op
 foreach(count 2 two)
   add_test(NAME OpsBlas.Environment.${count}
     COMMAND ops_linear_test --gtest_filter=OpsBlas.TheEnvironmentGivesTheCountOrAnError)
-  set_tests_properties(OpsBlas.Environment.${count} PROPERTIES LABELS unit ENVIRONMENT OPENBLAS_NUM_THREADS=${count})
+  set_tests_properties(OpsBlas.Environment.${count} PROPERTIES LABELS unit
+    ENVIRONMENT OPENBLAS_NUM_THREADS=${count} ${COSHARD_LOAD_computes})
 endforeach()
 
 # The kernels of every instruction set this CPU runs give the same bits; the process picks the widest
@@ -19,7 +20,8 @@ target_include_directories(ops_cpu_isa_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/sr
 foreach(ask baseline no-such-isa)
   add_test(NAME OpsCpuIsa.Asked.${ask}
     COMMAND ops_cpu_isa_test --gtest_filter=OpsCpuIsa.TheProcessRunsTheWidestOrTheOneAsked)
-  set_tests_properties(OpsCpuIsa.Asked.${ask} PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=${ask})
+  set_tests_properties(OpsCpuIsa.Asked.${ask} PROPERTIES LABELS unit
+    ENVIRONMENT COSHARD_CPU_ISA=${ask} ${COSHARD_LOAD_computes})
 endforeach()
 # Each ISA's object exports only its table: a weak helper built for AVX-512 could be the copy the
 # linker keeps for baseline callers (isa_objects.cmake). Checked on the object the library links,
@@ -45,7 +47,8 @@ foreach(isa baseline avx2 avx512 avx512_bf16)
     add_test(NAME OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}${variant}
       COMMAND ${CMAKE_COMMAND} -DNM=${CMAKE_NM} -DOBJECT=$<TARGET_OBJECTS:${target}> -DISA=${isa}
         -P ${CMAKE_CURRENT_LIST_DIR}/isa_objects.cmake)
-    set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}${variant} PROPERTIES LABELS unit)
+    set_tests_properties(OpsCpuIsa.ObjectExportsOnlyItsTable.${isa}${variant} PROPERTIES LABELS unit
+      ${COSHARD_LOAD_computes})
   endforeach()
 endforeach()
 
@@ -54,7 +57,8 @@ endforeach()
 coshard_test(ops_gemm_bf16_test unit ops/gemm_bf16_test.cpp LIBS coshard::ops)
 target_include_directories(ops_gemm_bf16_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
 add_test(NAME OpsGemmBf16.Asked.avx2 COMMAND ops_gemm_bf16_test --gtest_filter=GemmBf16Choice.*:*LinearBf16*)
-set_tests_properties(OpsGemmBf16.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)
+set_tests_properties(OpsGemmBf16.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2
+  ${COSHARD_LOAD_computes})
 
 # Attention's tile products on coshard's own kernel, where an instruction set has one; and the
 # attention suite again with that kernel ruled out (OpenBLAS computes the tiles).
@@ -62,7 +66,8 @@ coshard_test(ops_tile_gemm_test unit ops/tile_gemm_test.cpp LIBS coshard::ops)
 target_include_directories(ops_tile_gemm_test PRIVATE ${PROJECT_SOURCE_DIR}/ops/src)
 if(TARGET coshard_ops_avx2)
   add_test(NAME OpsAttention.Asked.avx2 COMMAND ops_attention_test)
-  set_tests_properties(OpsAttention.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2)
+  set_tests_properties(OpsAttention.Asked.avx2 PROPERTIES LABELS unit ENVIRONMENT COSHARD_CPU_ISA=avx2
+    ${COSHARD_LOAD_computes})
 endif()
 
 # CUDA versions against the CPU ops (label gpu: skipped with the reason where no device is usable).
