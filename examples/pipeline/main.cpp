@@ -14,6 +14,7 @@
 
 #include "coshard/metrics/prometheus_telemetry.hpp"
 #include "coshard/metrics/timeline.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/runtime/semaphore.hpp"
 #include "coshard/runtime/when_all.hpp"
@@ -45,28 +46,24 @@ Config parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") usage("runs a pipelined pass and a serial one, and compares them");
     if (i + 1 >= argc) usage("flag " + flag + " needs a value");
-    std::string v = argv[++i];
-    try {
-      std::size_t used = 0;
-      if (flag == "--units") {
-        c.units = std::stoi(v, &used);
-        if (c.units < 1 || c.units > 1000) throw std::out_of_range(v);
-      } else if (flag == "--unit-mib") {
-        long m = std::stol(v, &used);
-        if (m < 1 || m > 1024) throw std::out_of_range(v);
-        c.unit_bytes = static_cast<std::size_t>(m) << 20;
-      } else if (flag == "--compute-ms") {
-        c.compute_ms = std::stod(v, &used);
-        if (!(c.compute_ms >= 0 && c.compute_ms <= 10000)) throw std::out_of_range(v);
-      } else if (flag == "--trace") {
-        c.trace = v;
-        used = v.size();
-      } else {
-        usage("unknown flag " + flag);
-      }
-      if (used != v.size()) throw std::invalid_argument(v);
-    } catch (const std::logic_error&) {
-      usage("bad value '" + v + "' for " + flag);
+    const std::string v = argv[++i];
+    const std::string bad = "bad value '" + v + "' for " + flag;
+    if (flag == "--units") {
+      const auto n = parse_whole<int>(v);
+      if (!n || *n < 1 || *n > 1000) usage(bad);
+      c.units = *n;
+    } else if (flag == "--unit-mib") {
+      const auto m = parse_whole<std::size_t>(v);
+      if (!m || *m < 1 || *m > 1024) usage(bad);
+      c.unit_bytes = *m << 20;
+    } else if (flag == "--compute-ms") {
+      const auto ms = parse_whole<double>(v);
+      if (!ms || !(*ms >= 0 && *ms <= 10000)) usage(bad);
+      c.compute_ms = *ms;
+    } else if (flag == "--trace") {
+      c.trace = v;
+    } else {
+      usage("unknown flag " + flag);
     }
   }
   return c;

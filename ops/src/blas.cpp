@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 
 #include "blas_internal.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 #include "check.hpp"
 #include "parallel.hpp"
 
@@ -26,15 +26,13 @@ bool g_openblas_openmp = false;  // written once, under g_openblas_once
 int threads_from_environment() {
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");
   if (env == nullptr || *env == '\0') return 1;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(env, &end, 10);
-  if (*env < '0' || *env > '9' || errno != 0 || *end != '\0' || n < 1 || n > kMaxThreads) {
+  const std::optional<int> n = parse_whole<int>(env);
+  if (!n || *n < 1 || *n > kMaxThreads) {
     detail::fail("OPENBLAS_NUM_THREADS", "'" + std::string(env) +
                                              "' is not a thread count (a whole number from 1 to 4096); set one or "
                                              "unset it for one thread per rank");
   }
-  return static_cast<int>(n);
+  return *n;
 }
 }  // namespace
 

@@ -52,6 +52,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSwitch{"COSHARD_UCX_HIERARCHY_MIN_BYTES", "16k", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_HIERARCHY_CHUNK_BYTES", "-1", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_HIERARCHY_CHUNK_BYTES", "99999999999999999999999", "is not a byte count"},
+                      // Past 2^63 the peers' identities would carry it as negative: -1 is "no hierarchy".
+                      BadSwitch{"COSHARD_UCX_HIERARCHY_MIN_BYTES", "18446744073709551615", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_MESH_MAX_BYTES", "8 KiB", "is not a byte count"},
                       BadSwitch{"COSHARD_UCX_MESH_MAX_BYTES", "2097152", "is above the mesh's limit"},
                       BadSwitch{"COSHARD_UCX_ERROR_MODE", "fast", "is not one of peer, none, auto"},

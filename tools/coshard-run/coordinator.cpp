@@ -1,7 +1,6 @@
 #include "coordinator.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/stop_signal.hpp"
 #include "coshard/transport/store.hpp"
@@ -63,8 +63,8 @@ Verdict decode_verdict(const std::string& s) {
 
 // What node `n` said when its ranks ended: "<rc>[ interrupted][ stop]".
 void note_end(NodesEnded& ended, int n, const std::string& said) {
-  int rc = 1;  // what cannot be read counts as a failure (atoi of a number beyond an int was undefined)
-  (void)std::from_chars(said.data(), said.data() + said.size(), rc);
+  // What cannot be read counts as a failure (atoi of a number beyond an int was undefined).
+  const int rc = parse_whole<int>(std::string_view(said).substr(0, said.find(' '))).value_or(1);
   if (said.find(" interrupted") != std::string::npos) {
     ended.interrupted.push_back(n);
     if (!ended.interrupted_code) ended.interrupted_code = rc;

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -14,6 +13,7 @@
 
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/transport/store.hpp"
 
@@ -25,14 +25,13 @@ using namespace coord;
 // A number the job's launchers wrote: anything else (stoi threw a bare "stoi"; a value beyond an
 // int was out of range) means that another program writes to this store, which is bad_config.
 int stored_int(const std::string& v, const std::string& key) {
-  int out = 0;
-  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || p != v.data() + v.size()) {
+  const std::optional<int> out = parse_whole<int>(v);
+  if (!out) {
     throw Error(Errc::bad_config, "store key '" + key + "' holds '" + v.substr(0, 40) +
                                       "', not a number: another program uses this store; give this job a --master "
                                       "port of its own");
   }
-  return out;
+  return *out;
 }
 
 // A launcher cut off from the store tries to reach it again this often, each try this long: the

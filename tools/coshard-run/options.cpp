@@ -2,24 +2,19 @@
 
 #include <stdexcept>
 
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/transport/slurm.hpp"
 
 namespace coshard::run {
 namespace {
 
 long parse_int(const std::string& flag, const std::string& v, long lo, long hi) {
-  std::size_t used = 0;
-  long out = 0;
-  try {
-    out = std::stol(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || out < lo || out > hi) {
+  const std::optional<long> out = parse_whole<long>(v);
+  if (!out || *out < lo || *out > hi) {
     throw std::invalid_argument(flag + " needs an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                                 "], got '" + v + "'");
   }
-  return out;
+  return *out;
 }
 
 struct Given {

@@ -1,11 +1,11 @@
 #include "coshard/transport/launch_env.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <limits>
 #include <cstdlib>
 #include <vector>
 
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/transport/slurm.hpp"
 
 namespace coshard::transport {
@@ -37,14 +37,13 @@ class Reader {
       if (required) problems_.push_back(std::string(name) + " is not set");
       return std::nullopt;
     }
-    long out = 0;
-    auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-    if (ec != std::errc() || p != v->data() + v->size()) {
+    const std::optional<long> out = parse_whole<long>(*v);
+    if (!out) {
       problems_.push_back(std::string(name) + "='" + *v + "' is not an integer");
       return std::nullopt;
     }
     // Read into an int: 4294967296 was rank 0, 4294967298 a world of 2.
-    if (out < std::numeric_limits<int>::min() || out > std::numeric_limits<int>::max()) {
+    if (*out < std::numeric_limits<int>::min() || *out > std::numeric_limits<int>::max()) {
       problems_.push_back(std::string(name) + "='" + *v + "' is out of range (at most " +
                           std::to_string(std::numeric_limits<int>::max()) + ")");
       return std::nullopt;

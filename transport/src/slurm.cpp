@@ -1,7 +1,8 @@
 #include "coshard/transport/slurm.hpp"
 
-#include <charconv>
 #include <limits>
+
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::transport {
 namespace {
@@ -13,9 +14,8 @@ Error bad_list(std::string_view list, const std::string& why) {
 }
 
 std::optional<long> to_long(std::string_view s) {
-  long v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size() || v < 0) return std::nullopt;
+  const std::optional<long> v = parse_whole<long>(s);
+  if (!v || *v < 0) return std::nullopt;
   return v;
 }
 

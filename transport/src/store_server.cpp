@@ -6,6 +6,7 @@
 #include <set>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/semaphore.hpp"
 #include "coshard/runtime/timeout.hpp"
 #include "coshard/transport/store.hpp"
@@ -207,15 +208,13 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     if (!key || !delta || !r.done()) return std::nullopt;
     std::int64_t value = 0;
     if (auto it = kv.find(*key); it != kv.end()) {
-      try {
-        std::size_t used = 0;
-        value = std::stoll(it->second, &used);
-        if (used != it->second.size()) throw std::invalid_argument("trailing");
-      } catch (const std::exception&) {
+      const std::optional<std::int64_t> stored = parse_whole<std::int64_t>(it->second);
+      if (!stored) {
         auto w = status(wire::Status::bad_request);
         w.str("the value of '" + *key + "' is not an integer");
         return w;
       }
+      value = *stored;
     }
     if (__builtin_add_overflow(value, *delta, &value)) {  // found by tests/fuzz/store_protocol
       auto w = status(wire::Status::bad_request);

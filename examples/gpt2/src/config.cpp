@@ -1,9 +1,9 @@
 #include "coshard/gpt2/config.hpp"
 
-#include <charconv>
 #include <set>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::gpt2 {
 namespace {
@@ -100,12 +100,9 @@ Config parse_config(std::string_view spec) {
         if (!field) {
           throw bad("unknown key '" + key + "' in '" + std::string(spec) + "': keys are layers, heads, width, vocab, context, tie_head");
         }
-        std::int64_t v = 0;
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-        if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
-          throw bad(key + "='" + std::string(value) + "' is not an integer");
-        }
-        *field = v;
+        const std::optional<std::int64_t> v = parse_whole<std::int64_t>(value);
+        if (!v) throw bad(key + "='" + std::string(value) + "' is not an integer");
+        *field = *v;
       }
     }
     ++index;

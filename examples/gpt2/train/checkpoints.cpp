@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +12,7 @@
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::train {
 namespace fs = std::filesystem;
@@ -32,10 +32,8 @@ std::string hostname() {
 std::optional<int> step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (name.size() < 13 || name.size() > 14 || !name.starts_with("step-")) return std::nullopt;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return std::nullopt;
-  }
-  return std::stoi(name.substr(5));
+  if (name[5] < '0' || name[5] > '9') return std::nullopt;  // no sign
+  return parse_whole<int>(std::string_view(name).substr(5));
 }
 
 // The job this process belongs to, when a scheduler says ("-" otherwise).
@@ -195,12 +193,7 @@ fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int st
 
 int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where) {
   const auto it = state.find("step");
-  int step = -1;
-  if (it != state.end()) {
-    const char* end = it->second.data() + it->second.size();
-    const auto [at, ec] = std::from_chars(it->second.data(), end, step);
-    if (ec != std::errc() || at != end) step = -1;
-  }
+  const int step = it == state.end() ? -1 : parse_whole<int>(it->second).value_or(-1);
   if (step < 0) {
     throw Error(Errc::corrupt_file, "checkpoint " + where + " has " +
                                         (it == state.end() ? std::string("no step") : "step '" + it->second + "'") +

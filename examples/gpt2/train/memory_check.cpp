@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include "coshard/gpt2/data.hpp"
 #include "coshard/gpt2/model.hpp"
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::train {
 namespace {
@@ -52,11 +54,8 @@ std::optional<double> number_in(const fs::path& file) {
   std::ifstream f(file);
   std::string word;
   if (!(f >> word) || word == "max") return std::nullopt;
-  try {
-    return std::stod(word);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  const auto bytes = parse_whole<std::uint64_t>(word);  // cgroup files hold whole bytes
+  return bytes ? std::optional<double>(static_cast<double>(*bytes)) : std::nullopt;
 }
 
 std::optional<double> stat_value(const fs::path& file, const std::string& key) {

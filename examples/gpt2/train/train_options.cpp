@@ -2,10 +2,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <map>
+
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::train {
 
@@ -33,9 +34,7 @@ CLI::Validator finite() {
 CLI::Validator unsigned64() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        std::uint64_t v = 0;
-        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        if (ec == std::errc() && end == s.data() + s.size()) return {};
+        if (parse_whole<std::uint64_t>(s)) return {};
         return "must be a whole number from 0 to 18446744073709551615, not " + s;
       },
       "UINT64");

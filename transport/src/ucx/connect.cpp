@@ -1,12 +1,14 @@
 #include "connect.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "coshard/runtime/parse_whole.hpp"
 #include "direct_probe.hpp"
 #include "env.hpp"
 #include "hierarchy.hpp"
@@ -52,10 +54,10 @@ PeerIdentity unpack(const std::string& s, const std::string& key) {
   }
   // The numbers between the newlines: all of each field, in range (atoi of 2^40 was undefined).
   const auto number = [&](auto& out, int field) {
-    const char* b = s.data() + at[field] + 1;
-    const char* e = s.data() + at[field + 1];
-    const auto [p, ec] = std::from_chars(b, e, out);
-    if (ec != std::errc() || p != e) throw foreign();
+    const auto read = parse_whole<std::remove_reference_t<decltype(out)>>(
+        std::string_view(s).substr(at[field] + 1, at[field + 1] - at[field] - 1));
+    if (!read) throw foreign();
+    out = *read;
   };
   PeerIdentity id;
   id.host = s.substr(0, at[0]);

@@ -1,13 +1,14 @@
 #pragma once
 // The UCX backend's COSHARD_UCX_* switches: a value that is set but unreadable is a bad_config
 // error naming the variable, never silently ignored.
-#include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::transport::detail {
 
@@ -21,17 +22,17 @@ inline std::optional<bool> env_switch(const char* name) {
   throw Error(Errc::bad_config, std::string(name) + "='" + v + "' is not one of 0, 1");
 }
 
-// A byte count (an integer >= 0); nothing when unset or empty.
+// A byte count (an integer from 0 to 2^63 - 1: the peers' identities carry it signed, where a
+// count past that would read as -1, "no hierarchy"); nothing when unset or empty.
 inline std::optional<std::size_t> env_bytes(const char* name) {
   const char* env = std::getenv(name);
   if (!env || !*env) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(env, &end, 10);
-  if (*end != '\0' || v < 0 || errno == ERANGE) {
-    throw Error(Errc::bad_config, std::string(name) + "='" + env + "' is not a byte count (an integer >= 0)");
+  const std::optional<std::int64_t> v = parse_whole<std::int64_t>(env);
+  if (!v || *v < 0) {
+    throw Error(Errc::bad_config,
+                std::string(name) + "='" + env + "' is not a byte count (an integer from 0 to 2^63 - 1)");
   }
-  return static_cast<std::size_t>(v);
+  return static_cast<std::size_t>(*v);
 }
 
 }  // namespace coshard::transport::detail

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <tuple>
 
+#include "coshard/runtime/parse_whole.hpp"
 #include "coshard/transport/flight_recorder.hpp"
 #include "connect.hpp"
 #include "direct.hpp"
@@ -458,11 +460,14 @@ Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, C
     for (int r = 0; r < size(); ++r) keys.push_back(base + std::to_string(r));
     auto values = co_await store_->wait(keys, ucx_.connect_timeout);
     for (int r = 0; r < size(); ++r) {
-      int c = 0, kk = 0;
-      if (std::sscanf(values[static_cast<std::size_t>(r)].c_str(), "%d %d", &c, &kk) != 2) {
+      const std::string_view entry = values[static_cast<std::size_t>(r)];  // "<color> <key>"
+      const auto space = entry.find(' ');
+      const auto c = parse_whole<int>(entry.substr(0, space));
+      const auto kk = space == std::string_view::npos ? std::nullopt : parse_whole<int>(entry.substr(space + 1));
+      if (!c || !kk) {
         throw Error(Errc::io, "split of '" + options_.name + "': unreadable entry from rank " + std::to_string(r));
       }
-      all.emplace_back(c, kk, r);
+      all.emplace_back(*c, *kk, r);
     }
   }
   if (color < 0) co_return nullptr;
