@@ -75,8 +75,17 @@ TEST(LauncherElastic, TooFewNodesOrNoRestartLeftToTakeOneInAreNamed) {
                "--join-timeout 1 -- true");
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_NE(r.output.find("only node(s) 0 joined within 1 s (--join-timeout), fewer than the 2 that --nnodes 2:3 "
-                          "needs: start coshard-run on node(s) 1 2 with " + master + ", or lower MIN"),
+                          "needs: start coshard-run on node(s) 1, 2 with " + master + ", or lower MIN"),
             std::string::npos) << r.output;
+  // At the largest MAX, node 0 reads every node's claim in a few round trips per poll (not one
+  // per node, 2.6 s a poll here), so it gives up near --join-timeout; the message names ranges.
+  r = run(kRun + " --nnodes 2:65536 --node-rank 0 --nproc-per-node 1 " + master + " --token many --max-restarts 1 "
+          "--join-timeout 1 -- true");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("only node(s) 0 joined within 1 s (--join-timeout), fewer than the 2 that --nnodes 2:65536 "
+                          "needs: start coshard-run on node(s) 1-65535 with " + master + ", or lower MIN"),
+            std::string::npos) << r.output.substr(0, 2000);
+  EXPECT_LT(r.seconds, 10) << r.output.substr(0, 2000);
 
   const std::string log = rank_log("last-call");
   std::vector<std::string> command;

@@ -75,12 +75,6 @@ void note_end(NodesEnded& ended, int n, const std::string& said) {
   ended.succeeded &= rc == 0;
 }
 
-std::string node_list(const std::vector<int>& nodes) {
-  std::string out;
-  for (int n : nodes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
-}
-
 }  // namespace
 
 std::optional<Failure> Coordinator::failure(int attempt) {
@@ -94,7 +88,7 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
     next_watch_ = Clock::now() + std::chrono::seconds(1);
-    if (auto why = foreign_node()) return report(attempt, Failure{.code = 1, .restartable = false, .what = *why});
+    if (auto why = foreign_node(per_node("node", every_node(o_.nnodes)))) return report(attempt, Failure{.code = 1, .restartable = false, .what = *why});
     const auto n = silent_node(attempt, nodes_);
     if (!n) return std::nullopt;
     return report_silent(attempt, *n);
@@ -396,16 +390,23 @@ std::vector<int> Coordinator::next_nodes(const NodesEnded& ended, std::string& r
 // A node among `nodes` (not 0) whose count has not changed for kSilentFor and that has not said
 // its ranks of `attempt` ended. Every node beats once when it joins, so a joined node is judged.
 std::optional<int> Coordinator::silent_node(int attempt, const std::vector<int>& nodes) {
-  for (int n : nodes) {
-    if (n == 0) continue;
-    if (silent(n) && !sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) return n;
+  std::vector<int> others;
+  std::copy_if(nodes.begin(), nodes.end(), std::back_inserter(others), [](int n) { return n != 0; });
+  const auto counts = per_node("alive", others);
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    const int n = others[i];
+    if (silent(n, counts[i]) && !sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
+      return n;
+    }
   }
   return std::nullopt;
 }
 
-// Whether node `n`'s count stood still for kSilentFor (false for a node not heard from yet).
-bool Coordinator::silent(int n) {
-  const auto count = sched_->sync_wait(store_->get("alive/" + std::to_string(n)));
+bool Coordinator::silent(int n) { return silent(n, sched_->sync_wait(store_->get("alive/" + std::to_string(n)))); }
+
+// Whether node `n`'s count, read as `count`, stood still for kSilentFor (false for a node not
+// heard from yet).
+bool Coordinator::silent(int n, const std::optional<std::string>& count) {
   if (!count) return false;
   auto [it, first] = heard_.try_emplace(n, Beat{*count, Clock::now()});
   if (!first && it->second.count != *count) it->second = Beat{*count, Clock::now()};

@@ -169,7 +169,10 @@ class Coordinator {
   bool holder_gone(const std::string& holder);
   bool replaced();
   std::string await_node_zero();
-  std::optional<std::string> foreign_node();
+  // The first node whose claim (of `claims`, each node's in order) is a launcher of another
+  // protocol, said as an error; claims already checked are not checked again.
+  std::optional<std::string> foreign_node(const std::vector<std::optional<std::string>>& claims);
+  std::vector<std::optional<std::string>> per_node(const std::string& what, const std::vector<int>& nodes);
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
@@ -183,6 +186,7 @@ class Coordinator {
   Failure report_silent(int attempt, int node);
   std::optional<int> silent_node(int attempt, const std::vector<int>& nodes);
   bool silent(int node);
+  bool silent(int node, const std::optional<std::string>& count);
 
   const Options& o_;
   Console& console_;

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstddef>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,7 +43,32 @@ inline std::string attempt_key(int attempt, const std::string& what) {
   return "attempt/" + std::to_string(attempt) + "/" + what;
 }
 
-// "0 1 3"
+// "0, 1, 3-7, 9", for people: a run of three or more in a row is a range, so that a message about
+// 65535 nodes stays a line (--nnodes MIN:MAX).
+inline std::string node_list(const std::vector<int>& nodes) {
+  std::string out;
+  for (std::size_t i = 0; i < nodes.size();) {
+    std::size_t j = i;
+    while (j + 1 < nodes.size() && nodes[j + 1] == nodes[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + std::to_string(nodes[i]);
+    if (j >= i + 2) {
+      out += "-" + std::to_string(nodes[j]);
+    } else if (j == i + 1) {
+      out += ", " + std::to_string(nodes[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+// Nodes 0..n-1.
+inline std::vector<int> every_node(int n) {
+  std::vector<int> out(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = i;
+  return out;
+}
+
+// "0 1 3", the store's form of a list of nodes (parse_nodes reads it back).
 inline std::string node_words(const std::vector<int>& nodes) {
   std::string out;
   for (int n : nodes) out += (out.empty() ? "" : " ") + std::to_string(n);

@@ -214,6 +214,34 @@ Task<std::optional<std::string>> StoreClient::get(std::string key) {
   co_return v;
 }
 
+Task<std::vector<std::optional<std::string>>> StoreClient::get_many(std::vector<std::string> keys) {
+  auto q = request(wire::Op::get_many);
+  q.i64(static_cast<std::int64_t>(keys.size()));
+  for (const auto& k : keys) q.str(impl_->options.key_prefix + k);
+  const std::string what = "get of " + std::to_string(keys.size()) + " key(s)";
+  auto body = co_await impl_->exchange(std::move(q), what);
+  wire::Reader r(body);
+  auto s = status_of(r);
+  if (s == wire::Status::bad_request) {
+    throw Error(Errc::invalid_argument, "store " + what + ": " + r.str().value_or("bad request"));
+  }
+  if (s != wire::Status::ok) impl_->bad_reply(what);
+  std::vector<std::optional<std::string>> values;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto present = r.i64();
+    if (!present || (*present != 0 && *present != 1)) impl_->bad_reply(what);
+    if (*present == 0) {
+      values.emplace_back();
+      continue;
+    }
+    auto v = r.str();
+    if (!v) impl_->bad_reply(what);
+    values.emplace_back(std::move(*v));
+  }
+  if (!r.done()) impl_->bad_reply(what);
+  co_return values;
+}
+
 Task<std::vector<std::string>> StoreClient::wait(std::vector<std::string> keys,
                                                  std::optional<std::chrono::milliseconds> timeout) {
   auto limit = timeout.value_or(impl_->options.op_timeout);
