@@ -223,15 +223,7 @@ Verdict Coordinator::decide(int attempt) {
   const auto join_deadline = Clock::now() + o_.join_timeout;  // for nodes never heard from
   for (;;) {
     heartbeat();  // the others, awaiting the verdict, judge node 0 by it
-    std::erase_if(missing, [&](int n) {
-      if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
-        note_end(ended, n, *said);
-        if (n != 0) done.push_back(n);
-        return true;
-      }
-      // After a failure a node that never joined is not waited for: it has no ranks to stop.
-      return failed && !sched_->sync_wait(store_->get("node/" + std::to_string(n)));
-    });
+    ended_now(attempt, failed.has_value(), ended, done);
     if (missing.empty() || (deadline && Clock::now() >= *deadline)) break;
     // Nodes that fell silent have --rejoin-timeout, not the minute a beating node gets to stop its ranks.
     // One that beats again (it came back and stops its ranks) is waited for as any other.
@@ -340,14 +332,35 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported
 // Nodes not in `attempt` whose launcher, started again after they were dropped, said it ended
 // (Coordinator::join): they rejoin at the restart.
 std::vector<int> Coordinator::rejoined(int attempt) {
-  std::vector<int> out;
+  std::vector<int> others;
   for (int n = 0; n < o_.nnodes; ++n) {
-    if (std::find(nodes_.begin(), nodes_.end(), n) == nodes_.end() &&
-        sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
-      out.push_back(n);
-    }
+    if (std::find(nodes_.begin(), nodes_.end(), n) == nodes_.end()) others.push_back(n);
+  }
+  const auto said = per_node(attempt_key(attempt, "done"), others);
+  std::vector<int> out;
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    if (said[i]) out.push_back(others[i]);
   }
   return out;
+}
+
+// Takes the nodes of ended.missing that said their ranks of `attempt` ended out of it (into
+// `done`, but for node 0), and after a failure those that never joined: they have no ranks to stop.
+void Coordinator::ended_now(int attempt, bool failed, NodesEnded& ended, std::vector<int>& done) {
+  auto& missing = ended.missing;
+  const auto said = per_node(attempt_key(attempt, "done"), missing);
+  const auto claims = failed ? per_node("node", missing) : std::vector<std::optional<std::string>>(missing.size());
+  std::vector<int> still;
+  for (std::size_t i = 0; i < missing.size(); ++i) {
+    const int n = missing[i];
+    if (said[i]) {
+      note_end(ended, n, *said[i]);
+      if (n != 0) done.push_back(n);
+    } else if (!failed || claims[i]) {
+      still.push_back(n);
+    }
+  }
+  missing = std::move(still);
 }
 
 // Whether the job goes on without the nodes missing at the end of `attempt` (--nnodes MIN:MAX):

@@ -179,6 +179,7 @@ class Coordinator {
   std::chrono::steady_clock::time_point ending_by(const Failure& f) const;
   Verdict verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const;
   std::vector<int> rejoined(int attempt);
+  void ended_now(int attempt, bool failed, NodesEnded& ended, std::vector<int>& done);
   bool dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
   std::vector<int> next_nodes(const NodesEnded& ended, std::string& reason) const;
   Verdict await_verdict(int attempt);

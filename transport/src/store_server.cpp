@@ -198,14 +198,14 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
       auto it = kv.find(*key);
       values.push_back(it == kv.end() ? nullptr : &it->second);
       bytes += 8 + (it == kv.end() ? 0 : 4 + it->second.size());
+      if (bytes > options.limits.max_message_bytes) {  // checked as it grows, so that it cannot wrap
+        auto w = status(wire::Status::bad_request);
+        w.str("the values of " + std::to_string(*count) + " keys take more than a frame's " +
+              std::to_string(options.limits.max_message_bytes) + " bytes: ask for fewer keys");
+        return w;
+      }
     }
     if (!r.done()) return std::nullopt;
-    if (bytes > options.limits.max_message_bytes) {
-      auto w = status(wire::Status::bad_request);
-      w.str("the values of " + std::to_string(*count) + " keys take " + std::to_string(bytes) +
-            " bytes, more than a frame's " + std::to_string(options.limits.max_message_bytes) + ": ask for fewer keys");
-      return w;
-    }
     auto w = status(wire::Status::ok);
     for (const std::string* v : values) {
       w.i64(v ? 1 : 0);

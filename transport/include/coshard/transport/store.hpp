@@ -102,8 +102,9 @@ class StoreClient {
   Task<void> set(std::string key, std::string value);
   /// The value at `key`, or nothing when it is missing; does not wait for it (see wait()).
   Task<std::optional<std::string>> get(std::string key);
-  /// Each key's value (nothing where it is missing), in order, in one round trip; throws
-  /// Errc::invalid_argument when the values would pass limits.max_message_bytes (ask for fewer).
+  /// Each key's value (nothing where it is missing), in order, in one round trip. Throws
+  /// Errc::invalid_argument when the request would pass this client's limits.max_message_bytes,
+  /// or the values the server's (ask for fewer keys).
   Task<std::vector<std::optional<std::string>>> get_many(std::vector<std::string> keys);
   /// Waits until every key exists and returns their values in order; Errc::timeout names the
   /// missing keys when `timeout` (nothing: op_timeout) passes first.
