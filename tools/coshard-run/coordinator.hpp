@@ -155,7 +155,8 @@ class Coordinator {
   // most every kReconnectEvery) until --rejoin-timeout, then lost_; a report it missed meanwhile
   // goes out first.
   bool usable();
-  // A store call failed: the store is lost, or, on a node other than 0 while restarts remain, cut off.
+  // A store call failed: the store is lost, or cut off: on a node other than 0 while restarts
+  // remain, or on node 0 when a call to its own store timed out (this launcher stalled).
   void broke(const Error& e);
   // Until the store is usable again or lost; returns SIGINT or SIGTERM if one ended the wait, else 0.
   int await_store();

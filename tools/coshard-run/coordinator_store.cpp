@@ -355,8 +355,20 @@ void Coordinator::begin(int attempt) {
   attempt_ = attempt;
   if (o_.node_rank != 0) return;
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
-  sched_->sync_wait(store_->set(attempt_key(attempt, "nodes"), node_words(nodes_)));
-  sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
+  for (;;) {  // again after this launcher stalled (broke), until its store is lost
+    try {
+      sched_->sync_wait(store_->set(attempt_key(attempt, "nodes"), node_words(nodes_)));
+      sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
+      return;
+    } catch (const Error& e) {
+      broke(e);
+    }
+    if (const int sig = await_store()) {
+      throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while it began attempt " +
+                                       std::to_string(attempt));
+    }
+    if (lost_) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
+  }
 }
 
 void Coordinator::heartbeat() {
@@ -421,16 +433,22 @@ bool Coordinator::replaced() {
 
 void Coordinator::broke(const Error& e) {
   cut_reason_ = e.message();
-  if (o_.node_rank == 0 || attempt_ >= o_.max_restarts) {
+  // Node 0 serves the store in this process, so a call to it that timed out means that this
+  // launcher stalled past the call's deadline (stopped and continued, a paused VM, starved of CPU):
+  // its timer fired before its own store could answer. It tries again as a node cut off does,
+  // rather than end the job; anything else from its own store ends it.
+  const bool stalled = o_.node_rank == 0 && e.code() == Errc::timeout;
+  if (!stalled && (o_.node_rank == 0 || attempt_ >= o_.max_restarts)) {
     lost_ = true;
     return;
   }
   if (cut_since_) return;
   cut_since_ = Clock::now();
   next_reconnect_ = *cut_since_;
-  console_.say("coshard-run: the store at %s stopped answering (%s); trying to reach it again for %lld s "
-               "(--rejoin-timeout)\n", where_.c_str(), e.message().c_str(),
-               static_cast<long long>(o_.rejoin_timeout.count()));
+  console_.say("coshard-run: the store at %s %s (%s); trying to reach it again for %lld s (--rejoin-timeout)\n",
+               where_.c_str(), stalled ? "(this launcher's own) did not answer in time: was this launcher stopped?"
+                                       : "stopped answering",
+               e.message().c_str(), static_cast<long long>(o_.rejoin_timeout.count()));
 }
 
 int Coordinator::await_store() {
