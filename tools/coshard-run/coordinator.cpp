@@ -176,7 +176,9 @@ void Coordinator::ask_in(int attempt, const std::string& why, bool at_checkpoint
 
 Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
   const int code = end.rc ? end.rc : 1;
-  if (end.interrupted && cut_since_) {  // no restart can follow an interrupt: nothing to wait for
+  // No restart can follow an interrupt: nothing to wait for, but on node 0, whose own store
+  // answers again once the stall that cut it off is over, and who owes the others a verdict.
+  if (end.interrupted && cut_since_ && o_.node_rank != 0) {
     return Verdict{.code = code, .reason = "interrupted while the store at " + where_ + " did not answer"};
   }
   Verdict v;
@@ -211,6 +213,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
 // --rejoin-timeout more: it may be cut off rather than gone), until --join-timeout passed with
 // the missing nodes never heard from, or until this launcher is told to stop; then decides.
 Verdict Coordinator::decide(int attempt) {
+  if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "verdict")))) return decided(attempt, *said);
   NodesEnded ended;
   std::vector<int>& missing = ended.missing;
   missing = nodes_;
@@ -272,6 +275,20 @@ Verdict Coordinator::decide(int attempt) {
   Verdict v = verdict(attempt, failed, ended);
   sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
+  return v;
+}
+
+// The verdict that node 0 wrote before a stall of its launcher failed the call (finish() then
+// decides again): the nodes may have read it already, so node 0 keeps to it.
+Verdict Coordinator::decided(int attempt, const std::string& said) {
+  const Verdict v = decode_verdict(said);
+  if (v.restart) return v;
+  const auto ended = per_node(attempt_key(attempt, "done"), every_node(o_.nnodes));
+  std::vector<int> done;
+  for (int n = 1; n < o_.nnodes; ++n) {
+    if (ended[static_cast<std::size_t>(n)]) done.push_back(n);
+  }
+  await_readers(attempt, done);
   return v;
 }
 

@@ -177,6 +177,7 @@ class Coordinator {
   void close() noexcept;
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
+  Verdict decided(int attempt, const std::string& said);
   std::chrono::steady_clock::time_point ending_by(const Failure& f) const;
   Verdict verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const;
   std::vector<int> rejoined(int attempt);

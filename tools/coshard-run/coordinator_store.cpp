@@ -436,8 +436,10 @@ void Coordinator::broke(const Error& e) {
   // Node 0 serves the store in this process, so a call to it that timed out means that this
   // launcher stalled past the call's deadline (stopped and continued, a paused VM, starved of CPU):
   // its timer fired before its own store could answer. It tries again as a node cut off does,
-  // rather than end the job; anything else from its own store ends it.
-  const bool stalled = o_.node_rank == 0 && e.code() == Errc::timeout;
+  // rather than end the job, until usable() reconnects or gives up at --rejoin-timeout; calls on
+  // the connection that the timeout closed fail too meanwhile. Anything else from its own store
+  // ends the job.
+  const bool stalled = o_.node_rank == 0 && (e.code() == Errc::timeout || cut_since_);
   if (!stalled && (o_.node_rank == 0 || attempt_ >= o_.max_restarts)) {
     lost_ = true;
     return;
