@@ -200,11 +200,28 @@ void Coordinator::gather() {
   std::optional<Clock::time_point> last_call;
   const std::string range = std::to_string(o_.min_nodes) + ":" + std::to_string(o_.nnodes);
   const std::vector<int> every = every_node(o_.nnodes);
+  const auto unless_stopped = [] {
+    if (const int sig = pending_stop()) {
+      throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while the nodes joined");
+    }
+  };
   for (;;) {
     heartbeat();
     nodes_.clear();
     std::vector<int> absent;
-    const auto claims = per_node("node", every);
+    std::vector<std::optional<std::string>> claims;
+    try {
+      if (usable()) claims = per_node("node", every);
+    } catch (const Error& e) {
+      broke(e);  // a stall of this launcher is a cut, which usable() mends or gives up at --rejoin-timeout
+      if (lost_) throw;
+    }
+    if (lost_) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
+    if (claims.empty()) {  // its own store not reached again yet (a stall): polled again
+      unless_stopped();
+      console_.wait(kPoll);
+      continue;
+    }
     for (int n = 0; n < o_.nnodes; ++n) (claims[static_cast<std::size_t>(n)] ? nodes_ : absent).push_back(n);
     if (auto why = foreign_node(claims)) throw Error(Errc::bad_config, *why);
     if (absent.empty()) return;
@@ -227,9 +244,7 @@ void Coordinator::gather() {
                                      " needs: start coshard-run on node(s) " + node_list(absent) + " with --master " +
                                      where_ + ", or lower MIN");
     }
-    if (const int sig = pending_stop()) {
-      throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while the nodes joined");
-    }
+    unless_stopped();
     console_.wait(kPoll);  // writing what waits meanwhile
   }
 }
