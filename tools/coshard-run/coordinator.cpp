@@ -88,7 +88,9 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
     next_watch_ = Clock::now() + std::chrono::seconds(1);
-    if (auto why = foreign_node(per_node("node", every_node(o_.nnodes)))) return report(attempt, Failure{.code = 1, .restartable = false, .what = *why});
+    if (auto why = foreign_node(per_node("node", every_node(o_.nnodes)))) {
+      return report(attempt, Failure{.code = 1, .restartable = false, .what = *why});
+    }
     const auto n = silent_node(attempt, nodes_);
     if (!n) return std::nullopt;
     return report_silent(attempt, *n);

@@ -327,7 +327,9 @@ std::vector<std::optional<std::string>> Coordinator::per_node(const std::string&
   out.reserve(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); i += kBatch) {
     std::vector<std::string> keys;
-    for (std::size_t j = i; j < std::min(nodes.size(), i + kBatch); ++j) keys.push_back(what + "/" + std::to_string(nodes[j]));
+    for (std::size_t j = i; j < std::min(nodes.size(), i + kBatch); ++j) {
+      keys.push_back(what + "/" + std::to_string(nodes[j]));
+    }
     for (auto& v : sched_->sync_wait(store_->get_many(std::move(keys)))) out.push_back(std::move(v));
   }
   return out;
