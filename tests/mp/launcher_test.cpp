@@ -489,14 +489,15 @@ TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
 }
 
 // Node 0's launcher, which serves the store, frozen for 9 s (SIGSTOP) while every rank runs on: a
-// store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out; under
-// --max-restarts its launcher keeps trying instead of stopping its ranks, reaches the store once
-// node 0 runs again, and the job ends as if nothing happened.
-TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
-  const std::string started = rank_log("outage");
-  auto r = two_nodes("outage", "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts 1 --grace 3", [&] {
+// store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out; its launcher
+// keeps trying instead of stopping its ranks, reaches the store once node 0 runs again, and the job
+// ends as if nothing happened. With restarts left it tries for --rejoin-timeout; with none, for
+// the 15 s node 0 gives a silent node before it ends the job (it used to give up at once).
+void ride_out_a_store_outage(const std::string& name, const std::string& restarts, const std::string& window) {
+  const std::string started = rank_log(name);
+  auto r = two_nodes(name, "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts " + restarts + " --grace 3", [&] {
     await_node_1_ranks(started);
-    const int pid = launcher_pid("outage", 0);
+    const int pid = launcher_pid(name, 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
     ::kill(pid, SIGSTOP);
     std::this_thread::sleep_for(std::chrono::seconds(9));
@@ -508,9 +509,16 @@ TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
   }
   EXPECT_NE(r.node[1].output.find("coshard-run: the store at 127.0.0.1:"), std::string::npos) << r.node[1].output;
   EXPECT_NE(r.node[1].output.find("stopped answering"), std::string::npos) << r.node[1].output;
-  EXPECT_NE(r.node[1].output.find("trying to reach it again for 60 s (--rejoin-timeout)"), std::string::npos)
-      << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("trying to reach it again for " + window), std::string::npos) << r.node[1].output;
   EXPECT_NE(r.node[1].output.find(" again after "), std::string::npos) << r.node[1].output;
+}
+
+TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
+  ride_out_a_store_outage("outage", "1", "60 s (--rejoin-timeout)");
+}
+
+TEST(LauncherNodes, AStoreOutageWithNoRestartLeftIsRiddenOutIfNodeZeroWouldWaitForIt) {
+  ride_out_a_store_outage("outage-last", "0", "15 s (no restart left: as long as node 0 waits for a silent node)");
 }
 
 // Node 1's launcher starts late, after node 0's ranks gave up their 3 s rendezvous. Without a

@@ -20,7 +20,8 @@
 // seen from either side, from one that crashed. While restarts remain both sides give it
 // --rejoin-timeout: its launcher keeps trying to reach the store and reports what happened
 // meanwhile once it does; node 0 records it as a restartable failure and waits for its ranks to
-// end. Without restarts left nothing can follow, so the job ends as soon as one side gives up.
+// end. Without restarts left nothing can follow, so node 0 ends the job once a node has been silent
+// for 15 s, and a cut-off launcher tries to reach the store that long: a shorter cut is ridden out.
 //
 // With --nnodes MIN:MAX a node that fell silent and did not come back within --rejoin-timeout is
 // dropped instead: the others restart without it, down to MIN nodes, with ranks numbered afresh
@@ -152,12 +153,14 @@ class Coordinator {
  private:
   void connect(transport::StoreClient::Options so);
   // Whether the store may be asked now: after a store call failed, one try to reach it again (at
-  // most every kReconnectEvery) until --rejoin-timeout, then lost_; a report it missed meanwhile
+  // most every kReconnectEvery) until rejoin_window(), then lost_; a report it missed meanwhile
   // goes out first.
   bool usable();
-  // A store call failed: the store is lost, or cut off: on a node other than 0 while restarts
-  // remain, or on node 0 when a call to its own store timed out (this launcher stalled).
+  // A store call failed: the store is cut off (on a node other than 0, or on node 0 when a call to
+  // its own store timed out: this launcher stalled), else lost.
   void broke(const Error& e);
+  // How long a cut may last before the store is lost, and the flag or rule that says so.
+  std::pair<std::chrono::seconds, const char*> rejoin_window() const noexcept;
   // Until the store is usable again or lost; returns SIGINT or SIGTERM if one ended the wait, else 0.
   int await_store();
   Failure lost_failure() const;

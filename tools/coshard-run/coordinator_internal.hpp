@@ -1,7 +1,7 @@
 #pragma once
-// What the two halves of the Coordinator share: coordinator_store.cpp keeps the launcher's
-// connection to node 0's store (joining, beating, reaching it again after a cut), and
-// coordinator.cpp runs the attempts over it (failures, the verdict).
+// What the parts of the Coordinator share: coordinator_store.cpp keeps the launcher's connection
+// to node 0's store (joining, beating), coordinator_cut.cpp reaches it again after a cut or gives
+// it up, and coordinator.cpp runs the attempts over it (failures, the verdict).
 #include <signal.h>
 
 #include <chrono>

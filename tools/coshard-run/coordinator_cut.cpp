@@ -1,0 +1,132 @@
+// The Coordinator cut off from node 0's store (a cut link, node 0's host gone, a stall of this
+// launcher): reaching it again, or giving it up (coordinator.hpp).
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "coordinator.hpp"
+#include "coordinator_internal.hpp"
+#include "coshard/runtime/error.hpp"
+#include "coshard/runtime/scheduler.hpp"
+#include "coshard/transport/store.hpp"
+
+namespace coshard::run {
+namespace {
+
+using namespace coord;
+
+// A launcher cut off from the store tries to reach it again this often, each try this long: the
+// supervisor's loop, which relays the ranks' output, waits for each try.
+constexpr auto kReconnectEvery = std::chrono::seconds(1);
+constexpr auto kReconnectTry = std::chrono::milliseconds(500);
+
+// Drops the old connection on the scheduler's thread, where it lives, and opens another.
+Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::StoreClient> old,
+                                                     transport::StoreClient::Options options) {
+  old.reset();
+  co_return co_await transport::StoreClient::connect(std::move(options));
+}
+
+}  // namespace
+
+bool Coordinator::usable() {
+  if (lost_) return false;
+  if (!cut_since_) return true;
+  if (Clock::now() < next_reconnect_) return false;
+  try {
+    auto options = options_;
+    options.connect_timeout = kReconnectTry;
+    store_ = sched_->sync_wait(reopen(std::move(store_), std::move(options)));
+  } catch (const Error& e) {
+    cut_reason_ = e.message();
+    next_reconnect_ = Clock::now() + kReconnectEvery;
+    if (Clock::now() - *cut_since_ >= rejoin_window().first) lost_ = true;
+    return false;
+  }
+  console_.say("coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
+               seconds_since(*cut_since_));
+  cut_since_.reset();
+  try {
+    if (replaced()) return false;
+  } catch (const Error& e) {  // usable() never throws: its callers ask it outside their own try
+    broke(e);
+    return false;
+  }
+  if (unsent_) {
+    const auto [attempt, f] = *std::exchange(unsent_, std::nullopt);
+    try {  // an ask_in's end goes out before its report, as ask_in sends them
+      if (attempt == asked_in_) say_ended(attempt);
+    } catch (const Error& e) {
+      unsent_.emplace(attempt, f);
+      broke(e);
+      return false;
+    }
+    report(attempt, f);
+  }
+  return !lost_ && !cut_since_;
+}
+
+// Whether another launcher took this one's place (coordinator.hpp): it then has lost the store.
+bool Coordinator::replaced() {
+  if (o_.node_rank == 0 || o_.max_restarts == 0) return false;
+  const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
+  if (!holder || *holder == claim_) return false;
+  lost_ = replaced_ = true;
+  cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
+                "'s place after this launcher fell silent";
+  return true;
+}
+
+void Coordinator::broke(const Error& e) {
+  cut_reason_ = e.message();
+  // Node 0 serves the store in this process, so a call to it that timed out means that this
+  // launcher stalled past the call's deadline (stopped and continued, a paused VM, starved of CPU):
+  // its timer fired before its own store could answer. It tries again as a node cut off does,
+  // rather than end the job, until usable() reconnects or gives up at --rejoin-timeout; calls on
+  // the connection that the timeout closed fail too meanwhile. Anything else from its own store
+  // ends the job.
+  const bool stalled = o_.node_rank == 0 && (e.code() == Errc::timeout || cut_since_);
+  if (o_.node_rank == 0 && !stalled) {
+    lost_ = true;
+    return;
+  }
+  if (cut_since_) return;
+  cut_since_ = Clock::now();
+  next_reconnect_ = *cut_since_;
+  const auto [window, why] = rejoin_window();
+  console_.say("coshard-run: the store at %s %s (%s); trying to reach it again for %lld s (%s)\n", where_.c_str(),
+               stalled ? "(this launcher's own) did not answer in time: was this launcher stopped?" : "stopped answering",
+               e.message().c_str(), static_cast<long long>(window.count()), why);
+}
+
+// While restarts remain, --rejoin-timeout. With none left, a node other than 0 gives the store no
+// longer than node 0 gives a silent node before it ends the job (kSilentFor): a cut or a stall of
+// this launcher shorter than that is ridden out, and after it nothing but node 0's verdict can follow.
+std::pair<std::chrono::seconds, const char*> Coordinator::rejoin_window() const noexcept {
+  if (o_.node_rank == 0 || attempt_ < o_.max_restarts || o_.rejoin_timeout <= kSilentFor) {
+    return {o_.rejoin_timeout, "--rejoin-timeout"};
+  }
+  return {kSilentFor, "no restart left: as long as node 0 waits for a silent node"};
+}
+
+int Coordinator::await_store() {
+  while (!lost_ && !usable()) {
+    if (const int sig = pending_stop()) return sig;
+    console_.wait(kPoll);  // writing what waits meanwhile
+  }
+  return 0;
+}
+
+Failure Coordinator::lost_failure() const {
+  // Named as this node's failure, so that the supervisor stops the ranks at once: the successor's
+  // may be starting on this host.
+  if (replaced_) return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = cut_reason_};
+  std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
+  if (cut_since_) {
+    what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (" + rejoin_window().second + "): ";
+  }
+  return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
+}
+
+}  // namespace coshard::run
