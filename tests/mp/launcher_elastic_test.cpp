@@ -29,6 +29,24 @@ std::string world_script(const std::string& log, const std::string& sleepers) {
          "\ncase $COSHARD_RESTART_COUNT in " + sleepers + ") exec sleep 120;; esac\n";
 }
 
+// The take-in tests' scripts, in pieces. Each rank appends "attempt A rank R of W node G" to
+// `log`; only attempt 0's ranks go on (later attempts end at once).
+std::string attempt_0_only(const std::string& log) {
+  return "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
+         "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n";
+}
+
+// Takes SIGUSR2 as a StopSignal would: logs "usr2 rank R" and runs `then`, and leaves the marker
+// that tells the launcher so.
+std::string takes_usr2(const std::string& log, const std::string& then = "") {
+  return "trap 'echo usr2 rank $RANK >> " + log + (then.empty() ? "" : "; " + then) +
+         "' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\n";
+}
+
+// "ready rank R" in `log`, for await_ready; kRunOn then runs until the rank is stopped.
+std::string ready(const std::string& log) { return "echo ready rank $RANK >> " + log + "\n"; }
+const std::string kRunOn = "while true; do sleep 0.1; done\n";
+
 // Waits until ranks 0..n-1 wrote "ready rank R" to `log` (after their SIGUSR2 marker), and the
 // launchers, which poll the markers every 200 ms, have seen them; whether they did.
 bool await_ready(const std::string& log, int n) {
@@ -247,11 +265,7 @@ TEST(LauncherElastic, ANodeCutOffForLongerThanTheRejoinTimeoutJoinsAgain) {
 // takes node 1 in all the same.
 TEST(LauncherElastic, RanksAskedToStopAfterACheckpointForANodeTakenInAreStoppedAtTheTakeInTimeout) {
   const std::string log = rank_log("take-in");
-  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
-                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
-                             "trap 'echo usr2 rank $RANK >> " + log + "; [ $RANK = 0 ] && exit 75' USR2\n"
-                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
-                             "\nwhile true; do sleep 0.1; done\n";
+  const std::string script = attempt_0_only(log) + takes_usr2(log, "[ $RANK = 0 ] && exit 75") + ready(log) + kRunOn;
   std::vector<std::string> command;
   coshard::testing::CommandResult late;
   auto r = two_nodes("take-in", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
@@ -282,12 +296,9 @@ TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyS
   const std::string log = rank_log("stopped-first");
   const std::string go = log + ".go";
   std::remove(go.c_str());
-  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
-                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\n"
-                             "trap 'echo usr2 rank $RANK >> " + log + "; exit 75' USR2\n"
-                             "touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log + "\n"
+  const std::string script = attempt_0_only(log) + takes_usr2(log, "exit 75") + ready(log) +
                              "if [ $GROUP_RANK = 1 ]; then while [ ! -e " + go + " ]; do sleep 0.1; done; echo early rank "
-                             "$RANK >> " + log + "; exit 75; fi\nwhile true; do sleep 0.1; done\n";
+                             "$RANK >> " + log + "; exit 75; fi\n" + kRunOn;
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("stopped-first", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30",
@@ -311,10 +322,8 @@ TEST(LauncherElastic, RanksThatStoppedAfterACheckpointBeforeTheirLauncherSawWhyS
 // without node 1's, are stopped then too, not at --take-in-timeout (60 s).
 TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOnce) {
   const std::string log = rank_log("stop-now");
-  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
-                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\nif [ $GROUP_RANK = 0 ]; then trap 'echo usr2 "
-                             "rank $RANK >> " + log + "' USR2; touch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"; fi\n"
-                             "echo ready rank $RANK >> " + log + "\nwhile true; do sleep 0.1; done\n";
+  const std::string script = attempt_0_only(log) + "if [ $GROUP_RANK = 0 ]; then\n" + takes_usr2(log) + "fi\n" +
+                             ready(log) + kRunOn;
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("stop-now", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
@@ -340,10 +349,7 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
 // store and stops its ranks as for any such loss.
 TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsTheOthers) {
   const std::string log = rank_log("take-in-silent");
-  const std::string script = "echo attempt $COSHARD_RESTART_COUNT rank $RANK of $WORLD_SIZE node $GROUP_RANK >> " + log +
-                             "\n[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\ntrap 'echo usr2 rank $RANK >> " + log +
-                             "' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
-                             "\nwhile true; do sleep 0.1; done\n";
+  const std::string script = attempt_0_only(log) + takes_usr2(log) + ready(log) + kRunOn;
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("take-in-silent", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
@@ -386,9 +392,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
 // attempt's first report.
 TEST(LauncherElastic, AnInterruptWhileTheRanksStopForANodeTakenInEndsTheJobWithTheSignalsCode) {
   const std::string log = rank_log("take-in-term");
-  const std::string script = "[ $COSHARD_RESTART_COUNT = 0 ] || exit 0\ntrap 'echo usr2 rank $RANK >> " + log +
-                             "' USR2\ntouch \"$COSHARD_FLIGHT_DIR/coshard-sigusr2-$$\"\necho ready rank $RANK >> " + log +
-                             "\nwhile true; do sleep 0.1; done\n";
+  const std::string script = attempt_0_only(log) + takes_usr2(log) + ready(log) + kRunOn;
   std::vector<std::string> command;
   coshard::testing::CommandResult late;
   auto r = two_nodes("take-in-term", script, "--nnodes 1:2 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
