@@ -69,7 +69,7 @@ TEST_F(Cluster, ACutLinkFailsEveryRankOnBothHostsWithinTheDeadline) {
   for (const auto& [rc, log] : {std::pair{"rc1", node1}, std::pair{"rc2", node2}}) {
     EXPECT_NE(r.output.find(std::string(rc) + "="), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find(std::string(rc) + "=0"), std::string::npos) << r.output << log;
-    EXPECT_LT(seconds_after(r.output, rc), 40) << r.output << log;  // node2: 5 s store call + 15 s to reach it again
+    EXPECT_LT(seconds_after(r.output, rc), 40) << r.output << log;  // node2: 5 s store call + 10 s to reach it again
   }
   // Each side names a silent rank on the other host.
   EXPECT_NE(node1.find("on node2)"), std::string::npos) << node1;

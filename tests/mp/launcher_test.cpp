@@ -488,11 +488,11 @@ TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
   EXPECT_LT(r.node[0].seconds, 60) << r.node[0].output;
 }
 
-// Node 0's launcher, which serves the store, frozen for 9 s (SIGSTOP) while every rank runs on: a
+// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 9 s while every rank runs on: a
 // store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out; its launcher
 // keeps trying instead of stopping its ranks, reaches the store once node 0 runs again, and the job
-// ends as if nothing happened. With restarts left it tries for --rejoin-timeout; with none, for
-// the 15 s node 0 gives a silent node before it ends the job (it used to give up at once).
+// ends as if nothing happened. With restarts left it tries for --rejoin-timeout; with none, until
+// node 0 would end the job, 15 s after node 1's last beat (it used to give up at once).
 void ride_out_a_store_outage(const std::string& name, const std::string& restarts, const std::string& window) {
   const std::string started = rank_log(name);
   auto r = two_nodes(name, "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts " + restarts + " --grace 3", [&] {
@@ -518,7 +518,32 @@ TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
 }
 
 TEST(LauncherNodes, AStoreOutageWithNoRestartLeftIsRiddenOutIfNodeZeroWouldWaitForIt) {
-  ride_out_a_store_outage("outage-last", "0", "15 s (no restart left: as long as node 0 waits for a silent node)");
+  ride_out_a_store_outage("outage-last", "0", "10 s (no restart left: node 0 ends the job once a node is silent for 15 s)");
+}
+
+// Both launchers frozen for 20 s (a paused VM), node 0's thawed 3 s before node 1's: node 0 did not
+// watch node 1 while it stood still itself, so it gives node 1 a fresh 15 s rather than take the
+// 23 s without a beat for silence (it restarted the job).
+TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
+  const std::string started = rank_log("paused");
+  auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 30\n", "--max-restarts 1 --grace 3", [&] {
+    await_node_1_ranks(started);
+    const int zero = launcher_pid("paused", 0), one = launcher_pid("paused", 1);
+    ASSERT_GT(zero, 0) << "node 0's launcher not found";
+    ASSERT_GT(one, 0) << "node 1's launcher not found";
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // node 0 has read node 1's count by then
+    ::kill(zero, SIGSTOP);
+    ::kill(one, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(20));
+    ::kill(zero, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    ::kill(one, SIGCONT);
+  });
+  for (const auto& node : r.node) {
+    EXPECT_EQ(node.rc, 0) << node.output;
+    EXPECT_EQ(node.output.find("restart 1"), std::string::npos) << node.output;
+    EXPECT_EQ(node.output.find("fell silent"), std::string::npos) << node.output;
+  }
 }
 
 // Node 1's launcher starts late, after node 0's ranks gave up their 3 s rendezvous. Without a

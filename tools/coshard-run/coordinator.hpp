@@ -21,7 +21,7 @@
 // --rejoin-timeout: its launcher keeps trying to reach the store and reports what happened
 // meanwhile once it does; node 0 records it as a restartable failure and waits for its ranks to
 // end. Without restarts left nothing can follow, so node 0 ends the job once a node has been silent
-// for 15 s, and a cut-off launcher tries to reach the store that long: a shorter cut is ridden out.
+// for 15 s, and a cut-off launcher tries to reach the store until then: a shorter cut is ridden out.
 //
 // With --nnodes MIN:MAX a node that fell silent and did not come back within --rejoin-timeout is
 // dropped instead: the others restart without it, down to MIN nodes, with ranks numbered afresh
@@ -132,7 +132,7 @@ class Coordinator {
   // and on node 0 so are another node's launcher that fell silent and one of another launcher
   // protocol (they are then reported).
   std::optional<Failure> failure(int attempt);
-  // Whether the store could not be reached again within --rejoin-timeout: failure() says so once.
+  // Whether the store could not be reached again within rejoin_window(): failure() says so once.
   bool lost() const noexcept { return lost_; }
   // While the ranks stop after a checkpoint for a node taken in (Failure::at_checkpoint): says that
   // this node stopped its ranks without one (they do not take SIGUSR2, one failed, the launcher
@@ -211,6 +211,7 @@ class Coordinator {
   std::optional<std::chrono::steady_clock::time_point> cut_since_;  // the store stopped answering then
   std::chrono::steady_clock::time_point next_reconnect_{};
   std::string cut_reason_;  // the store's last error
+  long long cut_for_ = 0;   // seconds from cut_since_ to when the store was given up
   std::optional<std::pair<int, Failure>> unsent_;  // a report (attempt, failure) the store did not take
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};
@@ -218,7 +219,8 @@ class Coordinator {
   // second; the others judge node 0 while they await its verdict).
   struct Beat {
     std::string count;
-    std::chrono::steady_clock::time_point since;
+    std::chrono::steady_clock::time_point since;  // the count read first then, and ever since
+    std::chrono::steady_clock::time_point seen;   // when this launcher last read it
   };
   std::map<int, Beat> heard_;
   std::map<int, std::string> vetted_;  // node 0: each node's claim it last found of its launcher protocol

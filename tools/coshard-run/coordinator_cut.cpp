@@ -41,7 +41,10 @@ bool Coordinator::usable() {
   } catch (const Error& e) {
     cut_reason_ = e.message();
     next_reconnect_ = Clock::now() + kReconnectEvery;
-    if (Clock::now() - *cut_since_ >= rejoin_window().first) lost_ = true;
+    if (Clock::now() - *cut_since_ >= rejoin_window().first) {
+      lost_ = true;
+      cut_for_ = seconds_since(*cut_since_);  // what lost_failure() says, however late it is asked
+    }
     return false;
   }
   console_.say("coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
@@ -100,14 +103,17 @@ void Coordinator::broke(const Error& e) {
                e.message().c_str(), static_cast<long long>(window.count()), why);
 }
 
-// While restarts remain, --rejoin-timeout. With none left, a node other than 0 gives the store no
-// longer than node 0 gives a silent node before it ends the job (kSilentFor): a cut or a stall of
-// this launcher shorter than that is ridden out, and after it nothing but node 0's verdict can follow.
+// While restarts remain, --rejoin-timeout. With none left, a node other than 0 tries no longer than
+// node 0 waits before it ends the job: kSilentFor from this launcher's last beat, which came about
+// a store call's limit before the call that timed out (broke). A cut or a stall shorter than that
+// is ridden out; after it nothing but node 0's verdict can follow.
 std::pair<std::chrono::seconds, const char*> Coordinator::rejoin_window() const noexcept {
-  if (o_.node_rank == 0 || attempt_ < o_.max_restarts || o_.rejoin_timeout <= kSilentFor) {
+  static_assert(kSilentFor == std::chrono::seconds(15), "the reason below says 15 s");
+  constexpr auto window = kSilentFor - std::chrono::duration_cast<std::chrono::seconds>(kStoreCall);
+  if (o_.node_rank == 0 || attempt_ < o_.max_restarts || o_.rejoin_timeout <= window) {
     return {o_.rejoin_timeout, "--rejoin-timeout"};
   }
-  return {kSilentFor, "no restart left: as long as node 0 waits for a silent node"};
+  return {window, "no restart left: node 0 ends the job once a node is silent for 15 s"};
 }
 
 int Coordinator::await_store() {
@@ -124,7 +130,8 @@ Failure Coordinator::lost_failure() const {
   if (replaced_) return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = cut_reason_};
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
   if (cut_since_) {
-    what += "not reached for " + std::to_string(seconds_since(*cut_since_)) + " s (" + rejoin_window().second + "): ";
+    const long long cut_for = lost_ ? cut_for_ : seconds_since(*cut_since_);
+    what += "not reached for " + std::to_string(cut_for) + " s (" + rejoin_window().second + "): ";
   }
   return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
 }
