@@ -1,14 +1,6 @@
 #include "checkpoints.hpp"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
@@ -20,13 +12,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kLatest = "latest";
-constexpr const char* kLock = ".lock";
-
-std::string hostname() {
-  char h[256] = {};
-  ::gethostname(h, sizeof h - 1);
-  return h;
-}
 
 // step-NNNNNNNN: eight digits, nine from step 100000000 (--steps allows it).
 std::optional<int> step_of(const fs::path& dir) {
@@ -36,75 +21,11 @@ std::optional<int> step_of(const fs::path& dir) {
   return parse_whole<int>(std::string_view(name).substr(5));
 }
 
-// The job this process belongs to, when a scheduler says ("-" otherwise).
-std::string job_id() {
-  const char* slurm = std::getenv("SLURM_JOB_ID");
-  return slurm && *slurm ? std::string("slurm:") + slurm : "-";
-}
-
-struct Holder {
-  long pid = 0;
-  std::string host, job;
-};
-
-// The lock's holder ("pid host job"); empty fields when it cannot be read.
-Holder holder(const fs::path& lock) {
-  std::ifstream f(lock);
-  Holder h;
-  f >> h.pid >> h.host >> h.job;
-  return h;
-}
-
 }  // namespace
-
-CheckpointDir::~CheckpointDir() {
-  // Only a lock that is still ours: another job may have taken it over (and be writing here).
-  if (locked_ && holder(root_ / kLock).pid == ::getpid() && holder(root_ / kLock).host == hostname()) {
-    std::error_code ec;
-    fs::remove(root_ / kLock, ec);
-  }
-}
 
 void CheckpointDir::lock() {
   fs::create_directories(root_);
-  const fs::path path = root_ / kLock;
-  const std::string me = std::to_string(::getpid()) + " " + hostname() + " " + job_id() + "\n";
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      const bool ok = ::write(fd, me.data(), me.size()) == static_cast<ssize_t>(me.size());
-      const int err = errno;
-      ::close(fd);
-      if (!ok) {
-        ::unlink(path.c_str());  // an empty lock would keep every later run out
-        throw Error(Errc::io, "cannot write the lock " + path.string() + ": " + std::strerror(err));
-      }
-      locked_ = true;
-      return;
-    }
-    if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path.string() + ": " + std::strerror(errno));
-    const auto [pid, host, job] = holder(path);
-    if (pid <= 0 || host.empty()) {
-      throw Error(Errc::bad_config, "the lock " + path.string() + " of --checkpoint-dir names no job (it is empty or "
-                                    "unreadable: a job that died while writing it, or a full disk): remove it if no "
-                                    "job writes to " + root_.string());
-    }
-    // Gone: a process of this host that no longer exists (or whose pid this process now has), or
-    // an earlier run of this very job on another host (a Slurm requeue may land elsewhere). On
-    // this host the process decides: two steps of one allocation share the job id.
-    const bool here = host == hostname();
-    const bool same_job = !here && !job.empty() && job != "-" && job == job_id();
-    const bool dead = here && pid > 0 && (pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH));
-    const bool gone = same_job || dead;
-    if (!gone) {
-      throw Error(Errc::bad_config, "--checkpoint-dir " + root_.string() + " is in use by another job (pid " +
-                                        std::to_string(pid) + " on host " + host + ", see " + path.string() +
-                                        "): give another directory, or remove the lock if that job is gone");
-    }
-    std::fprintf(stderr, "gpt2-train: taking over %s from pid %ld, which is gone\n", path.c_str(), pid);
-    fs::remove(path);
-  }
-  throw Error(Errc::io, "cannot take the lock " + path.string() + ": another job keeps taking it");
+  lock_ = std::make_unique<DirLock>(root_ / ".lock");
 }
 
 fs::path CheckpointDir::step_dir(int step) const {

@@ -5,10 +5,12 @@
 // while a job writes there. Rank 0 does the bookkeeping; every rank reads.
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "coshard/fsdp/checkpoint.hpp"
+#include "dir_lock.hpp"
 #include "train_options.hpp"
 
 namespace coshard::train {
@@ -16,13 +18,10 @@ namespace coshard::train {
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::filesystem::path root) : root_(std::move(root)) {}
-  ~CheckpointDir();
   CheckpointDir(const CheckpointDir&) = delete;
   CheckpointDir& operator=(const CheckpointDir&) = delete;
 
-  // Rank 0: creates DIR and takes DIR/.lock. A lock of a live job is an error naming it; the lock
-  // of a job that is gone (same host, no such process; another host, the same Slurm job) is taken
-  // over. The destructor removes the lock while it is still this process's.
+  // Rank 0: creates DIR and takes DIR/.lock (DirLock), held until this is destroyed.
   void lock();
   std::filesystem::path step_dir(int step) const;
   // Complete checkpoints by step; Errc::io when DIR exists but cannot be listed.
@@ -38,7 +37,7 @@ class CheckpointDir {
 
  private:
   std::filesystem::path root_;
-  bool locked_ = false;
+  std::unique_ptr<DirLock> lock_;
 };
 
 // The training state beside the tensors: the step reached and what the data position, schedule

@@ -1,0 +1,150 @@
+#include "dir_lock.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "coshard/runtime/error.hpp"
+
+namespace coshard::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string hostname() {
+  char h[256] = {};
+  ::gethostname(h, sizeof h - 1);
+  return h;
+}
+
+// The job this process belongs to, when a scheduler says ("-" otherwise).
+std::string job_id() {
+  const char* slurm = std::getenv("SLURM_JOB_ID");
+  return slurm && *slurm ? std::string("slurm:") + slurm : "-";
+}
+
+// The beat, of fixed width: a refresh rewrites the record in place, never shorter or empty.
+std::string record(const std::string& me, unsigned long long beat) {
+  char b[32];
+  std::snprintf(b, sizeof b, " %012llu\n", beat % 1000000000000ULL);
+  return me + b;
+}
+
+struct Holder {
+  long pid = 0;
+  std::string host, job, beat;  // a lock of a build before the beat has none
+  std::string me() const { return std::to_string(pid) + " " + host + " " + job; }
+};
+
+// The lock's holder; empty fields when it cannot be read (or is gone).
+Holder holder(const fs::path& lock) {
+  std::ifstream f(lock);
+  Holder h;
+  f >> h.pid >> h.host >> h.job >> h.beat;
+  return h;
+}
+
+enum class Watched { stood_still, beat, changed };
+
+// A lock of this job on another host: whether its holder beats within kStale.
+Watched watch(const fs::path& path, const Holder& first) {
+  std::fprintf(stderr,
+               "gpt2-train: %s is held by pid %ld on host %s of this Slurm job (%s); taking it over unless its "
+               "holder refreshes it within %lld s\n",
+               path.c_str(), first.pid, first.host.c_str(), first.job.c_str(),
+               static_cast<long long>(DirLock::kStale.count()));
+  for (const auto until = std::chrono::steady_clock::now() + DirLock::kStale; std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const Holder now = holder(path);
+    if (now.me() != first.me()) return Watched::changed;  // released, or taken by another
+    if (now.beat != first.beat) return Watched::beat;
+  }
+  return Watched::stood_still;
+}
+
+}  // namespace
+
+DirLock::DirLock(fs::path path)
+    : path_(std::move(path)), me_(std::to_string(::getpid()) + " " + hostname() + " " + job_id()) {
+  take();
+  beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
+}
+
+DirLock::~DirLock() {
+  beats_.request_stop();
+  if (beats_.joinable()) beats_.join();
+  // Only a lock that is still ours: another job may have taken it over (and be writing there).
+  if (holder(path_).me() == me_) {
+    std::error_code ec;
+    fs::remove(path_, ec);
+  }
+}
+
+void DirLock::take() {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      const std::string rec = record(me_, 0);
+      const bool ok = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
+      const int err = errno;
+      ::close(fd);
+      if (!ok) {
+        ::unlink(path_.c_str());  // an empty lock would keep every later run out
+        throw Error(Errc::io, "cannot write the lock " + path_.string() + ": " + std::strerror(err));
+      }
+      return;
+    }
+    if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path_.string() + ": " + std::strerror(errno));
+    const Holder h = holder(path_);
+    if (h.pid <= 0 || h.host.empty()) {
+      throw Error(Errc::bad_config, "the lock " + path_.string() + " of --checkpoint-dir names no job (it is empty or "
+                                    "unreadable: a job that died while writing it, or a full disk): remove it if no "
+                                    "job writes to " + path_.parent_path().string());
+    }
+    // On this host the process decides: two steps of one allocation share the job id. On another,
+    // a lock of this job is gone once its beat stands still (a Slurm requeue may land elsewhere).
+    const bool here = h.host == hostname();
+    const bool dead =
+        here && (h.pid == ::getpid() || (::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH));
+    const bool this_job_elsewhere = !here && !h.job.empty() && h.job != "-" && h.job == job_id();
+    const Watched seen = this_job_elsewhere ? watch(path_, h) : Watched::beat;
+    if (seen == Watched::changed) continue;
+    if (!dead && seen != Watched::stood_still) {
+      throw Error(Errc::bad_config,
+                  "--checkpoint-dir " + path_.parent_path().string() + " is in use by another job (pid " +
+                      std::to_string(h.pid) + " on host " + h.host + ", see " + path_.string() + ")" +
+                      (this_job_elsewhere ? ", a step of this Slurm job that refreshed the lock within " +
+                                                std::to_string(kStale.count()) + " s"
+                                          : "") +
+                      ": give another directory, or remove the lock if that job is gone");
+    }
+    std::fprintf(stderr, "gpt2-train: taking over %s from pid %ld on host %s, which is gone\n", path_.c_str(), h.pid,
+                 h.host.c_str());
+    fs::remove(path_);
+  }
+  throw Error(Errc::io, "cannot take the lock " + path_.string() + ": another job keeps taking it");
+}
+
+// Rewrites the record with the next beat, while the lock is still this process's; a refresh that
+// fails (the file gone, a full disk) ends the beats: another job may take the lock over then.
+void DirLock::beat(std::stop_token stop) {
+  std::unique_lock lock(mu_);
+  for (unsigned long long n = 1;; ++n) {
+    if (wake_.wait_for(lock, stop, kBeat, [] { return false; }) || stop.stop_requested()) return;
+    if (holder(path_).me() != me_) return;
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    const std::string rec = record(me_, n);
+    const bool ok = ::pwrite(fd, rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size());
+    ::close(fd);
+    if (!ok) return;
+  }
+}
+
+}  // namespace coshard::train
