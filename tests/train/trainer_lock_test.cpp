@@ -29,10 +29,10 @@ void other_host_lock(const fs::path& dir, const std::string& job) {
 TEST(TrainerLock, ALiveJobRaisesTheBeatOfItsLock) {
   auto d = temp_dir("lock-beat");
   const std::string dir = (d / "c").string();
-  // Long enough to be read twice, 6 s apart (a beat every 5 s); then stopped.
+  // Long enough to be read twice, 11 s apart (a beat every 5 s); then stopped.
   auto r = run_command(launch(1, "--steps 1000000 --seq 32 --checkpoint-dir " + dir) + " > " + d.string() +
                        "/log 2>&1 & j=$!; for i in $(seq 300); do [ -s " + dir + "/.lock ] && break; sleep 0.1; done; "
-                       "echo \"first=$(cat " + dir + "/.lock)\"; sleep 6; echo \"then=$(cat " + dir + "/.lock)\"; "
+                       "echo \"first=$(cat " + dir + "/.lock)\"; sleep 11; echo \"then=$(cat " + dir + "/.lock)\"; "
                        "kill $j; wait $j; true");
   std::istringstream out(r.output);
   std::string first, then;
@@ -80,6 +80,24 @@ TEST(TrainerLock, ALockOfThisSlurmJobOnAnotherHostThatBeatsIsRefused) {
                           "), a step of this Slurm job that refreshed the lock within 15 s"),
             std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained beside a live job: " << r.output;
+}
+
+// A job whose lock another took over (as a step of its Slurm job elsewhere does after it stood
+// still for 15 s) stops at its next checkpoint rather than prune checkpoints that may be the
+// other's.
+TEST(TrainerLock, AJobWhoseLockWasTakenOverStopsBeforeItRemovesCheckpoints) {
+  auto d = temp_dir("lock-lost");
+  const std::string dir = (d / "c").string();
+  auto r = run_command("{ timeout 60 " + launch(1, "--steps 1000000 --seq 32 --checkpoint-every 2 --checkpoint-dir " + dir) +
+                       " & j=$!; for i in $(seq 300); do [ -s " + dir + "/.lock ] && break; sleep 0.1; done; "
+                       "echo '4242 elsewhere slurm:77 000000000001' > " + dir + "/.lock.new && mv " + dir +
+                       "/.lock.new " + dir + "/.lock; wait $j; }");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("this job's lock " + dir + "/.lock was taken over by pid 4242 on host elsewhere"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopping rather than remove checkpoints that may be the other's"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(dir) / ".lock")) << "the other's lock was removed";
 }
 
 // Another job's lock on another host is refused at once, as before: nothing says it is gone.

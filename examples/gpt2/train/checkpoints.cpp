@@ -67,6 +67,7 @@ void remove_checkpoint(const fs::path& dir) {
 }  // namespace
 
 void CheckpointDir::commit(int step, int keep) {
+  if (lock_) lock_->check();  // not the bookkeeping below: a failure to stop on
   try {
     write_atomic(root_ / kLatest, step_dir(step).filename().string() + "\n");
     const auto all = complete();

@@ -73,7 +73,12 @@ Watched watch(const fs::path& path, const Holder& first) {
 DirLock::DirLock(fs::path path)
     : path_(std::move(path)), me_(std::to_string(::getpid()) + " " + hostname() + " " + job_id()) {
   take();
-  beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
+  try {
+    beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
+  } catch (...) {
+    ::unlink(path_.c_str());
+    throw;
+  }
 }
 
 DirLock::~DirLock() {
@@ -126,25 +131,55 @@ void DirLock::take() {
     }
     std::fprintf(stderr, "gpt2-train: taking over %s from pid %ld on host %s, which is gone\n", path_.c_str(), h.pid,
                  h.host.c_str());
-    fs::remove(path_);
+    set_aside(h.me());
   }
   throw Error(Errc::io, "cannot take the lock " + path_.string() + ": another job keeps taking it");
 }
 
-// Rewrites the record with the next beat, while the lock is still this process's; a refresh that
-// fails (the file gone, a full disk) ends the beats: another job may take the lock over then.
+// Removes the lock of `gone` ("pid host job"), and only that one: two processes that judged it gone at the same time
+// (two steps of a requeued job) would each remove what is there, the other's fresh lock included,
+// and both go on. Renamed aside first, which one of them alone can do, and put back when it proved
+// to be another's; then take() tries again.
+void DirLock::set_aside(const std::string& gone) {
+  const fs::path aside = path_.string() + ".gone-" + me_.substr(0, me_.find(' ')) + "-" + hostname();
+  if (::rename(path_.c_str(), aside.c_str()) != 0) return;  // another took it aside first
+  if (holder(aside).me() != gone && ::link(aside.c_str(), path_.c_str()) != 0) {
+    std::fprintf(stderr, "gpt2-train: warning: the lock %s of pid %ld on host %s, taken aside for a moment, could not "
+                 "be put back (%s); it is kept as %s\n", path_.c_str(), holder(aside).pid, holder(aside).host.c_str(),
+                 std::strerror(errno), aside.c_str());
+    return;
+  }
+  ::unlink(aside.c_str());
+}
+
+// Rewrites the record with the next beat while the lock is still this process's. A refresh that
+// fails (a passing NFS error) is tried again at the next beat. A lock that another took over (this
+// process stood still for kStale, and a step of its job elsewhere judged it gone) ends the beats,
+// and check() says so.
 void DirLock::beat(std::stop_token stop) {
   std::unique_lock lock(mu_);
   for (unsigned long long n = 1;; ++n) {
     if (wake_.wait_for(lock, stop, kBeat, [] { return false; }) || stop.stop_requested()) return;
-    if (holder(path_).me() != me_) return;
+    const Holder h = holder(path_);
+    if (h.pid > 0 && h.me() != me_) {
+      lost_to_ = "pid " + std::to_string(h.pid) + " on host " + h.host;
+      return;
+    }
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) continue;
     const std::string rec = record(me_, n);
-    const bool ok = ::pwrite(fd, rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size());
+    [[maybe_unused]] const auto wrote = ::pwrite(fd, rec.data(), rec.size(), 0);
     ::close(fd);
-    if (!ok) return;
   }
+}
+
+void DirLock::check() {
+  std::lock_guard g(mu_);
+  if (lost_to_.empty()) return;
+  throw Error(Errc::bad_config, "this job's lock " + path_.string() + " was taken over by " + lost_to_ +
+                                    " (this process stood still for longer than " + std::to_string(kStale.count()) +
+                                    " s?): two jobs now write to --checkpoint-dir " + path_.parent_path().string() +
+                                    "; stopping rather than remove checkpoints that may be the other's");
 }
 
 }  // namespace coshard::train

@@ -15,7 +15,7 @@ namespace coshard::train {
 class DirLock {
  public:
   static constexpr auto kBeat = std::chrono::seconds(5);
-  // A lock of this Slurm job on another host that kept its beat this long is taken over.
+  // A lock of this Slurm job on another host whose beat stood still this long is taken over.
   static constexpr auto kStale = std::chrono::seconds(15);
 
   // Takes `path`, or throws naming the job that holds it. Taken over: the lock of a process of
@@ -27,14 +27,19 @@ class DirLock {
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
+  // Throws once another process took the lock over (this one stood still for kStale): before
+  // anything is removed under DIR.
+  void check();
 
  private:
   void take();
+  void set_aside(const std::string& gone);
   void beat(std::stop_token stop);
 
   std::filesystem::path path_;
   std::string me_;  // "pid host job": the record less its beat
   std::mutex mu_;
+  std::string lost_to_;  // who took the lock over (mu_)
   std::condition_variable_any wake_;
   std::jthread beats_;
 };
