@@ -521,12 +521,12 @@ TEST(LauncherNodes, AStoreOutageWithNoRestartLeftIsRiddenOutIfNodeZeroWouldWaitF
   ride_out_a_store_outage("outage-last", "0", "10 s (no restart left: node 0 ends the job once a node is silent for 15 s)");
 }
 
-// Both launchers frozen for 20 s (a paused VM), node 0's thawed 3 s before node 1's: node 0 did not
+// Both launchers frozen for 20 s (a paused VM), node 0's thawed 6 s before node 1's: node 0 did not
 // watch node 1 while it stood still itself, so it gives node 1 a fresh 15 s rather than take the
-// 23 s without a beat for silence (it restarted the job).
+// 26 s without a beat for silence (it restarted the job).
 TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
   const std::string started = rank_log("paused");
-  auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 30\n", "--max-restarts 1 --grace 3", [&] {
+  auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 35\n", "--max-restarts 1 --grace 3", [&] {
     await_node_1_ranks(started);
     const int zero = launcher_pid("paused", 0), one = launcher_pid("paused", 1);
     ASSERT_GT(zero, 0) << "node 0's launcher not found";
@@ -536,7 +536,7 @@ TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
     ::kill(one, SIGSTOP);
     std::this_thread::sleep_for(std::chrono::seconds(20));
     ::kill(zero, SIGCONT);
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::this_thread::sleep_for(std::chrono::seconds(6));
     ::kill(one, SIGCONT);
   });
   for (const auto& node : r.node) {

@@ -85,7 +85,7 @@ TEST(TrainerLock, ALockOfThisSlurmJobOnAnotherHostThatBeatsIsRefused) {
 // A job whose lock another took over (as a step of its Slurm job elsewhere does after it stood
 // still for 15 s) stops at its next checkpoint rather than prune checkpoints that may be the
 // other's.
-TEST(TrainerLock, AJobWhoseLockWasTakenOverStopsBeforeItRemovesCheckpoints) {
+TEST(TrainerLock, AJobWhoseLockWasTakenOverStopsAtItsNextCheckpoint) {
   auto d = temp_dir("lock-lost");
   const std::string dir = (d / "c").string();
   auto r = run_command("{ timeout 60 " + launch(1, "--steps 1000000 --seq 32 --checkpoint-every 2 --checkpoint-dir " + dir) +

@@ -437,17 +437,12 @@ std::optional<int> Coordinator::silent_node(int attempt, const std::vector<int>&
 bool Coordinator::silent(int n) { return silent(n, sched_->sync_wait(store_->get("alive/" + std::to_string(n)))); }
 
 // Whether node `n`'s count, read as `count`, stood still for kSilentFor (false for a node not
-// heard from yet). A count this launcher did not read for longer than a store call may take is
-// judged afresh: this launcher stood still itself (stopped, starved of CPU), and the node could
-// not reach the store meanwhile if this is node 0.
+// heard from yet; judged afresh after this launcher stood still: heartbeat).
 bool Coordinator::silent(int n, const std::optional<std::string>& count) {
   if (!count) return false;
-  const auto now = Clock::now();
-  auto [it, first] = heard_.try_emplace(n, Beat{*count, now, now});
-  Beat& b = it->second;
-  if (b.count != *count || now - b.seen > kStoreCall) b = Beat{*count, now, now};
-  b.seen = now;
-  return now - b.since >= kSilentFor;
+  auto [it, first] = heard_.try_emplace(n, Beat{*count, Clock::now()});
+  if (!first && it->second.count != *count) it->second = Beat{*count, Clock::now()};
+  return Clock::now() - it->second.since >= kSilentFor;
 }
 
 // The job ends: the store stops with node 0's launcher, once the others have read the verdict.

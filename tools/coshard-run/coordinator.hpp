@@ -126,7 +126,8 @@ class Coordinator {
   // The node ranks that run ranks in the current attempt, ascending: every node, unless some were
   // dropped or had not joined (--nnodes MIN:MAX). A restart's verdict gives the next attempt's.
   const std::vector<int>& nodes() const noexcept { return nodes_; }
-  // Says that this launcher is alive (at most once a second; the supervisor calls it every tick).
+  // Says that this launcher is alive (at most once a second; the supervisor calls it every tick),
+  // and notes when this launcher stood still itself.
   void heartbeat();
   // The failure another node reported for `attempt`, if any. Losing the store is a failure too,
   // and on node 0 so are another node's launcher that fell silent and one of another launcher
@@ -219,10 +220,10 @@ class Coordinator {
   // second; the others judge node 0 while they await its verdict).
   struct Beat {
     std::string count;
-    std::chrono::steady_clock::time_point since;  // the count read first then, and ever since
-    std::chrono::steady_clock::time_point seen;   // when this launcher last read it
+    std::chrono::steady_clock::time_point since;
   };
   std::map<int, Beat> heard_;
+  std::chrono::steady_clock::time_point awake_ = std::chrono::steady_clock::now();  // heartbeat() came last then
   std::map<int, std::string> vetted_;  // node 0: each node's claim it last found of its launcher protocol
   std::chrono::steady_clock::time_point next_watch_{};
 };

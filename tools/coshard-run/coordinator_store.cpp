@@ -377,7 +377,16 @@ void Coordinator::begin(int attempt) {
 }
 
 void Coordinator::heartbeat() {
-  if (lost_ || Clock::now() < next_beat_) return;
+  // Every loop that judges silence comes here at least every poll. Away for longer than a store
+  // call may take, this launcher stood still itself (stopped, starved of CPU): it did not watch
+  // the others meanwhile, and on node 0 they could not reach its store, so their silence is judged
+  // afresh from now.
+  const auto now = Clock::now();
+  if (now - awake_ > kStoreCall) {
+    for (auto& [node, beat] : heard_) beat.since = now;
+  }
+  awake_ = now;
+  if (lost_ || now < next_beat_) return;
   next_beat_ = Clock::now() + std::chrono::seconds(1);
   if (!usable()) return;
   try {

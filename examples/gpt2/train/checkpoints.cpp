@@ -67,7 +67,7 @@ void remove_checkpoint(const fs::path& dir) {
 }  // namespace
 
 void CheckpointDir::commit(int step, int keep) {
-  if (lock_) lock_->check();  // not the bookkeeping below: a failure to stop on
+  if (lock_) lock_->check();  // outside the try: a lock lost ends the job, not a warning
   try {
     write_atomic(root_ / kLatest, step_dir(step).filename().string() + "\n");
     const auto all = complete();

@@ -29,7 +29,8 @@ class CheckpointDir {
   // The newest complete checkpoint (DIR/latest names it too, unless a job died in between).
   std::optional<std::filesystem::path> latest() const;
   // Rank 0, once the checkpoint of `step` is complete: DIR/latest names it; older checkpoints
-  // beyond the newest `keep`, and unfinished ones older than it, are removed.
+  // beyond the newest `keep`, and unfinished ones older than it, are removed. Throws, removing
+  // nothing, once another took the lock over (DirLock::check); other failures here are warnings.
   void commit(int step, int keep);
   // Rank 0: removes the checkpoint of `step`, complete or not (its weights proved bad).
   void discard(int step);

@@ -155,7 +155,8 @@ void DirLock::set_aside(const std::string& gone) {
 // Rewrites the record with the next beat while the lock is still this process's. A refresh that
 // fails (a passing NFS error) is tried again at the next beat. A lock that another took over (this
 // process stood still for kStale, and a step of its job elsewhere judged it gone) ends the beats,
-// and check() says so.
+// and check() says so. (A stall between the read and the write, the one window left, would write
+// this record over the new holder's, which then finds its lock lost and stops.)
 void DirLock::beat(std::stop_token stop) {
   std::unique_lock lock(mu_);
   for (unsigned long long n = 1;; ++n) {
