@@ -521,9 +521,9 @@ TEST(LauncherNodes, AStoreOutageWithNoRestartLeftIsRiddenOutIfNodeZeroWouldWaitF
   ride_out_a_store_outage("outage-last", "0", "10 s (no restart left: node 0 ends the job once a node is silent for 15 s)");
 }
 
-// Both launchers frozen for 20 s (a paused VM), node 0's thawed 6 s before node 1's: node 0 did not
-// watch node 1 while it stood still itself, so it gives node 1 a fresh 15 s rather than take the
-// 26 s without a beat for silence (it restarted the job).
+// Both launchers frozen (a paused VM), node 0's for 20 s and thawed 6 s before node 1's: node 0 did
+// not watch node 1 while it stood still itself, so it gives node 1 a fresh 15 s rather than take
+// the 27 s without a beat for silence (it restarted the job).
 TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
   const std::string started = rank_log("paused");
   auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 35\n", "--max-restarts 1 --grace 3", [&] {
@@ -531,9 +531,10 @@ TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
     const int zero = launcher_pid("paused", 0), one = launcher_pid("paused", 1);
     ASSERT_GT(zero, 0) << "node 0's launcher not found";
     ASSERT_GT(one, 0) << "node 1's launcher not found";
-    std::this_thread::sleep_for(std::chrono::seconds(2));  // node 0 has read node 1's count by then
-    ::kill(zero, SIGSTOP);
+    // Node 1 first, so that node 0 reads its last count (once a second) before it stops too.
     ::kill(one, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    ::kill(zero, SIGSTOP);
     std::this_thread::sleep_for(std::chrono::seconds(20));
     ::kill(zero, SIGCONT);
     std::this_thread::sleep_for(std::chrono::seconds(6));
