@@ -7,24 +7,31 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 
 namespace coshard::testing {
 
 // A port nobody listens on right now (bound once, then released; 0 if none could be had), for
-// an address that several processes must be told in advance.
+// an address that several processes must be told in advance. Drawn at random below the kernel's
+// ephemeral range (32768-60999), where it was drawn before: any connection another test opened
+// meanwhile could take it as its local port, and the listener told it then found it in use.
+// (Below 29000: the cluster tests' masters listen on 29400.)
 inline std::uint16_t free_loopback_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::uint16_t port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-    socklen_t len = sizeof a;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) port = ntohs(a.sin_port);
+  std::mt19937 draw(std::random_device{}());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const auto port = static_cast<std::uint16_t>(std::uniform_int_distribution<int>(20000, 28999)(draw));
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
   }
-  if (fd >= 0) ::close(fd);
-  return port;
+  return 0;
 }
 
 // Sends `request`, then reads until the server closes or `timeout_s` passes.
