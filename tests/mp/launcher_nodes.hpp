@@ -1,6 +1,8 @@
 #pragma once
 // Two launchers of one job on this host: the multi-node protocol of coshard-run on loopback, for
 // the launcher tests (launcher_test.cpp, launcher_elastic_test.cpp).
+#include <signal.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -81,6 +83,13 @@ inline int launcher_pid(const std::string& token, int node) {
   auto ps = run("pgrep -f '^[^ ]*coshard-run --nnodes 2 --node-rank " + std::to_string(node) + " .*--token " + token +
                 " ' | head -1");
   return std::atoi(ps.output.c_str());
+}
+
+// Freezes a process (SIGSTOP) for `how_long`, as a paused VM or a cut link would, then lets it run on.
+inline void freeze(int pid, std::chrono::milliseconds how_long) {
+  ::kill(pid, SIGSTOP);
+  std::this_thread::sleep_for(how_long);
+  ::kill(pid, SIGCONT);
 }
 
 }  // namespace coshard::testing

@@ -34,6 +34,7 @@ using coshard::testing::free_loopback_port;
 using coshard::testing::await_node_1_ranks;
 using coshard::testing::kCheck;
 using coshard::testing::kRun;
+using coshard::testing::freeze;
 using coshard::testing::launcher_pid;
 using coshard::testing::rank_log;
 using coshard::testing::run;
@@ -499,9 +500,7 @@ void ride_out_a_store_outage(const std::string& name, const std::string& restart
     await_node_1_ranks(started);
     const int pid = launcher_pid(name, 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
-    ::kill(pid, SIGSTOP);
-    std::this_thread::sleep_for(std::chrono::seconds(9));
-    ::kill(pid, SIGCONT);
+    freeze(pid, std::chrono::seconds(9));
   });
   for (const auto& node : r.node) {
     EXPECT_EQ(node.rc, 0) << node.output;

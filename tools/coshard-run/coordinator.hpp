@@ -169,6 +169,8 @@ class Coordinator {
   // Says that this node's ranks of `attempt` ended (it has none there: ask_in).
   void say_ended(int attempt);
   void gather();
+  // Tells the nodes that joined why node 0 gave up before it started the job.
+  void say_not_started(const std::string& why) noexcept;
   void await_attempt();
   bool member() const;
   bool holder_gone(const std::string& holder);

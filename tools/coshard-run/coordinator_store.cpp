@@ -22,6 +22,10 @@ namespace {
 
 using namespace coord;
 
+// How long node 0, giving up before it started the job, waits for the nodes that joined to read
+// why: they poll every kPoll.
+constexpr auto kToldWithin = std::chrono::milliseconds(2000);
+
 // A number the job's launchers wrote: anything else (stoi threw a bare "stoi"; a value beyond an
 // int was out of range) means that another program writes to this store, which is bad_config.
 int stored_int(const std::string& v, const std::string& key) {
@@ -141,7 +145,12 @@ void Coordinator::join(int cut_off_in) {
   // After the claim, so that node 0 waits for this node in any attempt it begins from now on.
   if (o_.node_rank == 0) {
     if (o_.min_nodes < o_.nnodes) {
-      gather();
+      try {
+        gather();
+      } catch (const Error& e) {
+        say_not_started(e.message());
+        throw;
+      }
     } else {
       for (int n = 0; n < o_.nnodes; ++n) nodes_.push_back(n);
     }
@@ -237,29 +246,58 @@ void Coordinator::gather() {
   }
 }
 
+// Node 0 gave up gathering the nodes (gather): those that joined wait for an attempt, so they are
+// told why rather than left to find its store gone. It waits a little for each to say it read it.
+void Coordinator::say_not_started(const std::string& why) noexcept {
+  if (lost_) return;
+  try {
+    sched_->sync_wait(store_->set("not-started", why));
+    std::vector<std::string> keys;
+    for (int n : nodes_) {
+      if (n != 0) keys.push_back("not-started/read/" + std::to_string(n));
+    }
+    if (!keys.empty()) sched_->sync_wait(store_->wait(std::move(keys), kToldWithin));
+  } catch (const Error&) {
+    // a node not told finds the store gone, and says that node 0's output says why
+  }
+}
+
 // Other nodes: node 0's current attempt and its nodes (written before the attempt). Under
 // --nnodes MIN:MAX node 0 may still be gathering the first attempt's nodes: waited for while it
-// beats (its own --join-timeout and --last-call bound that).
+// beats (its own --join-timeout and --last-call bound that). A store call that fails meanwhile is
+// a cut, ridden out as in an attempt (rejoin_window()): a stall of either launcher or a short
+// outage of the link does not end the job before it started.
 void Coordinator::await_attempt() {
   const std::string who = "node " + std::to_string(o_.node_rank);
   for (;;) {
     heartbeat();  // so that a second launcher for this node rank is refused, not taken for a successor
-    if (lost_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
-    std::optional<std::string> attempt;
+    if (replaced_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
+    if (lost_) {
+      throw Error(Errc::peer_lost, who + " " + lost_failure().what + ", before node 0 started the job; node 0's "
+                                   "output says why");
+    }
+    std::optional<std::string> not_started;
     bool zero_silent = false;
     try {
-      attempt = sched_->sync_wait(store_->get("attempt"));
-      if (attempt) {
-        first_attempt_ = stored_int(*attempt, "attempt");
-        nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
-        return;
+      if (usable()) {
+        if (const auto attempt = sched_->sync_wait(store_->get("attempt"))) {
+          first_attempt_ = stored_int(*attempt, "attempt");
+          nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
+          return;
+        }
+        not_started = sched_->sync_wait(store_->get("not-started"));
+        if (not_started) {
+          sched_->sync_wait(store_->set("not-started/read/" + std::to_string(o_.node_rank), ""));
+        } else {
+          zero_silent = silent(0);
+        }
       }
-      zero_silent = silent(0);
     } catch (const Error& e) {
       if (e.code() == Errc::bad_config) throw;  // the store answered, with what no launcher writes
-      throw Error(e.code(), who + " lost the store at " + where_ + " before node 0 started the job (" + e.message() +
-                                "); node 0's output says why");
+      if (not_started) throw Error(Errc::cancelled, who + " cannot join the job: " + *not_started);
+      broke(e);
     }
+    if (not_started) throw Error(Errc::cancelled, who + " cannot join the job: " + *not_started);
     if (zero_silent) {
       throw Error(Errc::timeout, who + " joined, but node 0's coshard-run fell silent " +
                                      std::to_string(kSilentFor.count()) + " s ago, before it started the job");
