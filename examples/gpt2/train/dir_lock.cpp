@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +69,13 @@ Watched watch(const fs::path& path, const Holder& first) {
   return Watched::stood_still;
 }
 
+// Whether `path` is the file that `fd` has open: a lock taken over is another file at that path.
+bool same_file(const fs::path& path, int fd) {
+  struct stat at {}, open {};
+  return ::stat(path.c_str(), &at) == 0 && ::fstat(fd, &open) == 0 && at.st_ino == open.st_ino &&
+         at.st_dev == open.st_dev;
+}
+
 }  // namespace
 
 DirLock::DirLock(fs::path path)
@@ -77,6 +85,7 @@ DirLock::DirLock(fs::path path)
     beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
   } catch (...) {
     ::unlink(path_.c_str());
+    ::close(fd_);
     throw;
   }
 }
@@ -85,10 +94,11 @@ DirLock::~DirLock() {
   beats_.request_stop();
   if (beats_.joinable()) beats_.join();
   // Only a lock that is still ours: another job may have taken it over (and be writing there).
-  if (holder(path_).me() == me_) {
+  if (same_file(path_, fd_)) {
     std::error_code ec;
     fs::remove(path_, ec);
   }
+  ::close(fd_);
 }
 
 void DirLock::take() {
@@ -96,13 +106,13 @@ void DirLock::take() {
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       const std::string rec = record(me_, 0);
-      const bool ok = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size());
-      const int err = errno;
-      ::close(fd);
-      if (!ok) {
+      if (::write(fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) {
+        const int err = errno;
+        ::close(fd);
         ::unlink(path_.c_str());  // an empty lock would keep every later run out
         throw Error(Errc::io, "cannot write the lock " + path_.string() + ": " + std::strerror(err));
       }
+      fd_ = fd;
       return;
     }
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path_.string() + ": " + std::strerror(errno));
@@ -155,22 +165,22 @@ void DirLock::set_aside(const std::string& gone) {
 // Rewrites the record with the next beat while the lock is still this process's. A refresh that
 // fails (a passing NFS error) is tried again at the next beat. A lock that another took over (this
 // process stood still for kStale, and a step of its job elsewhere judged it gone) ends the beats,
-// and check() says so. (A stall between the read and the write, the one window left, would write
-// this record over the new holder's, which then finds its lock lost and stops.)
+// and check() says so. The beat goes to the file this process created, through the descriptor it
+// kept: a takeover puts another file at the path, so a beat that a stall held between the check
+// and the write lands in the old file, never over the new holder's record.
 void DirLock::beat(std::stop_token stop) {
   std::unique_lock lock(mu_);
   for (unsigned long long n = 1;; ++n) {
     if (wake_.wait_for(lock, stop, kBeat, [] { return false; }) || stop.stop_requested()) return;
-    const Holder h = holder(path_);
-    if (h.pid > 0 && h.me() != me_) {
-      lost_to_ = "pid " + std::to_string(h.pid) + " on host " + h.host;
-      return;
+    if (!same_file(path_, fd_)) {
+      const Holder h = holder(path_);
+      if (h.pid > 0) {  // a lock removed by hand, and not yet taken, is beaten on
+        lost_to_ = "pid " + std::to_string(h.pid) + " on host " + h.host;
+        return;
+      }
     }
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) continue;
     const std::string rec = record(me_, n);
-    [[maybe_unused]] const auto wrote = ::pwrite(fd, rec.data(), rec.size(), 0);
-    ::close(fd);
+    [[maybe_unused]] const auto wrote = ::pwrite(fd_, rec.data(), rec.size(), 0);
   }
 }
 

@@ -38,6 +38,7 @@ class DirLock {
 
   std::filesystem::path path_;
   std::string me_;  // "pid host job": the record less its beat
+  int fd_ = -1;     // the lock file this process created, which the beats rewrite
   std::mutex mu_;
   std::string lost_to_;  // who took the lock over (mu_)
   std::condition_variable_any wake_;
