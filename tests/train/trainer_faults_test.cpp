@@ -92,7 +92,7 @@ TEST(TrainerFaults, AStoppedRankFailsTheOthersAtTheDeadlineAndIsNamedAndKilled) 
 
 TEST(TrainerFaults, AStopShorterThanTheDeadlineLosesNothing) {
   auto d = temp_dir("sigstop-short");
-  const std::string common = "--steps 40 --seq 32 --collective-timeout 60 --log-json ";
+  const std::string common = "--steps 24 --seq 32 --collective-timeout 60 --log-json ";
   auto whole = run_command(launch(4, common + (d / "whole.jsonl").string()));
   ASSERT_EQ(whole.rc, 0) << whole.output;
   const fs::path log = d / "stopped.jsonl";
@@ -110,7 +110,7 @@ TEST(TrainerFaults, AStopShorterThanTheDeadlineLosesNothing) {
     const double want = json::parse(x)["loss"], got = json::parse(y)["loss"];
     EXPECT_NEAR(got, want, 1e-6 * want) << "step " << n + 1;
   }
-  EXPECT_EQ(n, 40u);
+  EXPECT_EQ(n, 24u);
 }
 
 // The loss of each line of a --log-json file, in order.
@@ -127,7 +127,7 @@ std::vector<double> losses_in(const fs::path& path) {
 // them). Resumed, the run logs the uninterrupted run's losses.
 TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContinuesFrom) {
   auto d = temp_dir("sigusr2");
-  const std::string common = "--steps 100 --seq 32 --collective-timeout 30 --log-json ";
+  const std::string common = "--steps 50 --seq 32 --collective-timeout 30 --log-json ";
   auto whole = run_command(launch(2, common + (d / "whole.jsonl").string()));
   ASSERT_EQ(whole.rc, 0) << whole.output;
   const std::string ckpt = " --checkpoint-dir " + (d / "ckpt").string() + " --resume auto";
@@ -154,7 +154,7 @@ TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContin
   const auto stopped = losses_in(log);
   const int step = static_cast<int>(stopped.size());
   ASSERT_GE(step, 10);
-  ASSERT_LT(step, 100) << node[0].output;
+  ASSERT_LT(step, 50) << node[0].output;
   const std::string where = (d / "ckpt" / ("step-" + std::string(8 - std::to_string(step).size(), '0') +
                                            std::to_string(step))).string();
   for (const auto& r : node) {
@@ -165,13 +165,13 @@ TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContin
     EXPECT_EQ(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
   }
   EXPECT_NE(node[0].output.find("stopped on request (SIGUSR2) after step " + std::to_string(step) +
-                                " of 100: checkpoint " + where),
+                                " of 50: checkpoint " + where),
             std::string::npos) << node[0].output;
   EXPECT_TRUE(fs::exists(fs::path(where) / "manifest.json")) << node[0].output;
 
   auto resumed = run_command(launch(2, common + (d / "resumed.jsonl").string() + ckpt));
   ASSERT_EQ(resumed.rc, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed from " + where + " at step " + std::to_string(step) + " of 100"),
+  EXPECT_NE(resumed.output.find("resumed from " + where + " at step " + std::to_string(step) + " of 50"),
             std::string::npos) << resumed.output;
   auto got = stopped;
   for (double loss : losses_in(d / "resumed.jsonl")) got.push_back(loss);
