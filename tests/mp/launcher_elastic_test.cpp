@@ -163,9 +163,9 @@ TEST(LauncherElastic, ALauncherWaitingForTheStartBeatsSoThatASecondOneIsRefused)
 // the store once node 0 runs on, and the job starts on nodes 0 and 1 after the last call.
 TEST(LauncherElastic, ANodeWaitingForTheStartRidesOutAStoreOutage) {
   const std::string log = rank_log("start-outage");
-  auto r = two_nodes("start-outage", attempt_0_only(log), "--nnodes 2:3 --max-restarts 1 --last-call 12 "
+  auto r = two_nodes("start-outage", attempt_0_only(log), "--nnodes 2:3 --max-restarts 1 --last-call 14 "
                      "--rejoin-timeout 20 --join-timeout 30", [&] {
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
     const int pid = launcher_pid("start-outage", 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
     freeze(pid, std::chrono::seconds(8));
@@ -176,6 +176,25 @@ TEST(LauncherElastic, ANodeWaitingForTheStartRidesOutAStoreOutage) {
       << r.node[1].output;
   EXPECT_NE(r.node[1].output.find(" again after "), std::string::npos) << r.node[1].output;
   expect_lines(log, {"attempt 0 rank 0 of 4 node 0", "attempt 0 rank 3 of 4 node 1"});
+}
+
+// As above, node 0's launcher killed (SIGKILL) instead: it cannot say why, so node 1 takes the
+// store's loss for a cut, tries for --rejoin-timeout (2 s) and then names the store it lost.
+TEST(LauncherElastic, ANodeWhoseNodeZeroIsKilledBeforeTheStartGivesUpAtTheRejoinTimeout) {
+  auto r = two_nodes("start-killed", "true\n", "--nnodes 2:3 --max-restarts 1 --last-call 60 --rejoin-timeout 2 "
+                     "--join-timeout 30", [&] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const int pid = launcher_pid("start-killed", 0);
+    ASSERT_GT(pid, 0) << "node 0's launcher not found";
+    ::kill(pid, SIGKILL);
+  });
+  EXPECT_EQ(r.node[0].rc, 128 + SIGKILL) << r.node[0].output;
+  EXPECT_EQ(r.node[1].rc, 1) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("node 1 lost the store at 127.0.0.1:"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("(node 0's coshard-run): not reached for "), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find(" s (--rejoin-timeout): "), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find(", before node 0 started the job"), std::string::npos) << r.node[1].output;
+  EXPECT_LT(r.node[1].seconds, 20) << r.node[1].output;
 }
 
 // Node 0 starts alone after --last-call: its two ranks are the job (0 and 1 of 2). Node 1's

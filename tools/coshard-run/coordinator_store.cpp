@@ -159,7 +159,7 @@ void Coordinator::join(int cut_off_in) {
       await_attempt();
     } catch (const Error&) {
       try {  // a claim left behind would count as a node that joined (gather)
-        if (!replaced_) sched_->sync_wait(store_->erase(key));
+        if (!replaced_ && !lost_ && !cut_since_) sched_->sync_wait(store_->erase(key));
       } catch (const Error&) {
         // the store is gone: nothing is left to count it
       }
@@ -204,7 +204,6 @@ void Coordinator::gather() {
   };
   for (;;) {
     heartbeat();
-    nodes_.clear();
     std::vector<int> absent;
     std::vector<std::optional<std::string>> claims;
     try {
@@ -219,6 +218,7 @@ void Coordinator::gather() {
       console_.wait(kPoll);
       continue;
     }
+    nodes_.clear();  // only now: say_not_started tells the nodes that joined by the last poll
     for (int n = 0; n < o_.nnodes; ++n) (claims[static_cast<std::size_t>(n)] ? nodes_ : absent).push_back(n);
     if (auto why = foreign_node(claims)) throw Error(Errc::bad_config, *why);
     if (absent.empty()) return;
@@ -249,7 +249,7 @@ void Coordinator::gather() {
 // Node 0 gave up gathering the nodes (gather): those that joined wait for an attempt, so they are
 // told why rather than left to find its store gone. It waits a little for each to say it read it.
 void Coordinator::say_not_started(const std::string& why) noexcept {
-  if (lost_) return;
+  if (lost_ || cut_since_) return;  // its own store not reached again after a stall: none to tell
   try {
     sched_->sync_wait(store_->set("not-started", why));
     std::vector<std::string> keys;
@@ -270,6 +270,7 @@ void Coordinator::say_not_started(const std::string& why) noexcept {
 void Coordinator::await_attempt() {
   const std::string who = "node " + std::to_string(o_.node_rank);
   for (;;) {
+    const bool was_cut = cut_since_.has_value();  // heartbeat() may be the one to mend it
     heartbeat();  // so that a second launcher for this node rank is refused, not taken for a successor
     if (replaced_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
     if (lost_) {
@@ -280,6 +281,9 @@ void Coordinator::await_attempt() {
     bool zero_silent = false;
     try {
       if (usable()) {
+        // Node 0's count was not read while cut off: judged afresh, as a frozen node 0 may not
+        // have beaten yet since it ran on.
+        if (was_cut) heard_.erase(0);
         if (const auto attempt = sched_->sync_wait(store_->get("attempt"))) {
           first_attempt_ = stored_int(*attempt, "attempt");
           nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
