@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,13 +68,6 @@ Watched watch(const fs::path& path, const Holder& first) {
   return Watched::stood_still;
 }
 
-// Whether `path` is the file that `fd` has open: a lock taken over is another file at that path.
-bool same_file(const fs::path& path, int fd) {
-  struct stat at {}, open {};
-  return ::stat(path.c_str(), &at) == 0 && ::fstat(fd, &open) == 0 && at.st_ino == open.st_ino &&
-         at.st_dev == open.st_dev;
-}
-
 }  // namespace
 
 DirLock::DirLock(fs::path path)
@@ -94,7 +86,7 @@ DirLock::~DirLock() {
   beats_.request_stop();
   if (beats_.joinable()) beats_.join();
   // Only a lock that is still ours: another job may have taken it over (and be writing there).
-  if (same_file(path_, fd_)) {
+  if (holder(path_).me() == me_) {
     std::error_code ec;
     fs::remove(path_, ec);
   }
@@ -112,6 +104,10 @@ void DirLock::take() {
         ::unlink(path_.c_str());  // an empty lock would keep every later run out
         throw Error(Errc::io, "cannot write the lock " + path_.string() + ": " + std::strerror(err));
       }
+      // Flushed, as every beat is: the file stays open, and NFS sends a write to the server at the
+      // latest at close (another host would read an empty lock). Where a file system cannot
+      // flush, the write stands as it would have.
+      ::fdatasync(fd);
       fd_ = fd;
       return;
     }
@@ -172,15 +168,13 @@ void DirLock::beat(std::stop_token stop) {
   std::unique_lock lock(mu_);
   for (unsigned long long n = 1;; ++n) {
     if (wake_.wait_for(lock, stop, kBeat, [] { return false; }) || stop.stop_requested()) return;
-    if (!same_file(path_, fd_)) {
-      const Holder h = holder(path_);
-      if (h.pid > 0) {  // a lock removed by hand, and not yet taken, is beaten on
-        lost_to_ = "pid " + std::to_string(h.pid) + " on host " + h.host;
-        return;
-      }
+    const Holder h = holder(path_);
+    if (h.pid > 0 && h.me() != me_) {
+      lost_to_ = "pid " + std::to_string(h.pid) + " on host " + h.host;
+      return;
     }
     const std::string rec = record(me_, n);
-    [[maybe_unused]] const auto wrote = ::pwrite(fd_, rec.data(), rec.size(), 0);
+    if (::pwrite(fd_, rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size())) ::fdatasync(fd_);
   }
 }
 
