@@ -84,7 +84,7 @@ std::optional<Failure> Coordinator::failure(int attempt) {
   };
   try {
     if (!usable()) return lost();
-    auto v = sched_->sync_wait(store_->get(attempt_key(attempt, "failure")));
+    auto v = sched_->sync_wait(store().get(attempt_key(attempt, "failure")));
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
     next_watch_ = Clock::now() + std::chrono::seconds(1);
@@ -103,7 +103,7 @@ std::optional<Failure> Coordinator::failure(int attempt) {
 void Coordinator::stop_now(int attempt, const std::string& why) {
   try {
     if (usable()) {
-      sched_->sync_wait(store_->compare_set(attempt_key(attempt, "stop-now"), "",
+      sched_->sync_wait(store().compare_set(attempt_key(attempt, "stop-now"), "",
                                             why.empty() ? "node " + std::to_string(o_.node_rank) +
                                                               " stopped its ranks without a checkpoint"
                                                         : why));
@@ -116,7 +116,7 @@ void Coordinator::stop_now(int attempt, const std::string& why) {
 std::optional<std::string> Coordinator::stopping_now(int attempt) {
   try {
     if (!usable()) return std::nullopt;
-    if (auto why = sched_->sync_wait(store_->get(attempt_key(attempt, "stop-now")))) return why;
+    if (auto why = sched_->sync_wait(store().get(attempt_key(attempt, "stop-now")))) return why;
     // Node 0 judges the others here too (failure() no longer does once the take-in stands): the
     // ranks of a node that fell silent cannot save their share.
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
@@ -147,7 +147,7 @@ Failure Coordinator::report_silent(int attempt, int node) {
 
 Failure Coordinator::report(int attempt, Failure f) {
   try {
-    if (usable()) return decode(sched_->sync_wait(store_->compare_set(attempt_key(attempt, "failure"), "", encode(f))));
+    if (usable()) return decode(sched_->sync_wait(store().compare_set(attempt_key(attempt, "failure"), "", encode(f))));
   } catch (const Error& e) {
     broke(e);
   }
@@ -156,7 +156,7 @@ Failure Coordinator::report(int attempt, Failure f) {
 }
 
 void Coordinator::say_ended(int attempt) {
-  sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
+  sched_->sync_wait(store().set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)), "1"));
 }
 
 void Coordinator::ask_in(int attempt, const std::string& why, bool at_checkpoint) {
@@ -191,7 +191,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
     }
     if (lost_) return Verdict{.code = code, .reason = lost_failure().what};
     try {
-      sched_->sync_wait(store_->set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
+      sched_->sync_wait(store().set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
                                     std::to_string(end.rc) + (end.interrupted ? " interrupted" : "") +
                                         (end.stop_requested || stop_pending() ? " stop" : "")));
       v = o_.node_rank == 0 ? decide(attempt) : await_verdict(attempt);
@@ -203,7 +203,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
     }
   }
   try {  // node 0 keeps its store up for the job's end until every node has read it
-    if (!v.restart) sched_->sync_wait(store_->set(attempt_key(attempt, "read/" + std::to_string(o_.node_rank)), ""));
+    if (!v.restart) sched_->sync_wait(store().set(attempt_key(attempt, "read/" + std::to_string(o_.node_rank)), ""));
   } catch (const Error&) {
     // the verdict was read: node 0 stopping its store at this moment changes nothing
   }
@@ -215,7 +215,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
 // --rejoin-timeout more: it may be cut off rather than gone), until --join-timeout passed with
 // the missing nodes never heard from, or until this launcher is told to stop; then decides.
 Verdict Coordinator::decide(int attempt) {
-  if (auto said = sched_->sync_wait(store_->get(attempt_key(attempt, "verdict")))) return decided(attempt, *said);
+  if (auto said = sched_->sync_wait(store().get(attempt_key(attempt, "verdict")))) return decided(attempt, *said);
   NodesEnded ended;
   std::vector<int>& missing = ended.missing;
   missing = nodes_;
@@ -275,7 +275,7 @@ Verdict Coordinator::decide(int attempt) {
   ended.rejoined = rejoined(attempt);
   done.insert(done.end(), ended.rejoined.begin(), ended.rejoined.end());
   Verdict v = verdict(attempt, failed, ended);
-  sched_->sync_wait(store_->set(attempt_key(attempt, "verdict"), encode(v)));
+  sched_->sync_wait(store().set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
   return v;
 }
@@ -427,14 +427,14 @@ std::optional<int> Coordinator::silent_node(int attempt, const std::vector<int>&
   const auto counts = per_node("alive", others);
   for (std::size_t i = 0; i < others.size(); ++i) {
     const int n = others[i];
-    if (silent(n, counts[i]) && !sched_->sync_wait(store_->get(attempt_key(attempt, "done/" + std::to_string(n))))) {
+    if (silent(n, counts[i]) && !sched_->sync_wait(store().get(attempt_key(attempt, "done/" + std::to_string(n))))) {
       return n;
     }
   }
   return std::nullopt;
 }
 
-bool Coordinator::silent(int n) { return silent(n, sched_->sync_wait(store_->get("alive/" + std::to_string(n)))); }
+bool Coordinator::silent(int n) { return silent(n, sched_->sync_wait(store().get("alive/" + std::to_string(n)))); }
 
 // Whether node `n`'s count, read as `count`, stood still for kSilentFor (false for a node not
 // heard from yet; judged afresh after this launcher stood still: heartbeat).
@@ -451,7 +451,7 @@ void Coordinator::await_readers(int attempt, const std::vector<int>& nodes) {
   for (int n : nodes) keys.push_back(attempt_key(attempt, "read/" + std::to_string(n)));
   if (keys.empty()) return;
   try {
-    sched_->sync_wait(store_->wait(std::move(keys), std::chrono::milliseconds(30000)));
+    sched_->sync_wait(store().wait(std::move(keys), std::chrono::milliseconds(30000)));
   } catch (const Error& e) {  // the verdict is out: a late reader only misses the store's last reply
     console_.say("coshard-run: not every node read how the job ended within 30 s: %s\n", e.message().c_str());
   }
@@ -464,7 +464,7 @@ Verdict Coordinator::await_verdict(int attempt) {
   for (;;) {
     heartbeat();  // so that a second launcher for this node rank sees this one alive, not silent
     if (lost_) return Verdict{.code = 1, .reason = lost_failure().what};  // another took its place
-    if (auto v = sched_->sync_wait(store_->get(attempt_key(attempt, "verdict")))) return decode_verdict(*v);
+    if (auto v = sched_->sync_wait(store().get(attempt_key(attempt, "verdict")))) return decode_verdict(*v);
     if (silent(0)) {
       return Verdict{.code = 1, .reason = "node 0's coshard-run fell silent " + std::to_string(kSilentFor.count()) +
                                           " s ago, before it said whether the job restarts"};

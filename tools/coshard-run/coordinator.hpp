@@ -153,6 +153,9 @@ class Coordinator {
 
  private:
   void connect(transport::StoreClient::Options so);
+  // The store's client. A failed reconnect (usable()) leaves none: a call meanwhile fails as one to
+  // an unreachable store does, for its caller's catch (broke), rather than dereference nothing.
+  transport::StoreClient& store();
   // Whether the store may be asked now: after a store call failed, one try to reach it again (at
   // most every kReconnectEvery) until rejoin_window(), then lost_; a report it missed meanwhile
   // goes out first.

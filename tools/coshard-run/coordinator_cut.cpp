@@ -30,6 +30,11 @@ Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::
 
 }  // namespace
 
+transport::StoreClient& Coordinator::store() {
+  if (!store_) throw Error(Errc::peer_lost, "the store at " + where_ + " is not reached again yet: " + cut_reason_);
+  return *store_;
+}
+
 bool Coordinator::usable() {
   if (lost_) return false;
   if (!cut_since_) return true;
@@ -73,7 +78,7 @@ bool Coordinator::usable() {
 // Whether another launcher took this one's place (coordinator.hpp): it then has lost the store.
 bool Coordinator::replaced() {
   if (o_.node_rank == 0 || o_.max_restarts == 0) return false;
-  const auto holder = sched_->sync_wait(store_->get("node/" + std::to_string(o_.node_rank)));
+  const auto holder = sched_->sync_wait(store().get("node/" + std::to_string(o_.node_rank)));
   if (!holder || *holder == claim_) return false;
   lost_ = replaced_ = true;
   cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +

@@ -124,16 +124,16 @@ void Coordinator::join(int cut_off_in) {
                          std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count()) + " " +
                          std::to_string(o_.nnodes);
   if (o_.node_rank != 0) like_node_zero(o_, parse_claim(await_node_zero()));
-  auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store_->get("attempt")).value_or("0"), "attempt"); };
+  auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store().get("attempt")).value_or("0"), "attempt"); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
-  std::string holder = sched_->sync_wait(store_->compare_set(key, "", me));
+  std::string holder = sched_->sync_wait(store().compare_set(key, "", me));
   // Only while a restart may follow: on the last attempt taking over would only end the job.
   // Asked again after the wait, in which node 0 may have begun its last attempt.
   const std::string gone = holder;
   bool took_over = false;
   if (holder != me && o_.node_rank != 0 && node_zeros_attempt() < o_.max_restarts && holder_gone(holder) &&
       node_zeros_attempt() < o_.max_restarts) {
-    took_over = (holder = sched_->sync_wait(store_->compare_set(key, holder, me))) == me;
+    took_over = (holder = sched_->sync_wait(store().compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
     throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
@@ -159,7 +159,7 @@ void Coordinator::join(int cut_off_in) {
       await_attempt();
     } catch (const Error&) {
       try {  // a claim left behind would count as a node that joined (gather)
-        if (!replaced_ && !lost_ && !cut_since_) sched_->sync_wait(store_->erase(key));
+        if (!replaced_ && !lost_ && !cut_since_) sched_->sync_wait(store().erase(key));
       } catch (const Error&) {
         // the store is gone: nothing is left to count it
       }
@@ -178,9 +178,9 @@ void Coordinator::join(int cut_off_in) {
   if (first_attempt_ >= o_.max_restarts) {  // node 0 began its last attempt meanwhile
     // The place stays the silent one's, or free for a later job.
     if (took_over) {
-      sched_->sync_wait(store_->compare_set(key, me, gone));
+      sched_->sync_wait(store().compare_set(key, me, gone));
     } else {
-      sched_->sync_wait(store_->erase(key));
+      sched_->sync_wait(store().erase(key));
     }
     throw Error(Errc::bad_config, "node " + std::to_string(o_.node_rank) + ": " + why + ", but node 0 runs the job's "
                                   "last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
@@ -251,12 +251,12 @@ void Coordinator::gather() {
 void Coordinator::say_not_started(const std::string& why) noexcept {
   if (lost_ || cut_since_) return;  // its own store not reached again after a stall: none to tell
   try {
-    sched_->sync_wait(store_->set("not-started", why));
+    sched_->sync_wait(store().set("not-started", why));
     std::vector<std::string> keys;
     for (int n : nodes_) {
       if (n != 0) keys.push_back("not-started/read/" + std::to_string(n));
     }
-    if (!keys.empty()) sched_->sync_wait(store_->wait(std::move(keys), kToldWithin));
+    if (!keys.empty()) sched_->sync_wait(store().wait(std::move(keys), kToldWithin));
   } catch (const Error&) {
     // a node not told finds the store gone, and says that node 0's output says why
   }
@@ -284,14 +284,14 @@ void Coordinator::await_attempt() {
         // Node 0's count was not read while cut off: judged afresh, as a frozen node 0 may not
         // have beaten yet since it ran on.
         if (was_cut) heard_.erase(0);
-        if (const auto attempt = sched_->sync_wait(store_->get("attempt"))) {
+        if (const auto attempt = sched_->sync_wait(store().get("attempt"))) {
           first_attempt_ = stored_int(*attempt, "attempt");
-          nodes_ = parse_nodes(sched_->sync_wait(store_->get(attempt_key(first_attempt_, "nodes"))).value_or(""));
+          nodes_ = parse_nodes(sched_->sync_wait(store().get(attempt_key(first_attempt_, "nodes"))).value_or(""));
           return;
         }
-        not_started = sched_->sync_wait(store_->get("not-started"));
+        not_started = sched_->sync_wait(store().get("not-started"));
         if (not_started) {
-          sched_->sync_wait(store_->set("not-started/read/" + std::to_string(o_.node_rank), ""));
+          sched_->sync_wait(store().set("not-started/read/" + std::to_string(o_.node_rank), ""));
         } else {
           zero_silent = silent(0);
         }
@@ -322,7 +322,7 @@ bool Coordinator::member() const { return std::find(nodes_.begin(), nodes_.end()
 // crashed and whose beat count stands still (this one is its host's launcher started again).
 bool Coordinator::holder_gone(const std::string& holder) {
   const std::string key = "alive/" + std::to_string(o_.node_rank);
-  const auto first = sched_->sync_wait(store_->get(key));
+  const auto first = sched_->sync_wait(store().get(key));
   console_.say("coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
                o_.node_rank, parse_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
   for (const auto until = Clock::now() + kSilentFor; Clock::now() < until;) {
@@ -330,7 +330,7 @@ bool Coordinator::holder_gone(const std::string& holder) {
       throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
     }
     console_.wait(kPoll);  // writing what waits meanwhile
-    if (sched_->sync_wait(store_->get(key)) != first) return false;
+    if (sched_->sync_wait(store().get(key)) != first) return false;
   }
   return true;
 }
@@ -360,7 +360,7 @@ std::vector<std::optional<std::string>> Coordinator::per_node(const std::string&
     for (std::size_t j = i; j < std::min(nodes.size(), i + kBatch); ++j) {
       keys.push_back(what + "/" + std::to_string(nodes[j]));
     }
-    for (auto& v : sched_->sync_wait(store_->get_many(std::move(keys)))) out.push_back(std::move(v));
+    for (auto& v : sched_->sync_wait(store().get_many(std::move(keys)))) out.push_back(std::move(v));
   }
   return out;
 }
@@ -369,7 +369,7 @@ std::vector<std::optional<std::string>> Coordinator::per_node(const std::string&
 std::string Coordinator::await_node_zero() {
   const auto deadline = Clock::now() + o_.join_timeout;
   for (;;) {
-    if (auto claim = sched_->sync_wait(store_->get("node/0"))) return *claim;
+    if (auto claim = sched_->sync_wait(store().get("node/0"))) return *claim;
     if (Clock::now() >= deadline) {
       throw Error(Errc::timeout, "node " + std::to_string(o_.node_rank) + " reached the store at " + where_ +
                                      " but node 0's coshard-run did not join within " +
@@ -404,8 +404,8 @@ void Coordinator::begin(int attempt) {
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
   for (;;) {  // again after this launcher stalled (broke), until its store is lost
     try {
-      sched_->sync_wait(store_->set(attempt_key(attempt, "nodes"), node_words(nodes_)));
-      sched_->sync_wait(store_->set("attempt", std::to_string(attempt)));
+      sched_->sync_wait(store().set(attempt_key(attempt, "nodes"), node_words(nodes_)));
+      sched_->sync_wait(store().set("attempt", std::to_string(attempt)));
       return;
     } catch (const Error& e) {
       broke(e);
@@ -433,7 +433,7 @@ void Coordinator::heartbeat() {
   if (!usable()) return;
   try {
     if (replaced()) return;
-    sched_->sync_wait(store_->set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
+    sched_->sync_wait(store().set("alive/" + std::to_string(o_.node_rank), std::to_string(++beats_)));
   } catch (const Error& e) {
     broke(e);  // failure(), called next, says so when the store is lost
   }

@@ -98,16 +98,17 @@ void DirLock::take() {
     const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
       const std::string rec = record(me_, 0);
-      if (::write(fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) {
+      // Flushed, as every beat is: the file stays open, and NFS sends a write to the server at the
+      // latest at close, where a full disk or quota may first show (another host would read an
+      // empty lock). A file system that cannot flush (EINVAL, EROFS) keeps the write as it is.
+      const bool wrote = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size()) &&
+                         (::fdatasync(fd) == 0 || errno == EINVAL || errno == EROFS || errno == ENOTSUP);
+      if (!wrote) {
         const int err = errno;
         ::close(fd);
         ::unlink(path_.c_str());  // an empty lock would keep every later run out
         throw Error(Errc::io, "cannot write the lock " + path_.string() + ": " + std::strerror(err));
       }
-      // Flushed, as every beat is: the file stays open, and NFS sends a write to the server at the
-      // latest at close (another host would read an empty lock). Where a file system cannot
-      // flush, the write stands as it would have.
-      ::fdatasync(fd);
       fd_ = fd;
       return;
     }
