@@ -298,8 +298,7 @@ void Coordinator::await_attempt() {
       }
     } catch (const Error& e) {
       if (e.code() == Errc::bad_config) throw;  // the store answered, with what no launcher writes
-      if (not_started) throw Error(Errc::cancelled, who + " cannot join the job: " + *not_started);
-      broke(e);
+      if (!not_started) broke(e);  // else only the ack failed: why node 0 gave up was read
     }
     if (not_started) throw Error(Errc::cancelled, who + " cannot join the job: " + *not_started);
     if (zero_silent) {
