@@ -38,8 +38,24 @@ UnitBytes unit_bytes(std::int64_t params, int tensors) {
 }
 
 struct Formula {
-  std::int64_t sharded, gathered, gradients, reduction, total;
+  std::int64_t sharded, gathered, gradients, reduction, activations, total;
 };
+
+// GPT-2's activations of a [B, T] batch, in the runtime's device memory (gpt2::Activations, kept for
+// the run): each tensor a block of its own. Per block: ln_1, attention out, the residual and
+// ln_2 ([BT, C]), qkv ([BT, 3C]), the MLP's two [BT, 4C], four rows of means and rstds ([BT]) and
+// attention's saved log-sum-exps ([B, heads, T]); besides: L+1 residual streams, ln_f and 6
+// backward buffers of [BT, C], one [BT, 3C] and two [BT, 4C], ln_f's mean and rstd and the
+// log-sum-exps of the loss ([BT]), the logits and their gradient ([BT, V]), the loss, and the
+// tokens and targets (int32 [BT]).
+std::int64_t activations_bytes(std::int64_t d, std::int64_t vocab, std::int64_t blocks, std::int64_t heads,
+                               std::int64_t B, std::int64_t T) {
+  const std::int64_t bt = B * T, f = 4;
+  const std::int64_t per_block = 4 * block(f * bt * d) + block(f * bt * 3 * d) + 2 * block(f * bt * 4 * d) +
+                                 4 * block(f * bt) + block(f * B * heads * T);
+  return blocks * per_block + (blocks + 1 + 1 + 6) * block(f * bt * d) + block(f * bt * 3 * d) +
+         2 * block(f * bt * 4 * d) + 3 * block(f * bt) + 2 * block(f * bt * vocab) + block(f) + 2 * block(4 * bt);
+}
 
 // GPT-2 124M: 12 blocks of 12 d^2 + 13 d parameters (12 tensors), and the root unit of wte, wpe and
 // ln_f (4 tensors), which runs first and last and stays gathered through the step, as FSDP's root.
@@ -48,8 +64,8 @@ struct Formula {
 // gradient buffer (open from the head's backward to the embedding's) and two blocks' (the one
 // computing, and the one before, whose reduce-scatter overlaps that compute); one
 // reduce-scatter output, the root's (the reduce stream runs one reduction at a time).
-Formula formula_124m(bool keep_after_forward) {
-  constexpr std::int64_t d = 768, vocab = 50257, context = 1024, blocks = 12;
+Formula formula_124m(bool keep_after_forward, std::int64_t batch, std::int64_t seq) {
+  constexpr std::int64_t d = 768, vocab = 50257, context = 1024, blocks = 12, heads = 12;
   const UnitBytes block_unit = unit_bytes(12 * d * d + 13 * d, 12);
   const UnitBytes root = unit_bytes(vocab * d + context * d + 2 * d, 4);
   Formula f{};
@@ -57,7 +73,8 @@ Formula formula_124m(bool keep_after_forward) {
   f.gathered = block(root.full) + (keep_after_forward ? blocks : 2) * block(block_unit.full);
   f.gradients = block(root.full) + 2 * block(block_unit.full);
   f.reduction = block(root.shard);
-  f.total = f.sharded + f.gathered + f.gradients + f.reduction + (1 << 20);  // + scalars: loss, norms
+  f.activations = activations_bytes(d, vocab, blocks, heads, batch, seq);
+  f.total = f.sharded + f.gathered + f.gradients + f.reduction + f.activations + (1 << 20);  // + scalars: norms
   return f;
 }
 
@@ -76,9 +93,10 @@ void expect_the_check_counts_no_more_than_a_rank_peaks_at(const std::string& out
 }
 
 void expect_peak_follows_the_formula(const std::string& strategy, bool keep_after_forward) {
-  const Formula f = formula_124m(keep_after_forward);
-  auto r = run_command(launch(kRanks, "--model 124M --strategy " + strategy +
-                                          " --batch 1 --seq 64 --steps 3 --threads 1 --log-json -"));
+  constexpr std::int64_t batch = 1, seq = 64;
+  const Formula f = formula_124m(keep_after_forward, batch, seq);
+  auto r = run_command(launch(kRanks, "--model 124M --strategy " + strategy + " --batch " + std::to_string(batch) +
+                                          " --seq " + std::to_string(seq) + " --steps 3 --threads 1 --log-json -"));
   ASSERT_EQ(r.rc, 0) << r.output;
   const auto steps = step_records(r.output);
   ASSERT_EQ(steps.size(), 3u) << r.output;
@@ -88,7 +106,8 @@ void expect_peak_follows_the_formula(const std::string& strategy, bool keep_afte
   const std::string figures = strategy + ": peak " + std::to_string(peak) + " bytes, formula " +
                               std::to_string(f.total) + " (sharded " + std::to_string(f.sharded) + " + gathered " +
                               std::to_string(f.gathered) + " + gradients " + std::to_string(f.gradients) +
-                              " + reduction " + std::to_string(f.reduction) + " + 1 MiB); engine report: state " +
+                              " + reduction " + std::to_string(f.reduction) + " + activations " +
+                              std::to_string(f.activations) + " + 1 MiB); engine report: state " +
                               std::to_string(state) + ", pools " + std::to_string(pools);
   std::printf("%s\n", figures.c_str());
   EXPECT_LE(peak, f.total) << figures;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "coshard/gpt2/safetensors.hpp"
+#include "coshard/runtime/cuda.hpp"
 #include "support/run_command.hpp"
 #include "train/trainer_support.hpp"
 
@@ -453,6 +454,24 @@ TEST(TrainerDiscrete, SameLossesAsTheCpuDevice) {
     ASSERT_EQ(tail.size(), 3u) << resumed.output;
     for (std::size_t i = 0; i < tail.size(); ++i) EXPECT_NEAR(tail[i], want[3 + i], 1e-6 * want[3 + i]) << "step " << i + 4;
   }
+}
+
+// What CUDA cannot do yet is refused before any rank starts, naming what to do (docs/gpu.md); the
+// CUDA runs themselves are the gpu suite's (trainer_cuda_test.cpp).
+TEST(TrainerCuda, OffloadOnCudaIsRefusedNamingWhatToDo) {
+  auto r = run_command(launch(1, "--steps 1 --device cuda --offload"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--offload on --device cuda is not supported yet"), std::string::npos) << r.output;
+}
+
+// Without a usable GPU (this machine and CI's), --device cuda says why on every rank and fails.
+TEST(TrainerCuda, WithoutAUsableGpuDeviceCudaSaysWhy) {
+  if (coshard::cuda::probe().devices > 0) GTEST_SKIP() << "a CUDA device is visible here";
+  auto r = run_command(launch(2, "--steps 1 --device cuda"));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot use cuda:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run on the CPU backend"), std::string::npos) << r.output;
 }
 
 // The global batch of a step is the same sequences for any world size with the same global batch.

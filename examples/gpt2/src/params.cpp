@@ -124,16 +124,29 @@ ParamStore::ParamStore(std::vector<ParamInfo> infos) : infos_(std::move(infos)) 
     offsets_.push_back(at);
     at += (p.numel() + 15) / 16 * 16;
   }
-  data_.assign(static_cast<std::size_t>(at), 0.0f);
+  memory_ = std::make_unique<Allocator>(cpu_memory());
+  data_ = Tensor::empty(*memory_, DType::f32, {at});
+  fill(0.0f);
 }
 
+ParamStore& ParamStore::operator=(ParamStore&& o) noexcept {
+  data_ = std::move(o.data_);  // before the allocator it came from replaces this one's
+  memory_ = std::move(o.memory_);
+  infos_ = std::move(o.infos_);
+  offsets_ = std::move(o.offsets_);
+  return *this;
+}
+
+ParamStore::~ParamStore() = default;
+
 std::span<float> ParamStore::at(std::size_t i) {
-  return std::span<float>(data_).subspan(static_cast<std::size_t>(offsets_.at(i)), static_cast<std::size_t>(infos_[i].numel()));
+  return flat().subspan(static_cast<std::size_t>(offsets_.at(i)), static_cast<std::size_t>(infos_[i].numel()));
 }
 std::span<const float> ParamStore::at(std::size_t i) const {
-  return std::span<const float>(data_).subspan(static_cast<std::size_t>(offsets_.at(i)),
-                                               static_cast<std::size_t>(infos_[i].numel()));
+  return flat().subspan(static_cast<std::size_t>(offsets_.at(i)), static_cast<std::size_t>(infos_[i].numel()));
 }
+
+Tensor ParamStore::tensor(std::size_t i) const { return data_.view(offsets_.at(i), infos_.at(i).shape); }
 
 std::int64_t ParamStore::index_of(std::string_view name) const noexcept {
   for (std::size_t i = 0; i < infos_.size(); ++i) {
@@ -161,7 +174,10 @@ std::vector<ops::ParamRange> ParamStore::ranges() const {
   return r;
 }
 
-void ParamStore::fill(float v) { std::fill(data_.begin(), data_.end(), v); }
+void ParamStore::fill(float v) {
+  const auto all = flat();
+  std::fill(all.begin(), all.end(), v);
+}
 
 void ParamStore::initialize(std::uint64_t seed) {
   for (std::size_t i = 0; i < infos_.size(); ++i) init_values(infos_[i], seed, at(i), 0);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "coshard/ops/cast.hpp"
+#include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::gpt2 {
@@ -19,61 +19,27 @@ std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, st
 
 namespace {
 
-// A unit's parameters as its stream work reads them: Scope::param_tensor, f32 (the engine's copy,
-// or no mixed precision) or bf16 (Compute::bf16). Taken when the phase runs; resolved in the work,
-// where the memory may be read: bf16 GEMM weights and embedding tables stay bf16, every other bf16
-// parameter (layernorms, biases) is widened into the model's scratch.
-class PhaseParams {
- public:
-  PhaseParams(const fsdp::Scope& scope, std::size_t count, const std::string& unit) {
-    for (std::size_t i = 0; i < count; ++i) {
-      const Tensor t = scope.param_tensor(i);
-      const DType d = t.dtype();
-      views_.push_back({t.data(), d == DType::bf16, static_cast<std::size_t>(t.numel())});
-      if (d != DType::f32 && d != DType::bf16) {
-        throw Error(Errc::invalid_argument, "GPT-2 unit " + unit + " computes in f32 or bf16, but its parameters are " +
-                                                std::string(to_string(d)) +
-                                                ": use gpt2::Compute::f32 with this mixed precision");
-      }
+// A unit's parameters as its kernels read them (Scope::param_tensor): f32 (the engine's copy, or
+// no mixed precision) or bf16 (Compute::bf16).
+std::vector<Tensor> phase_params(const fsdp::Scope& scope, std::size_t count, const std::string& unit) {
+  std::vector<Tensor> p;
+  for (std::size_t i = 0; i < count; ++i) {
+    p.push_back(scope.param_tensor(i));
+    const DType d = p.back().dtype();
+    if (d != DType::f32 && d != DType::bf16) {
+      throw Error(Errc::invalid_argument, "GPT-2 unit " + unit + " computes in f32 or bf16, but its parameters are " +
+                                              std::string(to_string(d)) +
+                                              ": use gpt2::Compute::f32 with this mixed precision");
     }
   }
-  // In the work: widens every bf16 parameter but those in `kept` into `scratch`.
-  void resolve(std::vector<float>& scratch, std::initializer_list<std::size_t> kept) {
-    auto keep = [&](std::size_t i) { return std::find(kept.begin(), kept.end(), i) != kept.end(); };
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < views_.size(); ++i) total += bf16(i) && !keep(i) ? views_[i].numel : 0;
-    if (scratch.size() < total) scratch.resize(total);  // spans into it are taken after, never before
-    f32_.assign(views_.size(), {});
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < views_.size(); ++i) {
-      const View& v = views_[i];
-      if (!v.bf16) {
-        f32_[i] = {static_cast<const float*>(v.data), v.numel};
-      } else if (!keep(i)) {
-        std::span<float> out(scratch.data() + at, v.numel);
-        ops::cast_bf16_to_f32(bits(i), out);
-        f32_[i] = out;
-        at += v.numel;
-      }
-    }
-  }
-  bool bf16(std::size_t i) const { return views_[i].bf16; }
-  std::span<const float> f32(std::size_t i) const { return f32_.at(i); }
-  std::span<const std::uint16_t> bits(std::size_t i) const {
-    return {static_cast<const std::uint16_t*>(views_[i].data), views_[i].numel};
-  }
-  GemmWeight gemm(std::size_t i) const { return bf16(i) ? GemmWeight(bits(i)) : GemmWeight(f32(i)); }
+  return p;
+}
 
- private:
-  // Where a parameter is, not a Tensor: the work holds no reference to the engine's buffers.
-  struct View {
-    const void* data;
-    bool bf16;
-    std::size_t numel;
-  };
-  std::vector<View> views_;
-  std::vector<std::span<const float>> f32_;
-};
+std::vector<Tensor> phase_grads(const fsdp::Scope& scope, std::size_t count) {
+  std::vector<Tensor> g;
+  for (std::size_t i = 0; i < count; ++i) g.push_back(scope.grad_tensor(i));
+  return g;
+}
 
 }  // namespace
 
@@ -93,44 +59,26 @@ class EmbeddingUnit final : public fsdp::Unit {
   }
   bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
-    Activations* acts = &m_.acts_;
-    std::vector<float>* scratch = &m_.widened_;
-    PhaseParams p(scope, m_.c_.tie_head ? 4 : 2, name());
+    const auto p = phase_params(scope, m_.c_.tie_head ? 4 : 2, name());
     if (scope.phase() == 0) {
       if (!m_.pending_) throw Error(Errc::invalid_argument, "GPT-2 forward without a batch: call set_batch() first");
-      auto batch = m_.pending_;
-      scope.enqueue([acts, batch, p, scratch]() mutable {
-        acts->set_batch(batch->tokens, batch->targets, batch->B, batch->T);
-        p.resolve(*scratch, {0, 1});
-        if (p.bf16(0)) {
-          acts->embedding_forward(p.bits(0), p.bits(1));
-        } else {
-          acts->embedding_forward(p.f32(0), p.f32(1));
-        }
-      }, "forward " + name());
+      ops::Kernels k = m_.kernels(scope, "forward " + name());
+      m_.acts_->set_batch(k, m_.pending_->tokens, m_.pending_->targets, m_.pending_->B, m_.pending_->T);
+      m_.acts_->embedding_forward(k, p[0], p[1]);
     } else {
-      scope.enqueue([acts, p, scratch]() mutable {
-        p.resolve(*scratch, {0, 1});
-        acts->head_forward(p.f32(2), p.f32(3), p.gemm(0));
-      }, "forward head");
-      m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
+      m_.head_forward(scope, p[2], p[3], p[0]);
     }
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
-    Activations* acts = &m_.acts_;
     if (scope.phase() == 0) {
-      auto dwte = scope.grad(0), dwpe = scope.grad(1);
-      scope.enqueue([acts, dwte, dwpe] { acts->embedding_backward(dwte, dwpe); }, "backward " + name());
+      ops::Kernels k = m_.kernels(scope, "backward " + name());
+      m_.acts_->embedding_backward(k, scope.grad_tensor(0), scope.grad_tensor(1));
     } else {
-      PhaseParams p(scope, 4, name());
-      std::vector<float>* scratch = &m_.widened_;
-      auto dwte = scope.grad(0), dlnw = scope.grad(2), dlnb = scope.grad(3);
-      const float dloss = m_.dloss_;
-      scope.enqueue([acts, p, scratch, dwte, dlnw, dlnb, dloss]() mutable {
-        p.resolve(*scratch, {0, 1});
-        acts->head_backward(p.f32(2), p.gemm(0), dlnw, dlnb, dwte, dloss);
-      }, "backward head");
+      const auto p = phase_params(scope, 4, name());
+      const auto g = phase_grads(scope, 4);
+      ops::Kernels k = m_.kernels(scope, "backward head");
+      m_.acts_->head_backward(k, p[2], p[0], g[2], g[3], g[0], m_.dloss_);
     }
     co_return;
   }
@@ -148,37 +96,25 @@ class BlockUnit final : public fsdp::Unit {
   }
   bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
-    Activations* acts = &m_.acts_;
-    std::vector<float>* scratch = &m_.widened_;
-    PhaseParams p(scope, block_param_count, name());
-    const std::size_t l = l_;
-    scope.enqueue([acts, l, p, scratch]() mutable { acts->block_forward(l, weights(p, *scratch)); },
-                  "forward " + name());
+    const BlockWeights w = weights(scope);
+    ops::Kernels k = m_.kernels(scope, "forward " + name());
+    m_.acts_->block_forward(k, l_, w);
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
+    const BlockWeights w = weights(scope);
     BlockGrads g;
-    for (std::size_t k = 0; k < block_param_count; ++k) g[k] = scope.grad(k);
-    Activations* acts = &m_.acts_;
-    std::vector<float>* scratch = &m_.widened_;
-    PhaseParams p(scope, block_param_count, name());
-    const std::size_t l = l_;
-    scope.enqueue([acts, l, p, g, scratch]() mutable { acts->block_backward(l, weights(p, *scratch), g); },
-                  "backward " + name());
+    for (std::size_t i = 0; i < block_param_count; ++i) g[i] = scope.grad_tensor(i);
+    ops::Kernels k = m_.kernels(scope, "backward " + name());
+    m_.acts_->block_backward(k, l_, w, g);
     co_return;
   }
 
  private:
-  static BlockWeights weights(PhaseParams& p, std::vector<float>& scratch) {
-    p.resolve(scratch, {c_attn_weight, attn_c_proj_weight, c_fc_weight, mlp_c_proj_weight});
+  BlockWeights weights(const fsdp::Scope& scope) const {
+    const auto p = phase_params(scope, block_param_count, name());
     BlockWeights w;
-    for (std::size_t k = 0; k < block_param_count; ++k) {
-      if (p.bf16(k) && p.f32(k).empty()) {
-        w.bf16[k] = p.bits(k);
-      } else {
-        w.f32[k] = p.f32(k);
-      }
-    }
+    std::copy(p.begin(), p.end(), w.begin());
     return w;
   }
 
@@ -194,26 +130,15 @@ class HeadUnit final : public fsdp::Unit {
   std::vector<fsdp::ParamSpec> params() const override { return param_specs(head_params(m_.c_), m_.seed_); }
   bool computes_in_f32() const override { return m_.compute_ == Compute::f32; }
   Task<void> forward(fsdp::Scope& scope) override {
-    Activations* acts = &m_.acts_;
-    std::vector<float>* scratch = &m_.widened_;
-    PhaseParams p(scope, 3, name());
-    scope.enqueue([acts, p, scratch]() mutable {
-      p.resolve(*scratch, {2});
-      acts->head_forward(p.f32(0), p.f32(1), p.gemm(2));
-    }, "forward head");
-    m_.loss_.publish(scope.compute(), [acts] { return acts->loss(); });
+    const auto p = phase_params(scope, 3, name());
+    m_.head_forward(scope, p[0], p[1], p[2]);
     co_return;
   }
   Task<void> backward(fsdp::Scope& scope) override {
-    Activations* acts = &m_.acts_;
-    std::vector<float>* scratch = &m_.widened_;
-    PhaseParams p(scope, 3, name());
-    auto dlnw = scope.grad(0), dlnb = scope.grad(1), dw = scope.grad(2);
-    const float dloss = m_.dloss_;
-    scope.enqueue([acts, p, scratch, dlnw, dlnb, dw, dloss]() mutable {
-      p.resolve(*scratch, {2});
-      acts->head_backward(p.f32(0), p.gemm(2), dlnw, dlnb, dw, dloss);
-    }, "backward head");
+    const auto p = phase_params(scope, 3, name());
+    const auto g = phase_grads(scope, 3);
+    ops::Kernels k = m_.kernels(scope, "backward head");
+    m_.acts_->head_backward(k, p[0], p[2], g[0], g[1], g[2], m_.dloss_);
     co_return;
   }
 
@@ -222,7 +147,8 @@ class HeadUnit final : public fsdp::Unit {
 };
 
 Gpt2Units::Gpt2Units(Config config, std::uint64_t seed, Compute compute)
-    : c_(config), seed_(seed), compute_(compute), acts_(config) {
+    : c_(config), seed_(seed), compute_(compute) {
+  c_.validate();
   units_.push_back(std::make_unique<EmbeddingUnit>(*this));
   for (std::int64_t l = 0; l < c_.layers; ++l) units_.push_back(std::make_unique<BlockUnit>(*this, static_cast<std::size_t>(l)));
   if (!c_.tie_head) units_.push_back(std::make_unique<HeadUnit>(*this));
@@ -263,6 +189,31 @@ void Gpt2Units::set_batch(std::vector<std::int32_t> tokens, std::vector<std::int
   b->B = B;
   b->T = T;
   pending_ = std::move(b);
+}
+
+ops::Kernels Gpt2Units::kernels(fsdp::Scope& scope, std::string span) {
+  // The engine's compute stream and allocator, taken on the first phase: the buffers are device
+  // memory, the ops kernels (or host work) on that stream.
+  if (!launch_ || launch_->stream() != &scope.compute()) launch_ = std::make_unique<ops::Launcher>(scope.compute());
+  if (!acts_) acts_ = std::make_unique<Activations>(c_, scope.runtime().allocator());
+  return launch_->begin(std::move(span));
+}
+
+void Gpt2Units::head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias,
+                             const Tensor& head) {
+  ops::Kernels k = kernels(scope, "forward head");
+  acts_->head_forward(k, ln_f_weight, ln_f_bias, head);
+  if (!acts_->has_targets()) return;
+  // The loss goes to host memory in stream order (pinned on CUDA), where the Readback's host work,
+  // queued after it, may read it: no host access to device memory, no synchronisation.
+  if (!host_) {
+    host_ = std::make_unique<Allocator>(scope.runtime().device().kind == DeviceKind::cuda ? cuda::pinned_host_memory()
+                                                                                          : cpu_memory());
+  }
+  Tensor loss = Tensor::empty(*host_, DType::f32, {1});
+  k.to_host(loss, acts_->loss());
+  k.submit();
+  loss_.publish(scope.compute(), [loss] { return *loss.data_as<float>(); });
 }
 
 Task<void> Gpt2Units::forward(fsdp::Engine& engine) { co_await engine.forward(); }

@@ -17,3 +17,7 @@ add_dependencies(gpt2_fsdp_test coshard-run gpt2_fsdp_check)
 # Against PyTorch (Debian's python3-torch through /usr/bin/python3); skips when torch is missing.
 coshard_test(gpt2_ref_test ref ${_gpt2_tests}/ref_test.cpp LIBS coshard::gpt2)
 target_compile_definitions(gpt2_ref_test PRIVATE GPT2_REF_SCRIPT="${_gpt2_tests}/../ref/gpt2_ref.py")
+
+# The model's pieces on a CUDA stream against the CPU model (label gpu: skipped with the reason
+# where no CUDA device is usable).
+coshard_test(gpt2_model_cuda_test gpu ${_gpt2_tests}/model_cuda_test.cpp LIBS coshard::gpt2)

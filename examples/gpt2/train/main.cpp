@@ -145,9 +145,10 @@ train::Inputs prepare(const train::TrainOptions& o) {
 
 // Under bf16 mixed precision the units compute on the bf16 parameters where this CPU runs the bf16
 // GEMM kernel. Elsewhere that path would round and widen both operands of every GEMM into f32
-// copies, so they read the engine's f32 copy, made once per unshard, instead.
+// copies, so they read the engine's f32 copy, made once per unshard, instead. CUDA has no bf16
+// GEMM of coshard's yet (ops::Kernels refuses bf16 weights there).
 gpt2::Compute compute_of(const train::TrainOptions& o) {
-  if (o.param_dtype != DType::bf16 || o.f32_compute) return gpt2::Compute::f32;
+  if (o.param_dtype != DType::bf16 || o.f32_compute || o.device == "cuda") return gpt2::Compute::f32;
   return std::string_view(ops::cpu_bf16_gemm()) == "avx512_bf16" ? gpt2::Compute::bf16 : gpt2::Compute::f32;
 }
 
@@ -274,6 +275,7 @@ int prepare_and_run(train::Job& job) {
   {
     Runtime rt({.name = "gpt2-train",
                 .rank = job.env.rank,
+                .device = job.o.device == "cuda" ? Device::cuda(job.env.local_rank) : Device::cpu(),
                 .telemetry = &m.telemetry(),
                 .stream_jitter = std::chrono::microseconds(job.o.stream_jitter_us),
                 .discrete_memory = job.o.device == "cpu-discrete"});

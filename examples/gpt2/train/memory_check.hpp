@@ -36,7 +36,8 @@ std::optional<HostMemory> host_memory();
 
 // Throws Error(out_of_memory) when the local ranks cannot fit, naming the terms, the memory and the
 // --batch that would fit; says on local rank 0's stderr when they come close. Skipped where the
-// memory cannot be read, and with --no-memory-check. Returns what it counts for one rank.
+// memory cannot be read, on --device cuda (GPU memory), and with --no-memory-check. Returns what it
+// counts for one rank.
 double check_memory(const TrainOptions& o, const transport::LaunchEnv& env);
 
 // Rank 0's line at the end: what the ranks peaked at (MiB resident, least and most) beside what

@@ -21,7 +21,7 @@ std::vector<std::int32_t> greedy(gpt2::Gpt2& model, std::vector<std::int32_t> to
   const auto V = static_cast<std::size_t>(model.config().vocab);
   for (int i = 0; i < max_new && static_cast<std::int64_t>(tokens.size()) < model.config().context; ++i) {
     model.forward(tokens, {}, 1, tokens.size());
-    auto logits = model.activations().logits();
+    auto logits = model.logits();
     auto last = logits.subspan((tokens.size() - 1) * V, V);
     auto next = static_cast<std::int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     if (next == stop) break;

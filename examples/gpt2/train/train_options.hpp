@@ -38,7 +38,7 @@ struct TrainOptions {
   double collective_timeout = 300;  // seconds a collective may wait for its peers
   double rendezvous_timeout = 120;  // seconds to reach the store and for every rank to arrive
   int stream_jitter_us = 0;         // fault injection: random delay before each stream work item
-  std::string device = "cpu";       // cpu | cpu-discrete (Runtime::Options::discrete_memory)
+  std::string device = "cpu";       // cpu | cpu-discrete (Runtime::Options::discrete_memory) | cuda
   bool skip_memory_check = false;   // --no-memory-check: start even where check_memory says it cannot fit
   int threads = 0;                  // BLAS threads per rank; 0: ops::threads_per_rank(ranks on this host)
   std::string init;

@@ -46,11 +46,14 @@ __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens
 // One thread per column walks the positions in order, as the CPU loop does: repeated tokens add up
 // in position order, without atomics, and each dwte element is touched by one thread only.
 __global__ void embedding_backward_wte_kernel(const float* __restrict__ dout, const std::int32_t* __restrict__ tokens,
-                                              float* __restrict__ dwte, std::size_t N, std::size_t C) {
+                                              float* __restrict__ dwte, std::size_t N, std::size_t C,
+                                              std::size_t V) {
   const std::size_t c = global_index();
   if (c >= C) return;
   for (std::size_t n = 0; n < N; ++n) {
-    dwte[static_cast<std::size_t>(tokens[n]) * C + c] += dout[n * C + c];
+    const std::int32_t id = tokens[n];
+    if (bad_id(id, V)) continue;  // never written out of bounds, even on ids nobody checked
+    dwte[static_cast<std::size_t>(id) * C + c] += dout[n * C + c];
   }
 }
 
@@ -112,7 +115,16 @@ __global__ void cross_entropy_backward_kernel(const float* __restrict__ logits,
   }
 }
 
+__global__ void mean_kernel(const double* __restrict__ total, double n, float* __restrict__ out) {
+  *out = static_cast<float>(*total / n);
+}
+
 }  // namespace
+
+cudaError_t launch_mean(const double* total, std::size_t n, float* out, cudaStream_t s) {
+  mean_kernel<<<1, 1, 0, s>>>(total, static_cast<double>(n), out);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_check_ids(const std::int32_t* ids, std::size_t n, std::size_t V, unsigned int* bad,
                              cudaStream_t s) {
@@ -131,11 +143,11 @@ cudaError_t launch_embedding_forward(const std::int32_t* tokens, const float* wt
 }
 
 cudaError_t launch_embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe,
-                                      std::size_t B, std::size_t T, std::size_t C, cudaStream_t s) {
+                                      std::size_t B, std::size_t T, std::size_t C, std::size_t V, cudaStream_t s) {
   if (B * T * C == 0) return cudaSuccess;
   if (dwte != nullptr) {
     const auto blocks = static_cast<unsigned int>((C + kBlock - 1) / kBlock);
-    embedding_backward_wte_kernel<<<blocks, kBlock, 0, s>>>(dout, tokens, dwte, B * T, C);
+    embedding_backward_wte_kernel<<<blocks, kBlock, 0, s>>>(dout, tokens, dwte, B * T, C, V);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   if (dwpe != nullptr) {

@@ -64,6 +64,60 @@ class IdFlag {
   detail::StreamScratch<unsigned int> flag_;
 };
 
+void check_embedding_forward(const char* op, std::span<const std::int32_t> tokens, std::span<const float> wte,
+                             std::span<const float> wpe, std::span<float> out, std::size_t B, std::size_t T,
+                             std::size_t C, std::size_t V) {
+  ops::detail::check_embedding_shapes(op, tokens.size(), wte.size(), wpe.size(), out.size(), B, T, C, V, false);
+  ops::detail::check_disjoint(op, "out", out, "wte", wte);
+  ops::detail::check_disjoint(op, "out", out, "wpe", wpe);
+  check_positions(op, B * T);
+}
+
+void check_embedding_backward(const char* op, std::span<const float> dout, std::span<const std::int32_t> tokens,
+                              std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T,
+                              std::size_t C, std::size_t V) {
+  ops::detail::check_embedding_shapes(op, tokens.size(), dwte.size(), dwpe.size(), dout.size(), B, T, C, V, true);
+  ops::detail::check_disjoint(op, "dwte", dwte, "dout", dout);
+  ops::detail::check_disjoint(op, "dwpe", dwpe, "dout", dout);
+  ops::detail::check_disjoint(op, "dwte", dwte, "dwpe", dwpe);
+  check_positions(op, B * T);
+}
+
+void launch_embedding_backward(std::span<const float> dout, std::span<const std::int32_t> tokens,
+                               std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T,
+                               std::size_t C, std::size_t V, cudaStream_t s) {
+  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_backward(dout.data(), tokens.data(),
+                                                           dwte.empty() ? nullptr : dwte.data(),
+                                                           dwpe.empty() ? nullptr : dwpe.data(), B, T, C, V, s));
+}
+
+void check_cross_entropy(const char* op, std::span<const float> logits, std::span<const std::int32_t> targets,
+                         std::span<const float> lse, std::size_t N, std::size_t V) {
+  ops::detail::check_positive(op, "N", N);
+  ops::detail::check_positive(op, "V", V);
+  ops::detail::check_size(op, "logits", logits, N * V, "[N, V] = " + ops::detail::dims({N, V}));
+  ops::detail::check_size(op, "targets", targets, N, "[N] = " + ops::detail::dims({N}));
+  ops::detail::check_size(op, "lse", lse, N, "[N] = " + ops::detail::dims({N}));
+  check_positions(op, N);
+}
+
+void check_cross_entropy_forward(const char* op, std::span<const float> logits, std::span<const std::int32_t> targets,
+                                 std::span<float> lse, std::size_t N, std::size_t V) {
+  check_cross_entropy(op, logits, targets, lse, N, V);
+  ops::detail::check_disjoint(op, "lse", lse, "logits", logits);
+  if (N > static_cast<std::size_t>(INT_MAX)) {
+    ops::detail::fail(op, "N = " + std::to_string(N) + " exceeds the CUDA grid limit " + std::to_string(INT_MAX));
+  }
+}
+
+void check_cross_entropy_backward(const char* op, std::span<const float> logits, std::span<const std::int32_t> targets,
+                                  std::span<const float> lse, std::span<float> dlogits, std::size_t N, std::size_t V) {
+  check_cross_entropy(op, logits, targets, lse, N, V);
+  ops::detail::check_size(op, "dlogits", dlogits, N * V, "[N, V] = " + ops::detail::dims({N, V}));
+  ops::detail::check_disjoint(op, "dlogits", dlogits, "logits", logits);
+  ops::detail::check_disjoint(op, "dlogits", dlogits, "lse", lse);
+}
+
 }  // namespace
 
 // ---- embedding ----
@@ -72,10 +126,7 @@ void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::
                        std::span<const float> wpe, std::span<float> out, std::size_t B, std::size_t T, std::size_t C,
                        std::size_t V) {
   constexpr const char* op = "embedding_forward";
-  ops::detail::check_embedding_shapes(op, tokens.size(), wte.size(), wpe.size(), out.size(), B, T, C, V, false);
-  ops::detail::check_disjoint(op, "out", out, "wte", wte);
-  ops::detail::check_disjoint(op, "out", out, "wpe", wpe);
-  check_positions(op, B * T);
+  check_embedding_forward(op, tokens, wte, wpe, out, B, T, C, V);
   if (B * T == 0) return;
   const cudaStream_t s = as_stream(stream);
   IdFlag flag(s);
@@ -85,15 +136,21 @@ void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::
   if (flag.first_bad(tokens.data(), bad)) ops::detail::fail_token(op, bad.id, bad.position, T, V);
 }
 
+void embedding_forward(void* stream, CheckedIds tokens, std::span<const float> wte, std::span<const float> wpe,
+                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  check_embedding_forward("embedding_forward", tokens.ids, wte, wpe, out, B, T, C, V);
+  if (B * T == 0) return;
+  const cudaStream_t s = as_stream(stream);
+  IdFlag unread(s);  // the kernel reports bad ids; these were checked before they were uploaded
+  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.ids.data(), wte.data(), wpe.data(), out.data(), B, T,
+                                                          C, V, unread.get(), s));
+}
+
 void embedding_backward(void* stream, std::span<const float> dout, std::span<const std::int32_t> tokens,
                         std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C,
                         std::size_t V) {
   constexpr const char* op = "embedding_backward";
-  ops::detail::check_embedding_shapes(op, tokens.size(), dwte.size(), dwpe.size(), dout.size(), B, T, C, V, true);
-  ops::detail::check_disjoint(op, "dwte", dwte, "dout", dout);
-  ops::detail::check_disjoint(op, "dwpe", dwpe, "dout", dout);
-  ops::detail::check_disjoint(op, "dwte", dwte, "dwpe", dwpe);
-  check_positions(op, B * T);
+  check_embedding_backward(op, dout, tokens, dwte, dwpe, B, T, C, V);
   if (B * T == 0) return;
   const cudaStream_t s = as_stream(stream);
   {
@@ -103,9 +160,14 @@ void embedding_backward(void* stream, std::span<const float> dout, std::span<con
     IdFlag::Bad bad{};
     if (flag.first_bad(tokens.data(), bad)) ops::detail::fail_token(op, bad.id, bad.position, T, V);
   }
-  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_backward(dout.data(), tokens.data(),
-                                                           dwte.empty() ? nullptr : dwte.data(),
-                                                           dwpe.empty() ? nullptr : dwpe.data(), B, T, C, s));
+  launch_embedding_backward(dout, tokens, dwte, dwpe, B, T, C, V, s);
+}
+
+void embedding_backward(void* stream, std::span<const float> dout, CheckedIds tokens, std::span<float> dwte,
+                        std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  check_embedding_backward("embedding_backward", dout, tokens.ids, dwte, dwpe, B, T, C, V);
+  if (B * T == 0) return;
+  launch_embedding_backward(dout, tokens.ids, dwte, dwpe, B, T, C, V, as_stream(stream));
 }
 
 // ---- cross-entropy ----
@@ -113,16 +175,7 @@ void embedding_backward(void* stream, std::span<const float> dout, std::span<con
 float cross_entropy_forward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<float> lse, std::size_t N, std::size_t V) {
   constexpr const char* op = "cross_entropy_forward";
-  ops::detail::check_positive(op, "N", N);
-  ops::detail::check_positive(op, "V", V);
-  ops::detail::check_size(op, "logits", logits, N * V, "[N, V] = " + ops::detail::dims({N, V}));
-  ops::detail::check_size(op, "targets", targets, N, "[N] = " + ops::detail::dims({N}));
-  ops::detail::check_size(op, "lse", lse, N, "[N] = " + ops::detail::dims({N}));
-  ops::detail::check_disjoint(op, "lse", lse, "logits", logits);
-  check_positions(op, N);
-  if (N > static_cast<std::size_t>(INT_MAX)) {
-    ops::detail::fail(op, "N = " + std::to_string(N) + " exceeds the CUDA grid limit " + std::to_string(INT_MAX));
-  }
+  check_cross_entropy_forward(op, logits, targets, lse, N, V);
   const cudaStream_t s = as_stream(stream);
   IdFlag flag(s);
   detail::StreamScratch<double> total(1, s);
@@ -136,19 +189,24 @@ float cross_entropy_forward(void* stream, std::span<const float> logits, std::sp
   return static_cast<float>(host_total / static_cast<double>(N));
 }
 
+void cross_entropy_forward(void* stream, std::span<const float> logits, CheckedIds targets, std::span<float> lse,
+                           std::span<float> loss, std::size_t N, std::size_t V) {
+  constexpr const char* op = "cross_entropy_forward";
+  check_cross_entropy_forward(op, logits, targets.ids, lse, N, V);
+  ops::detail::check_size(op, "loss", loss, 1, "one float");
+  const cudaStream_t s = as_stream(stream);
+  IdFlag unread(s);
+  detail::StreamScratch<double> total(1, s);
+  COSHARD_OPS_CUDA_CHECK(detail::launch_cross_entropy_forward(logits.data(), targets.ids.data(), lse.data(),
+                                                              total.get(), N, V, unread.get(), s));
+  COSHARD_OPS_CUDA_CHECK(detail::launch_mean(total.get(), N, loss.data(), s));
+}
+
 void cross_entropy_backward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<const float> lse, std::span<float> dlogits, std::size_t N, std::size_t V,
                             float dloss) {
   constexpr const char* op = "cross_entropy_backward";
-  ops::detail::check_positive(op, "N", N);
-  ops::detail::check_positive(op, "V", V);
-  ops::detail::check_size(op, "logits", logits, N * V, "[N, V] = " + ops::detail::dims({N, V}));
-  ops::detail::check_size(op, "targets", targets, N, "[N] = " + ops::detail::dims({N}));
-  ops::detail::check_size(op, "lse", lse, N, "[N] = " + ops::detail::dims({N}));
-  ops::detail::check_size(op, "dlogits", dlogits, N * V, "[N, V] = " + ops::detail::dims({N, V}));
-  ops::detail::check_disjoint(op, "dlogits", dlogits, "logits", logits);
-  ops::detail::check_disjoint(op, "dlogits", dlogits, "lse", lse);
-  check_positions(op, N);
+  check_cross_entropy_backward(op, logits, targets, lse, dlogits, N, V);
   const cudaStream_t s = as_stream(stream);
   IdFlag flag(s);
   const float scale = dloss / static_cast<float>(N);
@@ -156,6 +214,16 @@ void cross_entropy_backward(void* stream, std::span<const float> logits, std::sp
                                                                dlogits.data(), N, V, scale, flag.get(), s));
   IdFlag::Bad bad{};
   if (flag.first_bad(targets.data(), bad)) ops::detail::fail_target(op, bad.id, bad.position, V);
+}
+
+void cross_entropy_backward(void* stream, std::span<const float> logits, CheckedIds targets, std::span<const float> lse,
+                            std::span<float> dlogits, std::size_t N, std::size_t V, float dloss) {
+  check_cross_entropy_backward("cross_entropy_backward", logits, targets.ids, lse, dlogits, N, V);
+  const cudaStream_t s = as_stream(stream);
+  IdFlag unread(s);
+  COSHARD_OPS_CUDA_CHECK(detail::launch_cross_entropy_backward(logits.data(), targets.ids.data(), lse.data(),
+                                                               dlogits.data(), N, V, dloss / static_cast<float>(N),
+                                                               unread.get(), s));
 }
 
 }  // namespace coshard::ops::cuda

@@ -69,14 +69,16 @@ cudaError_t launch_check_ids(const std::int32_t* ids, std::size_t n, std::size_t
 cudaError_t launch_embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out,
                                      std::size_t B, std::size_t T, std::size_t C, std::size_t V, unsigned int* bad,
                                      cudaStream_t s);
-// Ids already validated. dwte / dwpe may be null.
+// dwte / dwpe may be null. Ids outside [0, V) are skipped (the callers check them first).
 cudaError_t launch_embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe,
-                                      std::size_t B, std::size_t T, std::size_t C, cudaStream_t s);
+                                      std::size_t B, std::size_t T, std::size_t C, std::size_t V, cudaStream_t s);
 // lse[n] for each row; bad targets recorded in *bad. total = sum_n (lse[n] - logits[n, t_n]) in
 // double over the valid rows.
 cudaError_t launch_cross_entropy_forward(const float* logits, const std::int32_t* targets, float* lse,
                                          double* total, std::size_t N, std::size_t V, unsigned int* bad,
                                          cudaStream_t s);
+// *out = float(*total / n): a mean for the device, without a trip to the host.
+cudaError_t launch_mean(const double* total, std::size_t n, float* out, cudaStream_t s);
 cudaError_t launch_cross_entropy_backward(const float* logits, const std::int32_t* targets, const float* lse,
                                           float* dlogits, std::size_t N, std::size_t V, float scale,
                                           unsigned int* bad, cudaStream_t s);

@@ -8,7 +8,9 @@
 // Asynchrony: ops are enqueued and return at once, except where a result or a device-side check
 // must reach the host: cross_entropy_forward (returns the loss), the id checks of
 // embedding_forward/backward and cross_entropy_backward, and the norm_partial/grad_norm overloads
-// that return a double. Those synchronise `stream` before returning. Scratch memory of those ops
+// that return a double. Those synchronise `stream` before returning. Their CheckedIds overloads
+// (ids validated on the host before they were uploaded; the loss left in device memory) and the
+// norm_partial that writes device memory never do: they are what a training step uses. Scratch memory of those ops
 // (a few bytes to a few KiB) is stream-ordered (cudaMallocAsync / cudaFreeAsync).
 //
 // Determinism: every reduction has a fixed order (no float atomics), so results are bitwise
@@ -67,6 +69,14 @@ void linear_backward(Blas& blas, std::span<const float> dy, std::span<const floa
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout = WeightLayout::in_out);
 
+/// Ids (tokens or targets, in device memory) that the caller validated against the vocabulary on
+/// the host before it uploaded them, as a training step does with its batch. The overloads that
+/// take them check nothing on the device and never synchronise the stream; a bad id among them is
+/// the caller's bug (the kernels skip it, without writing out of bounds; the results are unspecified).
+struct CheckedIds {
+  std::span<const std::int32_t> ids;  ///< in device memory, each in [0, V)
+};
+
 // ---- embedding (ids are validated on the device; a bad id throws after a stream sync) ----
 /// ops::embedding_forward on `stream`. Checks the ids after its kernel: out is unspecified when it
 /// throws.
@@ -78,6 +88,13 @@ void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::
 void embedding_backward(void* stream, std::span<const float> dout, std::span<const std::int32_t> tokens,
                         std::span<float> dwte, std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C,
                         std::size_t V);
+
+/// embedding_forward on checked ids: enqueued, no synchronisation.
+void embedding_forward(void* stream, CheckedIds tokens, std::span<const float> wte, std::span<const float> wpe,
+                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
+/// embedding_backward on checked ids: enqueued, no synchronisation.
+void embedding_backward(void* stream, std::span<const float> dout, CheckedIds tokens, std::span<float> dwte,
+                        std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
 
 // ---- layernorm ----
 /// ops::layernorm_forward on `stream`: y, mean and rstd written.
@@ -121,6 +138,14 @@ float cross_entropy_forward(void* stream, std::span<const float> logits, std::sp
 void cross_entropy_backward(void* stream, std::span<const float> logits, std::span<const std::int32_t> targets,
                             std::span<const float> lse, std::span<float> dlogits, std::size_t N, std::size_t V,
                             float dloss = 1.0f);
+
+/// cross_entropy_forward on checked targets: the mean loss goes to `loss` (device memory, one
+/// float), for the host to copy back in stream order; no synchronisation.
+void cross_entropy_forward(void* stream, std::span<const float> logits, CheckedIds targets, std::span<float> lse,
+                           std::span<float> loss, std::size_t N, std::size_t V);
+/// cross_entropy_backward on checked targets: enqueued, no synchronisation.
+void cross_entropy_backward(void* stream, std::span<const float> logits, CheckedIds targets, std::span<const float> lse,
+                            std::span<float> dlogits, std::size_t N, std::size_t V, float dloss = 1.0f);
 
 // ---- casts (bitwise equal to coshard::ops' scalar casts) ----
 /// fp32 to bf16 on `stream`, as ops::cast_f32_to_bf16.

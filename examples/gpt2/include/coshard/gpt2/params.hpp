@@ -15,6 +15,7 @@
 // Every value is a counter-based function of (seed, parameter name, element index): splitmix64
 // hashes and a Box-Muller transform, so each FSDP rank initialises only its own shard.
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,23 +58,31 @@ double normal_sample(std::uint64_t key, std::uint64_t index) noexcept;
 std::uint64_t splitmix64(std::uint64_t x) noexcept;
 std::uint64_t hash_name(std::string_view name) noexcept;
 
-// Named fp32 parameters in one flat buffer (each parameter 16-float aligned within it).
+// Named fp32 parameters in one flat buffer of host memory (each parameter 16-float aligned within
+// it), zeroed when made. Move-only: the buffer is a tensor, which tensor() views for ops::Kernels.
 class ParamStore {
  public:
   ParamStore() = default;
   explicit ParamStore(std::vector<ParamInfo> infos);
+  ParamStore(ParamStore&&) noexcept = default;
+  ParamStore& operator=(ParamStore&&) noexcept;
+  ~ParamStore();
 
   const std::vector<ParamInfo>& infos() const noexcept { return infos_; }
   std::size_t size() const noexcept { return infos_.size(); }
   std::span<float> at(std::size_t i);
   std::span<const float> at(std::size_t i) const;
+  // Parameter i as a tensor of its shape, sharing the buffer.
+  Tensor tensor(std::size_t i) const;
   // By name; throws Errc::invalid_argument naming it when unknown.
   std::span<float> operator[](std::string_view name);
   std::span<const float> operator[](std::string_view name) const;
   // Index of `name`, or -1.
   std::int64_t index_of(std::string_view name) const noexcept;
-  std::span<float> flat() noexcept { return data_; }
-  std::span<const float> flat() const noexcept { return data_; }
+  std::span<float> flat() noexcept { return {data_.data_as<float>(), static_cast<std::size_t>(data_.numel())}; }
+  std::span<const float> flat() const noexcept {
+    return {data_.data_as<float>(), static_cast<std::size_t>(data_.numel())};
+  }
   std::int64_t offset(std::size_t i) const { return offsets_.at(i); }
   // The ranges of the flat buffer that hold parameters, with their weight-decay flag (for
   // ops::adamw_step; the alignment gaps are left out).
@@ -85,7 +94,8 @@ class ParamStore {
  private:
   std::vector<ParamInfo> infos_;
   std::vector<std::int64_t> offsets_;
-  std::vector<float> data_;
+  std::unique_ptr<Allocator> memory_;  // outlives data_
+  Tensor data_;
 };
 
 }  // namespace coshard::gpt2

@@ -16,8 +16,12 @@
 // reduces its gradient once, so wte's gradient (head part + embedding part) is reduced as one sum.
 // engine.forward()/backward() handle both layouts; Gpt2Units::forward()/backward() call them.
 //
+// The units run their kernels through ops::Kernels on the engine's compute stream, and keep the
+// activations in the runtime's device memory: the same code on the CPU, cpu-discrete and CUDA
+// devices, none of it touching device memory from the host.
+//
 // The batch goes in with set_batch() before forward(); the loss comes back with
-// co_await units.loss(), which waits for the kernel that computed it.
+// co_await units.loss(), which waits for the kernel that computed it and its copy to the host.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +30,7 @@
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/gpt2/model.hpp"
+#include "coshard/ops/kernels.hpp"
 #include "coshard/runtime/readback.hpp"
 
 namespace coshard::gpt2 {
@@ -35,8 +40,9 @@ namespace coshard::gpt2 {
 //    bf16-rounded; GEMMs in f32).
 //  - bf16: the all-gathered bf16 parameters themselves (Unit::computes_in_f32() false): no f32
 //    copy, GEMMs with bf16 weights and f32 sums (ops/linear.hpp), as PyTorch FSDP's param_dtype
-//    computes; layernorms and biases are widened to f32 in the phase's work. Without mixed
-//    precision the parameters are f32 and this is the same as f32; with f16 it is an error.
+//    computes; layernorms and biases are widened to f32 by the phase's kernels. CPU only for now:
+//    on CUDA the ops refuse bf16 weights (docs/gpu.md). Without mixed precision the parameters
+//    are f32 and this is the same as f32; with f16 it is an error.
 enum class Compute { f32, bf16 };
 
 class Gpt2Units {
@@ -72,11 +78,17 @@ class Gpt2Units {
   friend class EmbeddingUnit;
   friend class BlockUnit;
   friend class HeadUnit;
+  // The kernels of a phase on scope's compute stream; makes the launcher and the activations (in
+  // the runtime's device memory) on the first phase.
+  ops::Kernels kernels(fsdp::Scope& scope, std::string span);
+  // ln_f, logits and loss, and the loss's copy to the host for loss().
+  void head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias, const Tensor& head);
   Config c_;
   std::uint64_t seed_;
   Compute compute_;
-  std::vector<float> widened_;  // bf16 compute: the f32 layernorms and biases of the running phase
-  Activations acts_;
+  std::unique_ptr<Allocator> host_;  // the loss's host copies: pinned on CUDA
+  std::unique_ptr<ops::Launcher> launch_;
+  std::unique_ptr<Activations> acts_;
   std::shared_ptr<const Batch> pending_;
   float dloss_ = 1.0f;
   Readback<float> loss_;  // published by the head's forward

@@ -1,0 +1,350 @@
+#include "coshard/ops/kernels.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "coshard/ops/attention.hpp"
+#include "coshard/ops/cast.hpp"
+#include "coshard/ops/cross_entropy.hpp"
+#include "coshard/ops/embedding.hpp"
+#include "coshard/ops/gelu.hpp"
+#include "coshard/ops/layernorm.hpp"
+#include "coshard/ops/residual.hpp"
+#include "coshard/runtime/error.hpp"
+
+#ifdef COSHARD_HAVE_CUDA
+#include "coshard/ops/cuda_ops.hpp"
+#include "coshard/runtime/copy.hpp"
+// A CUDA op's call, compiled only where ops::cuda exists; a build without CUDA has no CUDA
+// tensors (its Runtime refuses CUDA devices), so on_cuda() is never true there.
+#define COSHARD_CUDA_OP(...) __VA_ARGS__
+#else
+#define COSHARD_CUDA_OP(...) throw Error(Errc::internal, "a CUDA op in a build without CUDA")
+#endif
+
+namespace coshard::ops {
+namespace {
+
+std::span<const float> in(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.data_as<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+std::span<float> out(const Tensor& t) {
+  if (!t.defined()) return {};
+  return {t.data_as<float>(), static_cast<std::size_t>(t.numel())};
+}
+
+std::span<const std::uint16_t> bits(const Tensor& t) {
+  return {static_cast<const std::uint16_t*>(t.data()), static_cast<std::size_t>(t.numel())};
+}
+
+std::span<const std::int32_t> ids(const Tensor& t) {
+  return {t.data_as<std::int32_t>(), static_cast<std::size_t>(t.numel())};
+}
+
+// A weight or table is f32 or bf16; anything else is refused when the op is called.
+bool is_bf16(const char* op, const Tensor& w) {
+  if (w.dtype() == DType::bf16) return true;
+  if (w.dtype() == DType::f32) return false;
+  throw Error(Errc::invalid_argument, std::string("ops::Kernels::") + op + ": weights are f32 or bf16, got " +
+                                          std::string(to_string(w.dtype())));
+}
+
+[[noreturn]] void no_bf16_on_cuda(const char* op) {
+  throw Error(Errc::invalid_argument,
+              std::string("ops::Kernels::") + op +
+                  " with bf16 weights on CUDA: coshard has no bf16 CUDA GEMM or embedding yet (docs/gpu.md); "
+                  "compute in f32 (gpt2::Compute::f32, gpt2-train --f32-compute)");
+}
+
+}  // namespace
+
+#ifdef COSHARD_HAVE_CUDA
+struct Launcher::Cuda {
+  explicit Cuda(void* stream) : blas(stream) {}
+  cuda::Blas blas;
+};
+#else
+struct Launcher::Cuda {};
+#endif
+
+Launcher::Launcher() = default;
+
+Launcher::Launcher(Stream& stream) : stream_(&stream) {
+  if (cuda()) COSHARD_CUDA_OP(cuda_ = std::make_unique<Cuda>(stream.impl().native()));
+}
+
+Launcher::Launcher(Launcher&&) noexcept = default;
+Launcher& Launcher::operator=(Launcher&&) noexcept = default;
+Launcher::~Launcher() = default;
+
+bool Launcher::cuda() const noexcept { return stream_ && stream_->device().kind == DeviceKind::cuda; }
+
+Kernels Launcher::begin(std::string span) { return Kernels(*this, std::move(span)); }
+
+std::size_t Launcher::attention_saved_numel(std::size_t B, std::size_t T, std::size_t NH) const noexcept {
+  return cuda() ? B * NH * T * T : B * NH * T;
+}
+
+Kernels::Kernels(Kernels&& o) noexcept
+    : launcher_(std::exchange(o.launcher_, nullptr)), span_(std::move(o.span_)), work_(std::move(o.work_)),
+      used_(std::move(o.used_)), uncaught_(o.uncaught_) {}
+
+Kernels::~Kernels() {
+  if (!launcher_ || std::uncaught_exceptions() > uncaught_) return;  // unwinding: what was gathered is dropped
+  submit();
+}
+
+void Kernels::submit() {
+  Stream* s = launcher_->stream();
+  if (!s) return;
+  if (!work_.empty()) {
+    s->enqueue([work = std::move(work_)] {
+      for (const auto& w : work) w();
+    }, span_);
+    work_.clear();
+  }
+  if (!used_.empty()) {
+    Event used(s->device());
+    used.record(*s);
+    for (const Tensor& t : used_) t.record_use(used);
+    used_.clear();
+  }
+}
+
+bool Kernels::on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const bool cuda = launcher_->cuda();
+  for (const Tensor* t : tensors) {
+    if (!t->defined() || (t->device().kind == DeviceKind::cuda) == cuda) continue;
+    const Stream* s = launcher_->stream();
+    throw Error(Errc::invalid_argument,
+                std::string("ops::Kernels::") + op + ": a tensor of " + t->device().to_string() + " on " +
+                    (s ? "stream '" + s->name() + "' of " + s->device().to_string() : std::string("the host")) +
+                    ": every tensor of an op lives where the op runs (copy it there first)");
+  }
+  return cuda;
+}
+
+void Kernels::host(std::function<void()> work) {
+  if (!launcher_->stream()) return work();
+  work_.push_back(std::move(work));
+}
+
+void Kernels::native_stream_used(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined()) used_.push_back(*t);
+  }
+}
+
+void* Kernels::native() const noexcept { return launcher_->stream()->impl().native(); }
+
+void Kernels::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& y,
+                                std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  constexpr const char* op = "embedding_forward";
+  const bool bf16 = is_bf16(op, wte);
+  if (on_cuda(op, {&tokens, &wte, &wpe, &y})) {
+    if (bf16) no_bf16_on_cuda(op);
+    COSHARD_CUDA_OP(cuda::embedding_forward(native(), cuda::CheckedIds{ids(tokens)}, in(wte), in(wpe), out(y), B, T, C, V));
+    return native_stream_used({&tokens, &wte, &wpe, &y});
+  }
+  host([=] {
+    if (bf16) return ops::embedding_forward(ids(tokens), bits(wte), bits(wpe), out(y), B, T, C, V);
+    ops::embedding_forward(ids(tokens), in(wte), in(wpe), out(y), B, T, C, V);
+  });
+}
+
+void Kernels::embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dwte, const Tensor& dwpe,
+                                 std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  if (on_cuda("embedding_backward", {&dout, &tokens, &dwte, &dwpe})) {
+    COSHARD_CUDA_OP(cuda::embedding_backward(native(), in(dout), cuda::CheckedIds{ids(tokens)}, out(dwte), out(dwpe), B, T,
+                                             C, V));
+    return native_stream_used({&dout, &tokens, &dwte, &dwpe});
+  }
+  host([=] { ops::embedding_backward(in(dout), ids(tokens), out(dwte), out(dwpe), B, T, C, V); });
+}
+
+void Kernels::layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                                const Tensor& mean, const Tensor& rstd, std::size_t rows, std::size_t C) {
+  if (on_cuda("layernorm_forward", {&x, &weight, &bias, &y, &mean, &rstd})) {
+    COSHARD_CUDA_OP(cuda::layernorm_forward(native(), in(x), in(weight), in(bias), out(y), out(mean), out(rstd), rows, C));
+    return native_stream_used({&x, &weight, &bias, &y, &mean, &rstd});
+  }
+  host([=] { ops::layernorm_forward(in(x), in(weight), in(bias), out(y), out(mean), out(rstd), rows, C); });
+}
+
+void Kernels::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                 std::size_t rows, std::size_t C) {
+  if (on_cuda("layernorm_backward", {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias})) {
+    COSHARD_CUDA_OP(cuda::layernorm_backward(native(), in(dy), in(x), in(weight), in(mean), in(rstd), out(dx), out(dweight),
+                                             out(dbias), rows, C));
+    return native_stream_used({&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+  }
+  host([=] {
+    ops::layernorm_backward(in(dy), in(x), in(weight), in(mean), in(rstd), out(dx), out(dweight), out(dbias), rows, C);
+  });
+}
+
+void Kernels::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, std::size_t rows,
+                             std::size_t in_f, std::size_t out_f, WeightLayout layout) {
+  constexpr const char* op = "linear_forward";
+  const bool bf16 = is_bf16(op, w);
+  if (on_cuda(op, {&x, &w, &b, &y})) {
+    if (bf16) no_bf16_on_cuda(op);
+    COSHARD_CUDA_OP(cuda::linear_forward(launcher_->cuda_->blas, in(x), in(w), in(b), out(y), rows, in_f, out_f, layout));
+    return native_stream_used({&x, &w, &b, &y});
+  }
+  host([=] {
+    if (bf16) return ops::linear_forward(in(x), bits(w), in(b), out(y), rows, in_f, out_f, layout);
+    ops::linear_forward(in(x), in(w), in(b), out(y), rows, in_f, out_f, layout);
+  });
+}
+
+void Kernels::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& dx, const Tensor& dw,
+                              const Tensor& db, std::size_t rows, std::size_t in_f, std::size_t out_f,
+                              WeightLayout layout) {
+  constexpr const char* op = "linear_backward";
+  const bool bf16 = is_bf16(op, w);
+  if (on_cuda(op, {&dy, &x, &w, &dx, &dw, &db})) {
+    if (bf16) no_bf16_on_cuda(op);
+    COSHARD_CUDA_OP(cuda::linear_backward(launcher_->cuda_->blas, in(dy), in(x), in(w), out(dx), out(dw), out(db), rows,
+                                          in_f, out_f, layout));
+    return native_stream_used({&dy, &x, &w, &dx, &dw, &db});
+  }
+  host([=] {
+    if (bf16) return ops::linear_backward(in(dy), in(x), bits(w), out(dx), out(dw), out(db), rows, in_f, out_f, layout);
+    ops::linear_backward(in(dy), in(x), in(w), out(dx), out(dw), out(db), rows, in_f, out_f, layout);
+  });
+}
+
+void Kernels::attention_forward(const Tensor& qkv, const Tensor& y, const Tensor& saved, std::size_t B, std::size_t T,
+                                std::size_t C, std::size_t NH) {
+  if (on_cuda("attention_forward", {&qkv, &y, &saved})) {
+    COSHARD_CUDA_OP(cuda::attention_forward(native(), in(qkv), out(y), out(saved), B, T, C, NH));
+    return native_stream_used({&qkv, &y, &saved});
+  }
+  host([=] { ops::attention_forward(in(qkv), out(y), out(saved), B, T, C, NH); });
+}
+
+void Kernels::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& y, const Tensor& saved,
+                                 const Tensor& dqkv, std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  if (on_cuda("attention_backward", {&dout, &qkv, &y, &saved, &dqkv})) {
+    COSHARD_CUDA_OP(cuda::attention_backward(native(), in(dout), in(qkv), in(saved), out(dqkv), B, T, C, NH));
+    return native_stream_used({&dout, &qkv, &saved, &dqkv});
+  }
+  host([=] { ops::attention_backward(in(dout), in(qkv), in(y), in(saved), out(dqkv), B, T, C, NH); });
+}
+
+void Kernels::gelu_forward(const Tensor& x, const Tensor& y) {
+  if (on_cuda("gelu_forward", {&x, &y})) {
+    COSHARD_CUDA_OP(cuda::gelu_forward(native(), in(x), out(y)));
+    return native_stream_used({&x, &y});
+  }
+  host([=] { ops::gelu_forward(in(x), out(y)); });
+}
+
+void Kernels::gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) {
+  if (on_cuda("gelu_backward", {&dy, &x, &dx})) {
+    COSHARD_CUDA_OP(cuda::gelu_backward(native(), in(dy), in(x), out(dx)));
+    return native_stream_used({&dy, &x, &dx});
+  }
+  host([=] { ops::gelu_backward(in(dy), in(x), out(dx)); });
+}
+
+void Kernels::residual_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
+  if (on_cuda("residual_forward", {&a, &b, &y})) {
+    COSHARD_CUDA_OP(cuda::residual_forward(native(), in(a), in(b), out(y)));
+    return native_stream_used({&a, &b, &y});
+  }
+  host([=] { ops::residual_forward(in(a), in(b), out(y)); });
+}
+
+void Kernels::accumulate(const Tensor& acc, const Tensor& x) {
+  if (on_cuda("accumulate", {&acc, &x})) {
+    COSHARD_CUDA_OP(cuda::accumulate(native(), out(acc), in(x)));
+    return native_stream_used({&acc, &x});
+  }
+  host([=] { ops::accumulate(out(acc), in(x)); });
+}
+
+void Kernels::copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() != src.numel() || dst.dtype() != src.dtype()) {
+    throw Error(Errc::invalid_argument, "ops::Kernels::copy: " + std::to_string(src.numel()) + " elements of " +
+                                            std::string(to_string(src.dtype())) + " into " +
+                                            std::to_string(dst.numel()) + " of " + std::string(to_string(dst.dtype())));
+  }
+  if (on_cuda("copy", {&dst, &src})) {
+    COSHARD_CUDA_OP(copy_tensor(*launcher_->stream(), dst, src));
+    return native_stream_used({&dst, &src});
+  }
+  host([=] { std::memcpy(dst.data(), src.data(), src.nbytes()); });
+}
+
+void Kernels::zero(const Tensor& dst) {
+  if (on_cuda("zero", {&dst})) {
+    COSHARD_CUDA_OP(fill_zero(*launcher_->stream(), dst));
+    return native_stream_used({&dst});
+  }
+  host([=] { std::memset(dst.data(), 0, dst.nbytes()); });
+}
+
+void Kernels::upload(const Tensor& dst, std::vector<std::int32_t> values) {
+  if (static_cast<std::int64_t>(values.size()) != dst.numel()) {
+    throw Error(Errc::invalid_argument, "ops::Kernels::upload: " + std::to_string(values.size()) + " values into " +
+                                            std::to_string(dst.numel()) + " elements");
+  }
+  (void)dst.data_as<std::int32_t>();  // throws on another dtype
+  if (on_cuda("upload", {&dst})) {
+    COSHARD_CUDA_OP(coshard::upload(*launcher_->stream(), dst, std::move(values)));
+    return native_stream_used({&dst});
+  }
+  host([dst, values = std::move(values)] { std::memcpy(dst.data(), values.data(), dst.nbytes()); });
+}
+
+void Kernels::to_host(const Tensor& host_dst, const Tensor& src) {
+  if (host_dst.device().kind == DeviceKind::cuda) {
+    throw Error(Errc::invalid_argument, "ops::Kernels::to_host: the destination is CUDA memory, not host memory");
+  }
+  if (host_dst.nbytes() != src.nbytes()) {
+    throw Error(Errc::invalid_argument, "ops::Kernels::to_host: " + std::to_string(src.nbytes()) + " bytes into " +
+                                            std::to_string(host_dst.nbytes()));
+  }
+  if (on_cuda("to_host", {&src})) {
+    COSHARD_CUDA_OP(copy_tensor(*launcher_->stream(), host_dst, src));
+    return native_stream_used({&host_dst, &src});
+  }
+  host([=] { std::memcpy(host_dst.data(), src.data(), src.nbytes()); });
+}
+
+void Kernels::widen_bf16(const Tensor& dst, const Tensor& src) {
+  if (on_cuda("widen_bf16", {&dst, &src})) {
+    COSHARD_CUDA_OP(cuda::cast_bf16_to_f32(native(), bits(src), out(dst)));
+    return native_stream_used({&dst, &src});
+  }
+  host([=] { ops::cast_bf16_to_f32(bits(src), out(dst)); });
+}
+
+void Kernels::cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& loss,
+                                    std::size_t N, std::size_t V) {
+  if (on_cuda("cross_entropy_forward", {&logits, &targets, &lse, &loss})) {
+    COSHARD_CUDA_OP(cuda::cross_entropy_forward(native(), in(logits), cuda::CheckedIds{ids(targets)}, out(lse), out(loss), N,
+                                                V));
+    return native_stream_used({&logits, &targets, &lse, &loss});
+  }
+  host([=] { out(loss)[0] = ops::cross_entropy_forward(in(logits), ids(targets), out(lse), N, V); });
+}
+
+void Kernels::cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                     const Tensor& dlogits, std::size_t N, std::size_t V, float dloss) {
+  if (on_cuda("cross_entropy_backward", {&logits, &targets, &lse, &dlogits})) {
+    COSHARD_CUDA_OP(cuda::cross_entropy_backward(native(), in(logits), cuda::CheckedIds{ids(targets)}, in(lse), out(dlogits),
+                                                 N, V, dloss));
+    return native_stream_used({&logits, &targets, &lse, &dlogits});
+  }
+  host([=] { ops::cross_entropy_backward(in(logits), ids(targets), in(lse), out(dlogits), N, V, dloss); });
+}
+
+}  // namespace coshard::ops
