@@ -53,13 +53,6 @@ bool is_bf16(const char* op, const Tensor& w) {
                                           std::string(to_string(w.dtype())));
 }
 
-[[noreturn]] void no_bf16_on_cuda(const char* op) {
-  throw Error(Errc::invalid_argument,
-              std::string("ops::Kernels::") + op +
-                  " with bf16 weights on CUDA: coshard has no bf16 CUDA GEMM or embedding yet (docs/gpu.md); "
-                  "compute in f32 (gpt2::Compute::f32, gpt2-train --f32-compute)");
-}
-
 }  // namespace
 
 #ifdef COSHARD_HAVE_CUDA
@@ -141,13 +134,21 @@ void Kernels::native_stream_used(std::initializer_list<const Tensor*> tensors) {
 
 void* Kernels::native() const noexcept { return launcher_->stream()->impl().native(); }
 
+#ifdef COSHARD_HAVE_CUDA
+cuda::Blas& Kernels::blas() const noexcept { return launcher_->cuda_->blas; }
+#endif
+
 void Kernels::embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& y,
                                 std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
   constexpr const char* op = "embedding_forward";
   const bool bf16 = is_bf16(op, wte);
   if (on_cuda(op, {&tokens, &wte, &wpe, &y})) {
-    if (bf16) no_bf16_on_cuda(op);
-    COSHARD_CUDA_OP(cuda::embedding_forward(native(), cuda::CheckedIds{ids(tokens)}, in(wte), in(wpe), out(y), B, T, C, V));
+    if (bf16) {
+      COSHARD_CUDA_OP(cuda::embedding_forward(native(), cuda::CheckedIds{ids(tokens)}, bits(wte), bits(wpe), out(y), B, T, C,
+                                              V));
+    } else {
+      COSHARD_CUDA_OP(cuda::embedding_forward(native(), cuda::CheckedIds{ids(tokens)}, in(wte), in(wpe), out(y), B, T, C, V));
+    }
     return native_stream_used({&tokens, &wte, &wpe, &y});
   }
   host([=] {
@@ -193,8 +194,11 @@ void Kernels::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, 
   constexpr const char* op = "linear_forward";
   const bool bf16 = is_bf16(op, w);
   if (on_cuda(op, {&x, &w, &b, &y})) {
-    if (bf16) no_bf16_on_cuda(op);
-    COSHARD_CUDA_OP(cuda::linear_forward(launcher_->cuda_->blas, in(x), in(w), in(b), out(y), rows, in_f, out_f, layout));
+    if (bf16) {
+      COSHARD_CUDA_OP(cuda::linear_forward(blas(), in(x), bits(w), in(b), out(y), rows, in_f, out_f, layout));
+    } else {
+      COSHARD_CUDA_OP(cuda::linear_forward(blas(), in(x), in(w), in(b), out(y), rows, in_f, out_f, layout));
+    }
     return native_stream_used({&x, &w, &b, &y});
   }
   host([=] {
@@ -209,9 +213,13 @@ void Kernels::linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w
   constexpr const char* op = "linear_backward";
   const bool bf16 = is_bf16(op, w);
   if (on_cuda(op, {&dy, &x, &w, &dx, &dw, &db})) {
-    if (bf16) no_bf16_on_cuda(op);
-    COSHARD_CUDA_OP(cuda::linear_backward(launcher_->cuda_->blas, in(dy), in(x), in(w), out(dx), out(dw), out(db), rows,
-                                          in_f, out_f, layout));
+    if (bf16) {
+      COSHARD_CUDA_OP(cuda::linear_backward(blas(), in(dy), in(x), bits(w), out(dx), out(dw), out(db), rows, in_f, out_f,
+                                            layout));
+    } else {
+      COSHARD_CUDA_OP(cuda::linear_backward(blas(), in(dy), in(x), in(w), out(dx), out(dw), out(db), rows, in_f, out_f,
+                                            layout));
+    }
     return native_stream_used({&dy, &x, &w, &dx, &dw, &db});
   }
   host([=] {

@@ -4,10 +4,12 @@
 //
 // Errors are norm-wise, max|gpu - cpu| / max|cpu| (gradcheck.hpp's rel_error). Bounds:
 //   bitwise equal: casts (all 65536 half patterns and special/tie/random floats), residual add,
-//     accumulate, scale, embedding forward and backward (same summation order as the CPU loops)
+//     accumulate, scale, embedding forward (f32 and bf16 tables) and backward (same summation
+//     order as the CPU loops), with checked ids as with checking ones
 //   1e-6: gelu fwd (device tanhf, 2 ulp), cross-entropy loss and lse, AdamW/SGD after 6 steps
 //   5e-6: gelu bwd (the tanhf error amplified through 1 - tanh^2)
-//   1e-5: linear fwd/bwd (cuBLAS vs OpenBLAS summation order), layernorm fwd/bwd, attention
+//   1e-5: linear fwd/bwd (cuBLAS vs OpenBLAS summation order; bf16 weights: GemmEx vs the CPU's
+//     bf16 GEMM, both exact products summed in f32), layernorm fwd/bwd, attention
 //     fwd/bwd, cross-entropy dlogits (block reductions instead of sequential sums)
 //   1e-12: grad norm partials (double accumulation, different order); inf norm exact
 #include <cuda_runtime_api.h>
@@ -155,6 +157,40 @@ TEST_F(OpsCuda, LinearMatchesCpuBothLayouts) {
     check_linear(st(), 10, 7, 5, layout, true);
     check_linear(st(), 10, 7, 5, layout, false);
     check_linear(st(), 67, 131, 93, layout, true);
+  }
+}
+
+// bf16 weights: the CPU's bf16 GEMM (x and dy rounded to bf16, exact products, f32 sums) against
+// cuBLAS's GemmEx on the same bits; only the summation order differs.
+void check_linear_bf16(void* stream, std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
+  SCOPED_TRACE("bf16 rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " + std::to_string(out) +
+               (layout == WeightLayout::in_out ? " in_out" : " out_in"));
+  auto x = random_floats(rows * in, 1);
+  std::vector<std::uint16_t> w(in * out);
+  cpu::cast_f32_to_bf16(random_floats(in * out, 2), w);
+  auto b = random_floats(out, 3);
+  auto dy = random_floats(rows * out, 4);
+  auto dw0 = random_floats(in * out, 5);
+  auto db0 = random_floats(out, 6);
+  std::vector<float> y(rows * out), dx(rows * in), dw = dw0, db = db0;
+  cpu::linear_forward(x, std::span<const std::uint16_t>(w), b, y, rows, in, out, layout);
+  cpu::linear_backward(dy, x, std::span<const std::uint16_t>(w), dx, dw, db, rows, in, out, layout);
+
+  gpu::Blas blas(stream);
+  Dev<float> gx(x), gb(b), gy(rows * out), gdy(dy), gdx(rows * in), gdw(dw0), gdb(db0);
+  Dev<std::uint16_t> gw(w);
+  gpu::linear_forward(blas, gx.c(), gw.c(), gb.c(), gy.s(), rows, in, out, layout);
+  gpu::linear_backward(blas, gdy.c(), gx.c(), gw.c(), gdx.s(), gdw.s(), gdb.s(), rows, in, out, layout);
+  EXPECT_LT(rel(gy.host(), y), 1e-5);
+  EXPECT_LT(rel(gdx.host(), dx), 1e-5);
+  EXPECT_LT(rel(gdw.host(), dw), 1e-5);
+  EXPECT_LT(rel(gdb.host(), db), 1e-5);
+}
+
+TEST_F(OpsCuda, LinearWithBf16WeightsMatchesTheCpuBf16Gemm) {
+  for (auto layout : {WeightLayout::in_out, WeightLayout::out_in}) {
+    check_linear_bf16(st(), 10, 7, 5, layout);
+    check_linear_bf16(st(), 67, 131, 93, layout);
   }
 }
 
@@ -355,6 +391,46 @@ TEST_F(OpsCuda, EmbeddingMatchesCpuWithRepeatedTokens) {
   expect_bitwise(gout.host(), out, "embedding out");
   expect_bitwise(gdwte.host(), dwte, "embedding dwte");
   expect_bitwise(gdwpe.host(), dwpe, "embedding dwpe");
+}
+
+// Checked ids (validated on the host): the overloads that never synchronise give the same bits, on
+// f32 and on bf16 tables (widened exactly), and the loss stays in device memory.
+TEST_F(OpsCuda, CheckedIdOverloadsGiveTheBitsOfTheCheckingOnes) {
+  const std::size_t B = 3, T = 5, C = 37, V = 4, P = 7, N = B * T;
+  auto tok = random_ids(N, static_cast<std::int32_t>(V), 1);
+  auto wte = random_floats(V * C, 2), wpe = random_floats(P * C, 3), dout = random_floats(N * C, 4);
+  std::vector<std::uint16_t> wte16(V * C), wpe16(P * C);
+  cpu::cast_f32_to_bf16(wte, wte16);
+  cpu::cast_f32_to_bf16(wpe, wpe16);
+  std::vector<float> out(N * C), out16(N * C), dwte(V * C, 0.0f), dwpe(P * C, 0.0f);
+  cpu::embedding_forward(tok, wte, wpe, out, B, T, C, V);
+  cpu::embedding_forward(tok, std::span<const std::uint16_t>(wte16), std::span<const std::uint16_t>(wpe16), out16, B,
+                         T, C, V);
+  cpu::embedding_backward(dout, tok, dwte, dwpe, B, T, C, V);
+
+  Dev<std::int32_t> gtok(tok);
+  const gpu::CheckedIds ids{gtok.c()};
+  Dev<float> gwte(wte), gwpe(wpe), gout(N * C), gout16(N * C), gdout(dout);
+  Dev<float> gdwte(std::vector<float>(V * C, 0.0f)), gdwpe(std::vector<float>(P * C, 0.0f));
+  Dev<std::uint16_t> gwte16(wte16), gwpe16(wpe16);
+  gpu::embedding_forward(st(), ids, gwte.c(), gwpe.c(), gout.s(), B, T, C, V);
+  gpu::embedding_forward(st(), ids, gwte16.c(), gwpe16.c(), gout16.s(), B, T, C, V);
+  gpu::embedding_backward(st(), gdout.c(), ids, gdwte.s(), gdwpe.s(), B, T, C, V);
+  expect_bitwise(gout.host(), out, "embedding out");
+  expect_bitwise(gout16.host(), out16, "embedding out, bf16 tables");
+  expect_bitwise(gdwte.host(), dwte, "embedding dwte");
+  expect_bitwise(gdwpe.host(), dwpe, "embedding dwpe");
+
+  auto logits = random_floats(N * V, 5, -3.0f, 3.0f);
+  std::vector<float> lse(N), dlogits(N * V);
+  const float loss = cpu::cross_entropy_forward(logits, tok, lse, N, V);
+  cpu::cross_entropy_backward(logits, tok, lse, dlogits, N, V, 0.5f);
+  Dev<float> glogits(logits), glse(N), gloss(1), gdlogits(N * V);
+  gpu::cross_entropy_forward(st(), glogits.c(), ids, glse.s(), gloss.s(), N, V);
+  gpu::cross_entropy_backward(st(), glogits.c(), ids, glse.c(), gdlogits.s(), N, V, 0.5f);
+  EXPECT_NEAR(gloss.host()[0], loss, 1e-6 * std::fabs(loss));
+  EXPECT_LT(rel(glse.host(), lse), 1e-5);
+  EXPECT_LT(rel(gdlogits.host(), dlogits), 1e-5);
 }
 
 TEST_F(OpsCuda, EmbeddingBadTokenNamesThePositionAndLeavesGradientsAlone) {

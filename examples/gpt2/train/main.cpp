@@ -145,10 +145,11 @@ train::Inputs prepare(const train::TrainOptions& o) {
 
 // Under bf16 mixed precision the units compute on the bf16 parameters where this CPU runs the bf16
 // GEMM kernel. Elsewhere that path would round and widen both operands of every GEMM into f32
-// copies, so they read the engine's f32 copy, made once per unshard, instead. CUDA has no bf16
-// GEMM of coshard's yet (ops::Kernels refuses bf16 weights there).
+// copies, so they read the engine's f32 copy, made once per unshard, instead. A GPU multiplies
+// bf16 natively (cuBLAS), as PyTorch FSDP's param_dtype does there.
 gpt2::Compute compute_of(const train::TrainOptions& o) {
-  if (o.param_dtype != DType::bf16 || o.f32_compute || o.device == "cuda") return gpt2::Compute::f32;
+  if (o.param_dtype != DType::bf16 || o.f32_compute) return gpt2::Compute::f32;
+  if (o.device == "cuda") return gpt2::Compute::bf16;
   return std::string_view(ops::cpu_bf16_gemm()) == "avx512_bf16" ? gpt2::Compute::bf16 : gpt2::Compute::f32;
 }
 

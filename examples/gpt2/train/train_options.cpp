@@ -142,7 +142,7 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--device", o.device,
                  "cpu | cpu-discrete (a CPU device whose memory the host cannot touch, as a GPU's: a host access "
                  "aborts naming it; slower, for proving the GPU path on the CPU) | cuda (GPU LOCAL_RANK, in a build "
-                 "with CUDA; f32 compute, no offload or stream jitter yet: docs/gpu.md)")
+                 "with CUDA; no --offload yet: docs/gpu.md)")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "cpu-discrete", "cuda"}));
 }
 

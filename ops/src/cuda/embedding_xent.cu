@@ -4,6 +4,7 @@
 // host wrapper reads the flag after the kernel and throws.
 #include <cstdint>
 
+#include "coshard/kernels/cast.hpp"
 #include "coshard/kernels/elementwise.hpp"
 #include "device_utils.cuh"
 #include "launch.hpp"
@@ -27,8 +28,13 @@ __global__ void check_ids_kernel(const std::int32_t* __restrict__ ids, std::size
   }
 }
 
-__global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens, const float* __restrict__ wte,
-                                         const float* __restrict__ wpe, float* __restrict__ out, std::size_t T,
+__device__ inline float table_value(float v) { return v; }
+__device__ inline float table_value(std::uint16_t bits) { return kernels::bf16_to_f32(bits); }  // exact
+
+// Tables of f32, or of bf16 (mixed precision's all-gathered bits, widened exactly, as on the CPU).
+template <class Table>
+__global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens, const Table* __restrict__ wte,
+                                         const Table* __restrict__ wpe, float* __restrict__ out, std::size_t T,
                                          std::size_t C, std::size_t V, std::size_t total, unsigned int* bad) {
   for (std::size_t i = global_index(); i < total; i += grid_stride()) {
     const std::size_t n = i / C;
@@ -39,8 +45,18 @@ __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens
       out[i] = 0.0f;
       continue;
     }
-    out[i] = wte[static_cast<std::size_t>(id) * C + c] + wpe[(n % T) * C + c];
+    out[i] = table_value(wte[static_cast<std::size_t>(id) * C + c]) + table_value(wpe[(n % T) * C + c]);
   }
+}
+
+template <class Table>
+cudaError_t launch_embedding(const std::int32_t* tokens, const Table* wte, const Table* wpe, float* out,
+                             std::size_t B, std::size_t T, std::size_t C, std::size_t V, unsigned int* bad,
+                             cudaStream_t s) {
+  const std::size_t total = B * T * C;
+  if (total == 0) return cudaSuccess;
+  embedding_forward_kernel<<<grid_for(total), kBlock, 0, s>>>(tokens, wte, wpe, out, T, C, V, total, bad);
+  return cudaGetLastError();
 }
 
 // One thread per column walks the positions in order, as the CPU loop does: repeated tokens add up
@@ -136,10 +152,13 @@ cudaError_t launch_check_ids(const std::int32_t* ids, std::size_t n, std::size_t
 cudaError_t launch_embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out,
                                      std::size_t B, std::size_t T, std::size_t C, std::size_t V, unsigned int* bad,
                                      cudaStream_t s) {
-  const std::size_t total = B * T * C;
-  if (total == 0) return cudaSuccess;
-  embedding_forward_kernel<<<grid_for(total), kBlock, 0, s>>>(tokens, wte, wpe, out, T, C, V, total, bad);
-  return cudaGetLastError();
+  return launch_embedding(tokens, wte, wpe, out, B, T, C, V, bad, s);
+}
+
+cudaError_t launch_embedding_forward(const std::int32_t* tokens, const std::uint16_t* wte, const std::uint16_t* wpe,
+                                     float* out, std::size_t B, std::size_t T, std::size_t C, std::size_t V,
+                                     unsigned int* bad, cudaStream_t s) {
+  return launch_embedding(tokens, wte, wpe, out, B, T, C, V, bad, s);
 }
 
 cudaError_t launch_embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe,

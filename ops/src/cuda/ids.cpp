@@ -64,8 +64,9 @@ class IdFlag {
   detail::StreamScratch<unsigned int> flag_;
 };
 
-void check_embedding_forward(const char* op, std::span<const std::int32_t> tokens, std::span<const float> wte,
-                             std::span<const float> wpe, std::span<float> out, std::size_t B, std::size_t T,
+template <class Table>
+void check_embedding_forward(const char* op, std::span<const std::int32_t> tokens, std::span<const Table> wte,
+                             std::span<const Table> wpe, std::span<float> out, std::size_t B, std::size_t T,
                              std::size_t C, std::size_t V) {
   ops::detail::check_embedding_shapes(op, tokens.size(), wte.size(), wpe.size(), out.size(), B, T, C, V, false);
   ops::detail::check_disjoint(op, "out", out, "wte", wte);
@@ -136,14 +137,30 @@ void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::
   if (flag.first_bad(tokens.data(), bad)) ops::detail::fail_token(op, bad.id, bad.position, T, V);
 }
 
-void embedding_forward(void* stream, CheckedIds tokens, std::span<const float> wte, std::span<const float> wpe,
-                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+namespace {
+
+template <class Table>
+void embedding_forward_checked(void* stream, CheckedIds tokens, std::span<const Table> wte, std::span<const Table> wpe,
+                               std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
   check_embedding_forward("embedding_forward", tokens.ids, wte, wpe, out, B, T, C, V);
   if (B * T == 0) return;
   const cudaStream_t s = as_stream(stream);
   IdFlag unread(s);  // the kernel reports bad ids; these were checked before they were uploaded
   COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.ids.data(), wte.data(), wpe.data(), out.data(), B, T,
                                                           C, V, unread.get(), s));
+}
+
+}  // namespace
+
+void embedding_forward(void* stream, CheckedIds tokens, std::span<const float> wte, std::span<const float> wpe,
+                       std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
+  embedding_forward_checked(stream, tokens, wte, wpe, out, B, T, C, V);
+}
+
+void embedding_forward(void* stream, CheckedIds tokens, std::span<const std::uint16_t> wte,
+                       std::span<const std::uint16_t> wpe, std::span<float> out, std::size_t B, std::size_t T,
+                       std::size_t C, std::size_t V) {
+  embedding_forward_checked(stream, tokens, wte, wpe, out, B, T, C, V);
 }
 
 void embedding_backward(void* stream, std::span<const float> dout, std::span<const std::int32_t> tokens,

@@ -69,6 +69,10 @@ cudaError_t launch_check_ids(const std::int32_t* ids, std::size_t n, std::size_t
 cudaError_t launch_embedding_forward(const std::int32_t* tokens, const float* wte, const float* wpe, float* out,
                                      std::size_t B, std::size_t T, std::size_t C, std::size_t V, unsigned int* bad,
                                      cudaStream_t s);
+// The same on bf16 tables (widened exactly).
+cudaError_t launch_embedding_forward(const std::int32_t* tokens, const std::uint16_t* wte, const std::uint16_t* wpe,
+                                     float* out, std::size_t B, std::size_t T, std::size_t C, std::size_t V,
+                                     unsigned int* bad, cudaStream_t s);
 // dwte / dwpe may be null. Ids outside [0, V) are skipped (the callers check them first).
 cudaError_t launch_embedding_backward(const float* dout, const std::int32_t* tokens, float* dwte, float* dwpe,
                                       std::size_t B, std::size_t T, std::size_t C, std::size_t V, cudaStream_t s);

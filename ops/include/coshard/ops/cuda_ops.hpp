@@ -68,6 +68,18 @@ void linear_forward(Blas& blas, std::span<const float> x, std::span<const float>
 void linear_backward(Blas& blas, std::span<const float> dy, std::span<const float> x, std::span<const float> w,
                      std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
                      std::size_t out, WeightLayout layout = WeightLayout::in_out);
+/// bf16 weights (the bits mixed precision all-gathers), as ops::linear_forward's bf16 overload:
+/// x is rounded to bf16 on the device (stream-ordered scratch), and cublasGemmEx multiplies bf16
+/// operands with f32 sums (CUBLAS_COMPUTE_32F: the products are exact, as on the CPU; tensor cores
+/// where the GPU has them). y f32.
+void linear_forward(Blas& blas, std::span<const float> x, std::span<const std::uint16_t> w, std::span<const float> b,
+                    std::span<float> y, std::size_t rows, std::size_t in, std::size_t out,
+                    WeightLayout layout = WeightLayout::in_out);
+/// bf16 weights: dy and x rounded to bf16 for the GEMMs, as on the CPU; dx written, dw and db
+/// (which sums dy unrounded) accumulated, all f32.
+void linear_backward(Blas& blas, std::span<const float> dy, std::span<const float> x, std::span<const std::uint16_t> w,
+                     std::span<float> dx, std::span<float> dw, std::span<float> db, std::size_t rows, std::size_t in,
+                     std::size_t out, WeightLayout layout = WeightLayout::in_out);
 
 /// Ids (tokens or targets, in device memory) that the caller validated against the vocabulary on
 /// the host before it uploaded them, as a training step does with its batch. The overloads that
@@ -92,6 +104,11 @@ void embedding_backward(void* stream, std::span<const float> dout, std::span<con
 /// embedding_forward on checked ids: enqueued, no synchronisation.
 void embedding_forward(void* stream, CheckedIds tokens, std::span<const float> wte, std::span<const float> wpe,
                        std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
+/// The same on bf16 tables (mixed precision's all-gathered bits), widened exactly as
+/// ops::embedding_forward's bf16 overload does: bitwise equal to it.
+void embedding_forward(void* stream, CheckedIds tokens, std::span<const std::uint16_t> wte,
+                       std::span<const std::uint16_t> wpe, std::span<float> out, std::size_t B, std::size_t T,
+                       std::size_t C, std::size_t V);
 /// embedding_backward on checked ids: enqueued, no synchronisation.
 void embedding_backward(void* stream, std::span<const float> dout, CheckedIds tokens, std::span<float> dwte,
                         std::span<float> dwpe, std::size_t B, std::size_t T, std::size_t C, std::size_t V);

@@ -37,6 +37,9 @@
 namespace coshard::ops {
 
 class Kernels;
+namespace cuda {
+class Blas;
+}
 
 /// Where ops run: a stream, or the calling thread. Move-only; one per stream (on CUDA it holds the
 /// cuBLAS handle bound to that stream). Must outlive the Kernels it begins.
@@ -82,7 +85,7 @@ class Kernels {
   /// new piece of work with the same span.
   void submit();
 
-  /// wte, wpe: f32, or bf16 (CPU only). tokens: i32, checked.
+  /// wte, wpe: f32, or bf16 (widened exactly). tokens: i32, checked.
   void embedding_forward(const Tensor& tokens, const Tensor& wte, const Tensor& wpe, const Tensor& out, std::size_t B,
                          std::size_t T, std::size_t C, std::size_t V);
   /// dwte, dwpe accumulated; either may be undefined.
@@ -95,7 +98,7 @@ class Kernels {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                           std::size_t rows, std::size_t C);
-  /// w: f32, or bf16 (CPU only: ops/linear.hpp's bf16 GEMM). b may be undefined.
+  /// w: f32, or bf16 (ops/linear.hpp's bf16 GEMM: x rounded to bf16, f32 sums). b may be undefined.
   void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, std::size_t rows,
                       std::size_t in, std::size_t out, WeightLayout layout = WeightLayout::in_out);
   /// dx written; dw, db accumulated; any may be undefined.
@@ -147,6 +150,7 @@ class Kernels {
   void host(std::function<void()> work);
   void native_stream_used(std::initializer_list<const Tensor*> tensors);
   void* native() const noexcept;
+  cuda::Blas& blas() const noexcept;  // the launcher's cuBLAS handle (defined in CUDA builds)
 
   Launcher* launcher_;
   std::string span_;

@@ -40,9 +40,9 @@ namespace coshard::gpt2 {
 //    bf16-rounded; GEMMs in f32).
 //  - bf16: the all-gathered bf16 parameters themselves (Unit::computes_in_f32() false): no f32
 //    copy, GEMMs with bf16 weights and f32 sums (ops/linear.hpp), as PyTorch FSDP's param_dtype
-//    computes; layernorms and biases are widened to f32 by the phase's kernels. CPU only for now:
-//    on CUDA the ops refuse bf16 weights (docs/gpu.md). Without mixed precision the parameters
-//    are f32 and this is the same as f32; with f16 it is an error.
+//    computes (cuBLAS's bf16 GEMM on CUDA); layernorms and biases are widened to f32 by the
+//    phase's kernels. Without mixed precision the parameters are f32 and this is the same as f32;
+//    with f16 it is an error.
 enum class Compute { f32, bf16 };
 
 class Gpt2Units {
