@@ -17,6 +17,7 @@
 #ifdef COSHARD_HAVE_CUDA
 #include "coshard/ops/cuda_ops.hpp"
 #include "coshard/runtime/copy.hpp"
+#include "coshard/runtime/cuda.hpp"
 // A CUDA op's call, compiled only where ops::cuda exists; a build without CUDA has no CUDA
 // tensors (its Runtime refuses CUDA devices), so on_cuda() is never true there.
 #define COSHARD_CUDA_OP(...) __VA_ARGS__
@@ -56,9 +57,18 @@ bool is_bf16(const char* op, const Tensor& w) {
 }  // namespace
 
 #ifdef COSHARD_HAVE_CUDA
+namespace {
+// The stream's handle, with its device made current first: cuBLAS binds a handle to that device.
+void* native_on_its_device(Stream& stream) {
+  coshard::cuda::use_device(stream.device());
+  return stream.impl().native();
+}
+}  // namespace
+
 struct Launcher::Cuda {
-  explicit Cuda(void* stream) : blas(stream) {}
+  explicit Cuda(Stream& stream) : blas(native_on_its_device(stream)) {}
   cuda::Blas blas;
+  Allocator pinned{coshard::cuda::pinned_host_memory()};  // upload()'s staging: a copy from it never blocks the host
 };
 #else
 struct Launcher::Cuda {};
@@ -67,7 +77,7 @@ struct Launcher::Cuda {};
 Launcher::Launcher() = default;
 
 Launcher::Launcher(Stream& stream) : stream_(&stream) {
-  if (cuda()) COSHARD_CUDA_OP(cuda_ = std::make_unique<Cuda>(stream.impl().native()));
+  if (cuda()) COSHARD_CUDA_OP(cuda_ = std::make_unique<Cuda>(stream));
 }
 
 Launcher::Launcher(Launcher&&) noexcept = default;
@@ -76,7 +86,11 @@ Launcher::~Launcher() = default;
 
 bool Launcher::cuda() const noexcept { return stream_ && stream_->device().kind == DeviceKind::cuda; }
 
-Kernels Launcher::begin(std::string span) { return Kernels(*this, std::move(span)); }
+Kernels Launcher::begin(std::string span) {
+  // The ops launch on the calling thread's current device: make it the stream's.
+  if (cuda()) COSHARD_CUDA_OP(coshard::cuda::use_device(stream_->device()));
+  return Kernels(*this, std::move(span));
+}
 
 std::size_t Launcher::attention_saved_numel(std::size_t B, std::size_t T, std::size_t NH) const noexcept {
   return cuda() ? B * NH * T * T : B * NH * T;
@@ -86,8 +100,19 @@ Kernels::Kernels(Kernels&& o) noexcept
     : launcher_(std::exchange(o.launcher_, nullptr)), span_(std::move(o.span_)), work_(std::move(o.work_)),
       used_(std::move(o.used_)), uncaught_(o.uncaught_) {}
 
-Kernels::~Kernels() {
-  if (!launcher_ || std::uncaught_exceptions() > uncaught_) return;  // unwinding: what was gathered is dropped
+Kernels::~Kernels() noexcept(false) {
+  if (!launcher_) return;
+  if (std::uncaught_exceptions() > uncaught_) {
+    // Unwinding: the host work gathered is dropped, but the CUDA kernels already launched still
+    // read and write their tensors, so those are marked used all the same. The error being
+    // unwound is the one to report: a failure to mark them goes unsaid.
+    work_.clear();
+    try {
+      submit();
+    } catch (...) {
+    }
+    return;
+  }
   submit();
 }
 
@@ -306,8 +331,12 @@ void Kernels::upload(const Tensor& dst, std::vector<std::int32_t> values) {
   }
   (void)dst.data_as<std::int32_t>();  // throws on another dtype
   if (on_cuda("upload", {&dst})) {
-    COSHARD_CUDA_OP(coshard::upload(*launcher_->stream(), dst, std::move(values)));
-    return native_stream_used({&dst});
+    // Through pinned memory: from pageable memory CUDA may stage the copy synchronously.
+    Tensor staging;
+    COSHARD_CUDA_OP(staging = Tensor::empty(launcher_->cuda_->pinned, DType::i32, dst.shape()));
+    std::memcpy(staging.data(), values.data(), staging.nbytes());
+    COSHARD_CUDA_OP(copy_tensor(*launcher_->stream(), dst, staging));
+    return native_stream_used({&dst, &staging});
   }
   host([dst, values = std::move(values)] { std::memcpy(dst.data(), values.data(), dst.nbytes()); });
 }

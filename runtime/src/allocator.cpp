@@ -60,7 +60,16 @@ void Buffer::record_use(const Event& event) {
   if (!block_) throw Error(Errc::invalid_argument, "record_use on an empty Buffer");
   if (!event.recorded()) throw Error(Errc::invalid_argument, "record_use with an event that was never recorded");
   std::lock_guard lock(owner_->m_);
+  // A buffer that lives for the run (activations, pooled parameters) is used every step: the uses
+  // that completed are dropped here, or their events would pile up for as long as it lives.
+  std::erase_if(block_->uses, [](const auto& use) { return use->ready(); });
   block_->uses.push_back(event.point());
+}
+
+std::size_t Buffer::recorded_uses() const {
+  if (!block_) return 0;
+  std::lock_guard lock(owner_->m_);
+  return block_->uses.size();
 }
 
 void Buffer::reset() noexcept {

@@ -74,6 +74,7 @@ void copy_async(Stream&, void*, const void*, std::size_t) { no_cuda(); }
 std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std::string&)>) { no_cuda(); }
 std::unique_ptr<MemoryResource> pinned_host_memory() { no_cuda(); }
 void memset_async(Stream&, void*, int, std::size_t) { no_cuda(); }
+void use_device(Device) { no_cuda(); }
 #endif
 
 }  // namespace coshard::cuda

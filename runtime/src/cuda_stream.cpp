@@ -238,6 +238,13 @@ void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes) {
   COSHARD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native_of(stream, "cuda::copy_async")));
 }
 
+void use_device(Device device) {
+  if (device.kind != DeviceKind::cuda) {
+    throw Error(Errc::invalid_argument, "cuda::use_device needs a CUDA device, got " + device.to_string());
+  }
+  COSHARD_CUDA_CHECK(cudaSetDevice(device.index));
+}
+
 void memset_async(Stream& stream, void* dst, int value, std::size_t bytes) {
   COSHARD_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, native_of(stream, "cuda::memset_async")));
 }

@@ -73,6 +73,33 @@ TEST(Allocator, ABlockInUseByAStreamIsReusedOnlyAfterItsEvent) {
   EXPECT_EQ(alloc.stats().device_allocations, 2u);
 }
 
+// A buffer that lives for the run is used by every step's work: the uses that completed are dropped
+// as new ones come, so their events do not pile up, while the ones still running are all kept.
+TEST(Allocator, ALongLivedBufferKeepsOnlyTheUsesNotYetComplete) {
+  Allocator alloc(cpu_memory());
+  auto stream = Stream::cpu(Device::cpu(), "compute");
+  auto b = alloc.allocate(4096);
+  for (int step = 0; step < 1000; ++step) {
+    Event used;
+    used.record(stream);
+    stream.synchronize();
+    b.record_use(used);
+  }
+  EXPECT_EQ(b.recorded_uses(), 1u);
+  std::atomic<bool> gate{false};
+  stream.enqueue([&gate] {
+    while (!gate) std::this_thread::sleep_for(1ms);
+  });
+  for (int step = 0; step < 3; ++step) {
+    Event used;
+    used.record(stream);
+    b.record_use(used);
+  }
+  EXPECT_EQ(b.recorded_uses(), 3u) << "dropped a use whose work had not run";
+  gate = true;
+  stream.synchronize();
+}
+
 TEST(Allocator, CapGivesAClearOutOfMemoryError) {
   Allocator alloc(cpu_memory(), {.cap_bytes = 8 << 20});
   auto a = alloc.allocate(6 << 20);

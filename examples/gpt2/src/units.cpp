@@ -207,13 +207,19 @@ void Gpt2Units::head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, cons
   // The loss goes to host memory in stream order (pinned on CUDA), where the Readback's host work,
   // queued after it, may read it: no host access to device memory, no synchronisation.
   if (!host_) {
-    host_ = std::make_unique<Allocator>(scope.runtime().device().kind == DeviceKind::cuda ? cuda::pinned_host_memory()
+    host_ = std::make_shared<Allocator>(scope.runtime().device().kind == DeviceKind::cuda ? cuda::pinned_host_memory()
                                                                                           : cpu_memory());
   }
-  Tensor loss = Tensor::empty(*host_, DType::f32, {1});
-  k.to_host(loss, acts_->loss());
+  // The work keeps the allocator as long as the tensor (declared after it, destroyed before it):
+  // the units may go first, with this work still queued, when a step fails.
+  struct HostLoss {
+    std::shared_ptr<Allocator> memory;
+    Tensor value;
+  };
+  auto loss = std::make_shared<const HostLoss>(HostLoss{host_, Tensor::empty(*host_, DType::f32, {1})});
+  k.to_host(loss->value, acts_->loss());
   k.submit();
-  loss_.publish(scope.compute(), [loss] { return *loss.data_as<float>(); });
+  loss_.publish(scope.compute(), [loss] { return *loss->value.data_as<float>(); });
 }
 
 Task<void> Gpt2Units::forward(fsdp::Engine& engine) { co_await engine.forward(); }

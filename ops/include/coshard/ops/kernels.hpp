@@ -72,15 +72,17 @@ class Launcher {
   std::unique_ptr<Cuda> cuda_;
 };
 
-/// A sequence of ops begun by Launcher::begin. Move-only; submitted by submit() or when destroyed
-/// (not when destroyed by an exception: the ops gathered so far are dropped on a CPU stream).
+/// A sequence of ops begun by Launcher::begin. Move-only; submitted by submit() or when destroyed,
+/// where a failure to enqueue throws (the destructor is noexcept(false)). Destroyed by an exception,
+/// it drops the host work gathered on a CPU stream, and on CUDA still marks the tensors of the
+/// kernels already launched as used.
 /// Tensors are f32 unless said otherwise; optional ones may be undefined (Tensor()).
 class Kernels {
  public:
   /// Takes over `other`'s gathered ops; `other` submits nothing.
   Kernels(Kernels&& other) noexcept;
   Kernels& operator=(Kernels&&) = delete;
-  ~Kernels();  ///< submit(), unless an exception is unwinding
+  ~Kernels() noexcept(false);  ///< submit(); see the class
   /// Enqueues what was gathered (CPU stream) or marks the tensors used (CUDA); later ops go into a
   /// new piece of work with the same span.
   void submit();

@@ -67,7 +67,10 @@ class Buffer {
   explicit operator bool() const noexcept { return block_ != nullptr; }  ///< true while it owns a block
 
   /// The block may be in use by `stream`'s work until `event`: reuse waits for it after free.
+  /// Drops the uses recorded before that have completed, so a long-lived buffer keeps few.
   void record_use(const Event& event);
+  /// Uses recorded and kept: at most the ones not yet complete when the last was recorded, plus it.
+  std::size_t recorded_uses() const;
   void reset() noexcept;  ///< returns the block to its pool
 
  private:

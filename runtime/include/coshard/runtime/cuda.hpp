@@ -78,6 +78,9 @@ Stream make_stream(Device device, std::string name, EventPoller& poller);
 void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes);
 /// Enqueues cudaMemsetAsync(dst, value, bytes) on CUDA `stream`.
 void memset_async(Stream& stream, void* dst, int value, std::size_t bytes);
+/// Makes `device` the calling thread's current CUDA device (cudaSetDevice): where the kernels and
+/// library handles (cuBLAS) that the thread makes next go.
+void use_device(Device device);
 /// Page-locked host memory (cudaHostAlloc, portable to every device) for offloaded state and
 /// staging, so that copies between it and a device run asynchronously and overlap compute. Put a
 /// caching Allocator over it: pinning is slow, reuse is not. When pinning fails (no driver,

@@ -72,7 +72,8 @@ class ParamStore {
   std::size_t size() const noexcept { return infos_.size(); }
   std::span<float> at(std::size_t i);
   std::span<const float> at(std::size_t i) const;
-  // Parameter i as a tensor of its shape, sharing the buffer.
+  // Parameter i as a tensor of its shape, sharing the buffer: a view that must not outlive the
+  // store (nor a move-assignment to it), whose allocator it came from.
   Tensor tensor(std::size_t i) const;
   // By name; throws Errc::invalid_argument naming it when unknown.
   std::span<float> operator[](std::string_view name);

@@ -86,7 +86,7 @@ class Gpt2Units {
   Config c_;
   std::uint64_t seed_;
   Compute compute_;
-  std::unique_ptr<Allocator> host_;  // the loss's host copies: pinned on CUDA
+  std::shared_ptr<Allocator> host_;  // the loss's host copies: pinned on CUDA; shared with the work reading them
   std::unique_ptr<ops::Launcher> launch_;
   std::unique_ptr<Activations> acts_;
   std::shared_ptr<const Batch> pending_;
