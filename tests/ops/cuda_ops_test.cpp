@@ -24,6 +24,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "coshard/ops/attention.hpp"
@@ -128,22 +129,41 @@ class OpsCuda : public ::testing::Test {
 
 // ---- linear ----
 
+// Seeded weights: f32, or (W = std::uint16_t) the bf16 bits nearest to the same values.
+template <class W>
+std::vector<W> random_weights(std::size_t n, std::uint32_t seed) {
+  auto v = random_floats(n, seed);
+  if constexpr (std::is_same_v<W, float>) {
+    return v;
+  } else {
+    std::vector<W> bits(n);
+    cpu::cast_f32_to_bf16(v, bits);
+    return bits;
+  }
+}
+
+// W = float: f32 weights. W = std::uint16_t: bf16 weights, the CPU's bf16 GEMM (x and dy rounded
+// to bf16, exact products, f32 sums) against cuBLAS's GemmEx on the same bits; only the summation
+// order differs, as for f32.
+template <class W>
 void check_linear(void* stream, std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout, bool bias) {
-  SCOPED_TRACE("rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " + std::to_string(out) +
+  SCOPED_TRACE(std::string(std::is_same_v<W, float> ? "f32" : "bf16") + " rows " + std::to_string(rows) + " in " +
+               std::to_string(in) + " out " + std::to_string(out) +
                (layout == WeightLayout::in_out ? " in_out" : " out_in") + (bias ? " bias" : ""));
   auto x = random_floats(rows * in, 1);
-  auto w = random_floats(in * out, 2);
+  const auto w = random_weights<W>(in * out, 2);
   auto b = bias ? random_floats(out, 3) : std::vector<float>{};
   auto dy = random_floats(rows * out, 4);
   auto dw0 = random_floats(in * out, 5);  // gradients of parameters accumulate
   auto db0 = random_floats(out, 6);
 
   std::vector<float> y(rows * out), dx(rows * in), dw = dw0, db = db0;
-  cpu::linear_forward(x, w, b, y, rows, in, out, layout);
-  cpu::linear_backward(dy, x, w, dx, dw, db, rows, in, out, layout);
+  cpu::linear_forward(x, std::span<const W>(w), b, y, rows, in, out, layout);
+  cpu::linear_backward(dy, x, std::span<const W>(w), dx, dw, db, rows, in, out, layout);
 
   gpu::Blas blas(stream);
-  Dev<float> gx(x), gw(w), gb(b), gy(rows * out), gdy(dy), gdx(rows * in), gdw(dw0), gdb(db0);
+  Dev<float> gx(x), gb(b), gy(rows * out), gdy(dy), gdx(rows * in), gdw(dw0), gdb(db0);
+  Dev<W> gw(w);
   gpu::linear_forward(blas, gx.c(), gw.c(), gb.c(), gy.s(), rows, in, out, layout);
   gpu::linear_backward(blas, gdy.c(), gx.c(), gw.c(), gdx.s(), gdw.s(), gdb.s(), rows, in, out, layout);
   EXPECT_LT(rel(gy.host(), y), 1e-5);
@@ -154,43 +174,16 @@ void check_linear(void* stream, std::size_t rows, std::size_t in, std::size_t ou
 
 TEST_F(OpsCuda, LinearMatchesCpuBothLayouts) {
   for (auto layout : {WeightLayout::in_out, WeightLayout::out_in}) {
-    check_linear(st(), 10, 7, 5, layout, true);
-    check_linear(st(), 10, 7, 5, layout, false);
-    check_linear(st(), 67, 131, 93, layout, true);
+    check_linear<float>(st(), 10, 7, 5, layout, true);
+    check_linear<float>(st(), 10, 7, 5, layout, false);
+    check_linear<float>(st(), 67, 131, 93, layout, true);
   }
-}
-
-// bf16 weights: the CPU's bf16 GEMM (x and dy rounded to bf16, exact products, f32 sums) against
-// cuBLAS's GemmEx on the same bits; only the summation order differs.
-void check_linear_bf16(void* stream, std::size_t rows, std::size_t in, std::size_t out, WeightLayout layout) {
-  SCOPED_TRACE("bf16 rows " + std::to_string(rows) + " in " + std::to_string(in) + " out " + std::to_string(out) +
-               (layout == WeightLayout::in_out ? " in_out" : " out_in"));
-  auto x = random_floats(rows * in, 1);
-  std::vector<std::uint16_t> w(in * out);
-  cpu::cast_f32_to_bf16(random_floats(in * out, 2), w);
-  auto b = random_floats(out, 3);
-  auto dy = random_floats(rows * out, 4);
-  auto dw0 = random_floats(in * out, 5);
-  auto db0 = random_floats(out, 6);
-  std::vector<float> y(rows * out), dx(rows * in), dw = dw0, db = db0;
-  cpu::linear_forward(x, std::span<const std::uint16_t>(w), b, y, rows, in, out, layout);
-  cpu::linear_backward(dy, x, std::span<const std::uint16_t>(w), dx, dw, db, rows, in, out, layout);
-
-  gpu::Blas blas(stream);
-  Dev<float> gx(x), gb(b), gy(rows * out), gdy(dy), gdx(rows * in), gdw(dw0), gdb(db0);
-  Dev<std::uint16_t> gw(w);
-  gpu::linear_forward(blas, gx.c(), gw.c(), gb.c(), gy.s(), rows, in, out, layout);
-  gpu::linear_backward(blas, gdy.c(), gx.c(), gw.c(), gdx.s(), gdw.s(), gdb.s(), rows, in, out, layout);
-  EXPECT_LT(rel(gy.host(), y), 1e-5);
-  EXPECT_LT(rel(gdx.host(), dx), 1e-5);
-  EXPECT_LT(rel(gdw.host(), dw), 1e-5);
-  EXPECT_LT(rel(gdb.host(), db), 1e-5);
 }
 
 TEST_F(OpsCuda, LinearWithBf16WeightsMatchesTheCpuBf16Gemm) {
   for (auto layout : {WeightLayout::in_out, WeightLayout::out_in}) {
-    check_linear_bf16(st(), 10, 7, 5, layout);
-    check_linear_bf16(st(), 67, 131, 93, layout);
+    check_linear<std::uint16_t>(st(), 10, 7, 5, layout, true);
+    check_linear<std::uint16_t>(st(), 67, 131, 93, layout, false);
   }
 }
 
