@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <memory>
+#include <span>
 
 #include "convert.hpp"
 #include "coshard/runtime/copy.hpp"
@@ -12,14 +14,21 @@
 namespace coshard::fsdp::detail {
 namespace {
 
-// True when the work runs as CUDA kernels: every tensor is CUDA memory, on a CUDA stream.
-bool kernels(Stream& stream, const char* what, std::initializer_list<const Tensor*> tensors) {
-  std::size_t cuda = 0;
-  for (const Tensor* t : tensors) cuda += on_cuda(*t) ? 1 : 0;
-  if (cuda != 0 && (cuda != tensors.size() || stream.device().kind != DeviceKind::cuda)) {
-    throw Error(Errc::invalid_argument,
-                std::string(what) + " on stream '" + stream.name() +
-                    "' mixes CUDA and host memory: offloaded state on a CUDA runtime is not supported yet");
+bool kernels(Stream& stream, const char* what, std::span<const Tensor* const> tensors) {
+  std::size_t defined = 0, device = 0, cuda = 0;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;  // an absent optimizer buffer
+    ++defined;
+    device += t->host_accessible() ? 0 : 1;
+    cuda += on_cuda(*t) ? 1 : 0;
+  }
+  if (device != 0 && device != defined) {
+    throw Error(Errc::internal, std::string(what) + " on stream '" + stream.name() +
+                                    "' mixes device and host memory: stage the host tensor through copy_tensor");
+  }
+  if (cuda != 0 && stream.device().kind != DeviceKind::cuda) {
+    throw Error(Errc::internal, std::string(what) + " on CUDA memory but stream '" + stream.name() + "' on " +
+                                    stream.device().to_string());
   }
   return cuda != 0;
 }
@@ -48,10 +57,14 @@ struct Account {
 
 }  // namespace
 
+bool runs_as_kernels(Stream& stream, const char* what, std::initializer_list<const Tensor*> tensors) {
+  return kernels(stream, what, std::span<const Tensor* const>(tensors.begin(), tensors.size()));
+}
+
 void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float scale, std::string span,
                  Traffic traffic) {
   check_sizes("cast_scaled", dst, src);
-  if (kernels(stream, "cast_scaled", {&dst, &src})) {
+  if (runs_as_kernels(stream, "cast_scaled", {&dst, &src})) {
     cuda_ops::cast_scaled(stream.impl().native(), f32_span(src), dst.data(), dst.dtype(), scale);
     record_use(stream, {dst, src});  // their blocks are reused only after the kernel
     return;
@@ -78,7 +91,7 @@ void cast_scaled(Stream& stream, const Tensor& dst, const Tensor& src, float sca
 
 void widen(Stream& stream, const Tensor& dst, const Tensor& src, std::string span) {
   check_sizes("widen", dst, src);
-  if (kernels(stream, "widen", {&dst, &src})) {
+  if (runs_as_kernels(stream, "widen", {&dst, &src})) {
     cuda_ops::widen(stream.impl().native(), src.data(), src.dtype(), f32_span(dst));
     record_use(stream, {dst, src});
     return;
@@ -90,7 +103,7 @@ void widen(Stream& stream, const Tensor& dst, const Tensor& src, std::string spa
 
 void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType dtype, std::string span) {
   check_sizes("round_through", dst, src);
-  if (kernels(stream, "round_through", {&dst, &src})) {
+  if (runs_as_kernels(stream, "round_through", {&dst, &src})) {
     cuda_ops::round_through(stream.impl().native(), f32_span(src), f32_span(dst), dtype);
     record_use(stream, {dst, src});
     return;
@@ -105,7 +118,7 @@ void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType d
 void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span,
                        Traffic traffic) {
   check_sizes("accumulate_scaled", acc, x);
-  if (kernels(stream, "accumulate_scaled", {&acc, &x})) {
+  if (runs_as_kernels(stream, "accumulate_scaled", {&acc, &x})) {
     cuda_ops::accumulate_scaled(stream.impl().native(), f32_span(acc), x.data(), x.dtype(), scale, round);
     record_use(stream, {acc, x});
     return;
@@ -130,8 +143,34 @@ void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float
   }, std::move(span));
 }
 
+void copy_counted(Stream& stream, const Tensor& dst, const Tensor& src, std::string span, Traffic traffic) {
+  // On CUDA the copy is a DMA, timed between two host callbacks around it (they call no CUDA).
+  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>();
+  stream.enqueue([t0] { *t0 = std::chrono::steady_clock::now(); });
+  copy_tensor(stream, dst, src, std::move(span));
+  stream.enqueue([t0, traffic, bytes = dst.nbytes()] {
+    if (traffic.bytes) traffic.bytes->add(static_cast<double>(bytes));
+    if (traffic.seconds) traffic.seconds->add(std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count());
+  });
+}
+
+void norm_partial(Stream& stream, std::vector<NormPiece> pieces, ops::NormType type, const Tensor& out,
+                  std::shared_ptr<double> partial, std::string span) {
+  std::vector<const Tensor*> tensors{&out};
+  for (const auto& piece : pieces) tensors.push_back(&piece.grad);
+  if (kernels(stream, "norm_partial", tensors)) {
+    throw Error(Errc::internal, "norm_partial: CUDA gradients take the norm kernels, not a host loop");
+  }
+  stream.enqueue([pieces = std::move(pieces), type, out, partial] {
+    std::vector<std::span<const float>> spans;
+    for (const auto& piece : pieces) spans.emplace_back(piece.grad.data_as<float>() + piece.offset, piece.size);
+    *partial = ops::norm_partial(spans, type);
+    out.data_as<float>()[0] = static_cast<float>(*partial);
+  }, std::move(span));
+}
+
 void scale(Stream& stream, const Tensor& t, float c, std::string span) {
-  if (kernels(stream, "scale", {&t})) {
+  if (runs_as_kernels(stream, "scale", {&t})) {
     cuda_ops::scale_inplace(stream.impl().native(), f32_span(t), c);
     record_use(stream, {t});
     return;

@@ -17,11 +17,14 @@ void check_dtypes(const detail::Context& ctx) {
   }
 }
 
-void check_offload(const Options& opt, Device device) {
+void check_offload(const Options& opt, const Runtime& rt) {
   const Offload& off = opt.offload;
-  if (off.any() && device.kind == DeviceKind::cuda) {
-    throw Error(Errc::bad_config, "CPU offload on " + device.to_string() + " is not supported yet: its copies and "
-                                  "host-side updates run on the CPU devices only (docs/gpu.md). Turn offload off");
+  if (off.params && !(off.grads && off.optimizer) && !rt.host_accessible()) {
+    throw Error(Errc::bad_config, "offload.params without offload.grads and offload.optimizer on " +
+                                      rt.device().to_string() + ": the host cannot reach this device's memory, so the "
+                                      "optimizer steps on the host only when master shards, gradients and optimizer "
+                                      "state all live there (as PyTorch's CPUOffload moves them together). Set "
+                                      "offload.grads and offload.optimizer too");
   }
   if ((off.grads || off.optimizer) && !off.params) {
     throw Error(Errc::bad_config, "offload of the " + std::string(off.optimizer ? "optimizer" : "gradients") +
@@ -42,7 +45,7 @@ void check_offload(const Options& opt, Device device) {
 void check_options(const detail::Context& ctx, const std::vector<Unit*>& units) {
   check_dtypes(ctx);
   if (units.empty()) throw Error(Errc::bad_config, "the engine needs at least one unit");
-  check_offload(ctx.opt, ctx.rt.device());
+  check_offload(ctx.opt, ctx.rt);
   if (ctx.opt.in_flight < 1) {
     throw Error(Errc::bad_config, "in_flight must be at least 1, not " + std::to_string(ctx.opt.in_flight));
   }

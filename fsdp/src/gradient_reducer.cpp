@@ -39,7 +39,7 @@ DivideFactors DivideFactors::of(std::optional<double> custom_factor, DType reduc
 GradientReducer::GradientReducer(Context& ctx, std::vector<UnitState>& units, CommGroups& comms, Offload* offload)
     : ctx_(ctx), units_(units), comms_(comms), offload_(offload),
       factors_(DivideFactors::of(ctx.opt.gradient_divide_factor, ctx.reduce_dtype, ctx.world)),
-      staging_(ctx.reduce_dtype), outputs_(ctx.reduce_dtype) {
+      staging_(ctx.reduce_dtype), outputs_(ctx.reduce_dtype), landing_(ctx.reduce_dtype) {
   pool_ = std::make_unique<BufferPool>(DType::f32);
   for (const auto& u : units_) {
     max_padded_ = std::max(max_padded_, u.layout.padded);
@@ -158,12 +158,25 @@ Event GradientReducer::collective(UnitState& u, const Tensor& input, Tensor& out
 Stream& GradientReducer::sink() noexcept { return offload_ ? offload_->d2h() : *ctx_.streams.reduce; }
 
 // shard += out * post, in f32; keep_low_precision_grads rounds each added gradient to param_dtype.
-// Offloaded, the accumulation is the device-to-host move: its bytes and time are counted.
+// Offloaded, the accumulation is the device-to-host move: its bytes and time are counted. Where
+// the host cannot reach device memory, the shard lands in a host slot first (a DMA on CUDA).
 void GradientReducer::accumulate(UnitState& u, const Tensor& out, double post) {
   const DType round = ctx_.opt.mixed_precision.keep_low_precision_grads ? ctx_.param_dtype : DType::f32;
-  const Traffic d2h = offload_ ? Traffic{ctx_.metrics.d2h_bytes, ctx_.metrics.d2h_seconds} : Traffic{};
-  accumulate_scaled(sink(), u.shard.grad, out, static_cast<float>(post), round,
-                    (offload_ ? "d2h " : "accumulate grads ") + u.name, d2h);
+  if (!offload_) {
+    accumulate_scaled(sink(), u.shard.grad, out, static_cast<float>(post), round, "accumulate grads " + u.name);
+    return;
+  }
+  Traffic d2h{ctx_.metrics.d2h_bytes, ctx_.metrics.d2h_seconds};
+  Tensor x = out;
+  if (!ctx_.rt.host_accessible()) {
+    auto lease = landing_.acquire(offload_->host(), max_chunk_);
+    if (lease.previous_use) sink().wait(*lease.previous_use);
+    acquired_.push_back({&landing_, lease.slot});
+    x = lease.buffer.view(0, {out.numel()});
+    copy_counted(sink(), x, out, "d2h " + u.name, d2h);
+    d2h.bytes = nullptr;  // counted by the copy; the accumulation adds its time
+  }
+  accumulate_scaled(sink(), u.shard.grad, x, static_cast<float>(post), round, "d2h " + u.name, d2h);
 }
 
 // The pool slot goes back with the reduction's event, one reduction later (held_grad_slot_); the
@@ -216,11 +229,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   // The partial norm is device work on the reduce stream, after every unit's reduction; only the
   // scalar comes back to the host.
   Stream& stream = *ctx_.streams.reduce;
-  struct Piece {
-    Tensor grad;
-    std::size_t offset, size;
-  };
-  std::vector<Piece> pieces;  // padding excluded
+  std::vector<NormPiece> pieces;  // padding excluded
   for (auto& u : units_) {
     if (u.grads.reduced) stream.wait(*u.grads.reduced);
     const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
@@ -228,7 +237,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   }
   Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
   auto partial = std::make_shared<double>(0.0);
-  if (on_cuda(t)) {
+  if (on_cuda(t) && !offload_) {
     // Kernels into a double on the device (an i64 tensor's 8 bytes), read back, as f32 into `t`.
     Tensor partial_bits = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
     std::vector<std::span<const float>> spans;
@@ -239,12 +248,12 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
     *partial = std::bit_cast<double>(bits[0]);
     upload(stream, t, std::vector<float>{static_cast<float>(*partial)});
   } else {
-    stream.enqueue([pieces = std::move(pieces), type, t, partial] {
-      std::vector<std::span<const float>> spans;
-      for (const auto& piece : pieces) spans.emplace_back(piece.grad.data_as<float>() + piece.offset, piece.size);
-      *partial = ops::norm_partial(spans, type);
-      t.data_as<float>()[0] = static_cast<float>(*partial);
-    }, "grad norm");
+    // A host loop over host gradients (offloaded) or a CPU device's; its result reaches device
+    // memory the host cannot touch through a copy.
+    const bool land = offload_ && !t.host_accessible();
+    Tensor out = land ? Tensor::empty(offload_->host(), DType::f32, {1}) : t;
+    norm_partial(stream, std::move(pieces), type, out, partial, "grad norm");
+    if (land) copy_tensor(stream, t, out, "grad norm up");
   }
   double reduced = 0.0;
   if (ctx_.sharded() && ctx_.world > 1) {

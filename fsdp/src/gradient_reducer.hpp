@@ -87,7 +87,10 @@ class GradientReducer {
   // double buffered: a reduction's slots go back when the next one is issued, so a reduce-scatter
   // reuses those of the reduction before last, whose accumulation on d2h had a whole reduction's
   // time to finish.
-  BufferPool staging_, outputs_;
+  // With offloaded gradients where the host cannot reach device memory, `landing_` holds the
+  // reduced shard copied to host memory (pinned on CUDA) for the host to accumulate, double
+  // buffered with the others.
+  BufferPool staging_, outputs_, landing_;
   std::int64_t max_padded_ = 0, max_chunk_ = 0;  // the largest unit's: what every slot holds
   struct Held {
     BufferPool* pool;

@@ -22,11 +22,18 @@ std::size_t offloaded_bytes(const std::vector<UnitState>& units, const Context& 
   return need;
 }
 
+std::size_t landing_bytes(const std::vector<UnitState>& units, const Context& ctx) {
+  if (!ctx.opt.offload.grads || ctx.rt.host_accessible()) return 0;
+  std::int64_t max_chunk = 0;
+  for (const auto& u : units) max_chunk = std::max(max_chunk, u.layout.chunk);
+  return 2 * static_cast<std::size_t>(max_chunk) * size_of(ctx.reduce_dtype);
+}
+
 Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) {
   const auto& off = ctx.opt.offload;
   if (off.host_memory_cap_bytes > 0) {
     // The caching allocator rounds blocks up; leave it room.
-    const std::size_t need = offloaded_bytes(units, ctx);
+    const std::size_t need = offloaded_bytes(units, ctx) + landing_bytes(units, ctx);
     if (need + need / 8 > off.host_memory_cap_bytes) {
       throw Error(Errc::bad_config, "the offloaded sharded state needs " + std::to_string(need) +
                                         " bytes of host memory on this rank (plus allocator rounding), but the host "
@@ -35,8 +42,7 @@ Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) 
     }
   }
   // Host memory apart from device memory, as on a GPU: pinned on CUDA, so that h2d and d2h copies
-  // can overlap compute (offload there waits for its mixed host/device casts: Engine::create
-  // refuses it, docs/gpu.md); cpu-discrete keeps it separate the same way.
+  // are DMAs that overlap compute; cpu-discrete keeps it separate the same way.
   auto memory = ctx.rt.device().kind == DeviceKind::cuda ? cuda::pinned_host_memory() : cpu_memory();
   host_ = std::make_unique<Allocator>(std::move(memory), Allocator::Options{.cap_bytes = off.host_memory_cap_bytes});
   if (off.params) {
@@ -50,7 +56,18 @@ Offload::Staged Offload::stage_master(const UnitState& u) {
   if (lease.previous_use) h2d().wait(*lease.previous_use);
   if (u.shard.updated) h2d().wait(*u.shard.updated);
   Tensor dev = lease.buffer.view(0, {u.layout.chunk});
-  cast_scaled(h2d(), dev, u.shard.master, 1.0f, "h2d " + u.name, {ctx_.metrics.h2d_bytes, ctx_.metrics.h2d_seconds});
+  const Traffic traffic{ctx_.metrics.h2d_bytes, ctx_.metrics.h2d_seconds};
+  if (ctx_.rt.host_accessible()) {
+    cast_scaled(h2d(), dev, u.shard.master, 1.0f, "h2d " + u.name, traffic);
+  } else if (ctx_.param_dtype == DType::f32) {
+    copy_counted(h2d(), dev, u.shard.master, "h2d " + u.name, traffic);
+  } else {
+    // Device memory the host cannot reach: the f32 shard goes up as it is (pinned, a DMA), then is
+    // cast on the device, as FSDP does. The scratch goes back to the allocator behind the cast.
+    Tensor up = Tensor::empty(ctx_.rt.allocator(), DType::f32, {u.layout.chunk});
+    copy_counted(h2d(), up, u.shard.master, "h2d " + u.name, traffic);
+    cast_scaled(h2d(), dev, up, 1.0f, "cast " + u.name);
+  }
   return {dev, lease.slot};
 }
 

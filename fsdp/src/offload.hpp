@@ -3,12 +3,14 @@
 // d2h streams, and the device copies of offloaded master shards.
 //
 // Ordering it keeps:
-//  - a master shard is copied to the device (cast to the parameter dtype) on h2d only after the
+//  - a master shard is copied to the device (cast to the parameter dtype: by the host loop where
+//    the host reaches device memory, else copied in f32 and cast on the device) on h2d only after the
 //    shard's last optimizer update (ShardTensors::updated) and after the previous user of the
 //    device copy's slot (the all-gather that read it) completed;
 //  - the device copy's slot is handed back with the all-gather's event, so the next copy into it
 //    waits for that all-gather;
-//  - reduced gradient shards are accumulated on the host behind d2h (GradientReducer::sink).
+//  - reduced gradient shards are accumulated on the host behind d2h (GradientReducer::sink), after
+//    a copy into host landing slots where the host cannot reach device memory.
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -21,6 +23,9 @@ namespace coshard::fsdp::detail {
 
 // Host bytes the offloaded sharded state of `units` takes (before allocator rounding).
 std::size_t offloaded_bytes(const std::vector<UnitState>& units, const Context& ctx);
+// Host bytes where reduced gradient shards land before the host accumulates them, on a device
+// whose memory the host cannot reach (two slots of the largest shard, in the reduce dtype); else 0.
+std::size_t landing_bytes(const std::vector<UnitState>& units, const Context& ctx);
 // Optimizer state tensors per shard: AdamW 2, SGD with momentum 1, plain SGD 0.
 int optimizer_buffers(const Optimizer& optimizer);
 

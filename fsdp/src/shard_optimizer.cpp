@@ -59,7 +59,7 @@ void ShardOptimizer::step_unit(std::size_t ui) {
   Stream& stream = *ctx_.streams.optimizer;
   if (u.grads.reduced) stream.wait(*u.grads.reduced);
   Tensor g = u.shard.grad;
-  if (on_cuda(u.shard.master)) {
+  if (runs_as_kernels(stream, "optimizer", {&u.shard.master, &u.shard.grad, &u.shard.opt_a, &u.shard.opt_b})) {
     // Kernels on the optimizer stream; their time is the device's (the overlap counters count
     // host-side optimizer work only).
     update_of(u)(stream.impl().native());

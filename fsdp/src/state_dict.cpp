@@ -36,8 +36,14 @@ Task<StateDict> gather_full_state(std::vector<UnitState>& units, Context& ctx, C
   for (auto& u : units) {
     Tensor full = u.shard.master;
     if (ctx.sharded() && ctx.shard_size > 1) {
+      // An offloaded shard is host memory: NCCL gathers device memory only, so it goes up first.
+      Tensor shard = u.shard.master;
+      if (shard.host_accessible() && !ctx.rt.host_accessible()) {
+        shard = Tensor::empty(ctx.rt.allocator(), DType::f32, {shard.numel()});
+        copy_tensor(*ctx.streams.compute, shard, u.shard.master, "state dict up " + u.name);
+      }
       full = Tensor::empty(ctx.rt.allocator(), DType::f32, {u.layout.padded});
-      co_await comms.all_gather->all_gather(u.shard.master, full, *ctx.streams.compute);
+      co_await comms.all_gather->all_gather(shard, full, *ctx.streams.compute);
     }
     if (rank0_only && ctx.rank != 0) continue;
     const std::vector<float> values = co_await download<float>(*ctx.streams.compute, full);

@@ -39,6 +39,7 @@ Tensor Tensor::empty(Allocator& alloc, DType dtype, Shape shape) {
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.device_ = alloc.device();
+  t.host_accessible_ = alloc.host_accessible();
   t.storage_ = std::make_shared<Buffer>(alloc.allocate(bytes_of(t.numel_, dtype)));
   return t;
 }

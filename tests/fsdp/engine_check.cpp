@@ -578,6 +578,11 @@ struct Run {
     b.offload.params = b.offload.grads = b.offload.optimizer = true;
     b.offload.host_memory_cap_bytes = 1024;
     co_await expect("a host cap below the shards", b, "but the host memory cap is 1024 bytes");
+    if (cfg.discrete) {  // the optimizer would mix host and device memory (on CUDA as well)
+      fsdp::Options c = options();
+      c.offload.params = true;
+      co_await expect("parameters offloaded alone", c, "without offload.grads and offload.optimizer on cpu:0");
+    }
   }
 
   // Reductions in reduce_dtype, all-gathers in param_dtype (seen by the communicator hook).

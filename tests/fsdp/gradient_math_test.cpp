@@ -86,6 +86,20 @@ TEST_F(ModelTest, OffloadedBytesCountEachOffloadedTensorOfTheShard) {
   EXPECT_EQ(optimizer_buffers(SGD{{.momentum = 0.9}}), 1);
 }
 
+// Where the host cannot reach device memory, reduced gradient shards land in two host slots of the
+// largest shard before the host accumulates them; the cap counts them.
+TEST_F(ModelTest, LandingSlotsCountWhereTheHostCannotReachDeviceMemory) {
+  ctx.opt.offload = {.params = true, .grads = true, .optimizer = true};
+  EXPECT_EQ(landing_bytes(units, ctx), 0u);  // the CPU device: the host accumulates in place
+  Runtime discrete({.rank = 0, .discrete_memory = true});
+  Context dctx{discrete, ctx.opt};
+  dctx.shard_size = 2;
+  dctx.reduce_dtype = DType::bf16;
+  EXPECT_EQ(landing_bytes(units, dctx), 2u * 8u * 2u);
+  dctx.opt.offload.grads = dctx.opt.offload.optimizer = false;
+  EXPECT_EQ(landing_bytes(units, dctx), 0u);
+}
+
 TEST_F(ModelTest, ACapBelowTheOffloadedStateFailsAtCreation) {
   ctx.opt.offload = {.params = true, .host_memory_cap_bytes = 64};
   try {

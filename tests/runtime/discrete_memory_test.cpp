@@ -40,6 +40,22 @@ TEST(DiscreteMemory, StreamWorkReadsAndWritesAndCopiesRoundTrip) {
   }
 }
 
+// A tensor says whether the host may dereference it, and its views say the same: what the engine
+// checks so that no piece of its work mixes device and host memory (device_work.hpp).
+TEST(DiscreteMemory, TensorsSayWhetherTheHostCanReachThem) {
+  Runtime rt(discrete());
+  Allocator host(cpu_memory());
+  const Tensor device = Tensor::empty(rt.allocator(), DType::f32, {8});
+  const Tensor plain = Tensor::empty(host, DType::f32, {8});
+  EXPECT_FALSE(device.host_accessible());
+  EXPECT_FALSE(device.view(2, {3}).host_accessible());
+  EXPECT_TRUE(plain.host_accessible());
+  EXPECT_TRUE(plain.view(2, {3}).host_accessible());
+  Runtime cpu(Runtime::Options{});
+  EXPECT_TRUE(Tensor::empty(cpu.allocator(), DType::f32, {1}).host_accessible());
+  EXPECT_TRUE(Tensor().host_accessible());  // no storage: nothing to fault on
+}
+
 TEST(DiscreteMemory, TheGateIsClosedOnceTheStreamsAreIdle) {
   DiscreteCpuMemory memory(Device::cpu(), 0);
   auto s = Stream::cpu(Device::cpu(), "compute", {.gate = &memory});

@@ -1,6 +1,6 @@
 // gpt2-train on CUDA (--device cuda: a GPU per local rank, NCCL between them) trains GPT-2 to the
-// losses of the CPU device, with a sharded checkpoint saved and resumed, and under bf16 mixed
-// precision on the engine's f32 copy on both sides (--f32-compute: the CPU computes on the bf16
+// losses of the CPU device, with a sharded checkpoint saved and resumed, with CPU offload (pinned
+// host state, the optimizer as host callbacks), and under bf16 mixed precision on the engine's f32 copy on both sides (--f32-compute: the CPU computes on the bf16
 // parameters only where it has the AVX512-BF16 kernel, so the two would take different GEMMs;
 // the bf16 GEMMs are compared op by op in gpt2_model_cuda_test). Label gpu: skipped, naming the reason, where no CUDA device is usable. The bound is
 // looser than the cpu-discrete device's bitwise equality: the CUDA ops sum in another order
@@ -43,7 +43,8 @@ TEST(TrainerCuda, SameLossesAsTheCpuDevice) {
   const int ranks = std::min(2, probe.devices);
   auto d = temp_dir("cuda");
   const std::string common = "--steps 6 --seq 32 --clip 1 --log-json - ";
-  for (const std::string extra : {"", "--mixed-precision bf16 --f32-compute --strategy shard_grad_op"}) {
+  for (const std::string extra : {"", "--mixed-precision bf16 --f32-compute --strategy shard_grad_op",
+                                   "--mixed-precision bf16 --f32-compute --offload"}) {
     auto cpu = run_command(launch(ranks, common + extra));
     ASSERT_EQ(cpu.rc, 0) << cpu.output;
     const fs::path dir = d / ("ckpt" + std::to_string(extra.size()));

@@ -456,14 +456,7 @@ TEST(TrainerDiscrete, SameLossesAsTheCpuDevice) {
   }
 }
 
-// What CUDA cannot do yet is refused before any rank starts, naming what to do (docs/gpu.md); the
-// CUDA runs themselves are the gpu suite's (trainer_cuda_test.cpp).
-TEST(TrainerCuda, OffloadOnCudaIsRefusedNamingWhatToDo) {
-  auto r = run_command(launch(1, "--steps 1 --device cuda --offload"));
-  EXPECT_NE(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("--offload on --device cuda is not supported yet"), std::string::npos) << r.output;
-}
-
+// The CUDA runs themselves are the gpu suite's (trainer_cuda_test.cpp).
 // Without a usable GPU (this machine and CI's), --device cuda says why on every rank and fails.
 TEST(TrainerCuda, WithoutAUsableGpuDeviceCudaSaysWhy) {
   if (coshard::cuda::probe().devices > 0) GTEST_SKIP() << "a CUDA device is visible here";

@@ -142,7 +142,7 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--device", o.device,
                  "cpu | cpu-discrete (a CPU device whose memory the host cannot touch, as a GPU's: a host access "
                  "aborts naming it; slower, for proving the GPU path on the CPU) | cuda (GPU LOCAL_RANK, in a build "
-                 "with CUDA; no --offload yet: docs/gpu.md)")
+                 "with CUDA: docs/gpu.md)")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "cpu-discrete", "cuda"}));
 }
 
@@ -212,10 +212,6 @@ std::string conflicts(const TrainOptions& o) {
   }
   if (o.f32_compute && o.param_dtype != DType::bf16) {
     return "gpt2-train: --f32-compute goes with --mixed-precision bf16 (every other precision computes in f32)";
-  }
-  if (o.device == "cuda" && o.offload) {
-    return "gpt2-train: --offload on --device cuda is not supported yet (its host/device casts are not written: "
-           "docs/gpu.md); drop --offload, or train on the CPU";
   }
   if (o.device == "cuda" && o.stream_jitter_us > 0) {
     return "gpt2-train: --stream-jitter-us injects delays into CPU streams only; drop it with --device cuda";

@@ -24,6 +24,9 @@ class MemoryResource {
   virtual void* allocate(std::size_t bytes) = 0;  ///< throws Error(out_of_memory) on failure
   /// Gives back `p`, which allocate(`bytes`) returned, with the same `bytes`.
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  /// Whether the host may read and write this memory directly: host memory (also pinned), not CUDA
+  /// memory nor the cpu-discrete device's, which only stream work reaches.
+  virtual bool host_accessible() const noexcept { return device().kind == DeviceKind::cpu; }
 };
 
 /// 64-byte aligned host memory.
@@ -106,6 +109,8 @@ class Allocator {
   /// Returns cached blocks whose uses have completed to the memory resource.
   void release_cached();
   Device device() const noexcept { return memory_->device(); }  ///< the memory resource's device
+  /// MemoryResource::host_accessible of the memory it allocates from.
+  bool host_accessible() const noexcept { return memory_->host_accessible(); }
 
   /// The rounded size allocate() reserves for `bytes`: multiples of 512 bytes up to 1 MiB, of 2 MiB above.
   static std::size_t size_class(std::size_t bytes) noexcept;

@@ -44,6 +44,7 @@ class DiscreteCpuMemory final : public MemoryResource, public MemoryGate {
   ~DiscreteCpuMemory() override;  ///< every allocation must have been given back
 
   Device device() const noexcept override { return device_; }
+  bool host_accessible() const noexcept override { return false; }  ///< only stream work reaches it
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p, std::size_t bytes) noexcept override;
   void open() noexcept override;

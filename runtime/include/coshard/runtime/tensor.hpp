@@ -41,6 +41,9 @@ class Tensor {
   /// Bytes this view spans: numel() times the element size.
   std::size_t nbytes() const noexcept { return static_cast<std::size_t>(numel_) * size_of(dtype_); }
   Device device() const noexcept { return device_; }  ///< where the storage lives
+  /// Whether the host may dereference data() (Allocator::host_accessible of the allocator it came
+  /// from): false for CUDA memory and the cpu-discrete device's, true for host memory of any kind.
+  bool host_accessible() const noexcept { return host_accessible_; }
   /// False for a default-constructed tensor, which has no storage.
   bool defined() const noexcept { return static_cast<bool>(storage_); }
 
@@ -69,6 +72,7 @@ class Tensor {
   Shape shape_;
   std::int64_t numel_ = 0;
   Device device_;
+  bool host_accessible_ = true;
 };
 
 }  // namespace coshard
