@@ -31,8 +31,7 @@ void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::si
   check("copy_to_device", stream, dst, bytes);
   if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
-    cuda::copy_async(stream, dst.data(), host, bytes);
-    stream.enqueue([keep] {}, std::move(span));  // host memory lives until the copy is past
+    cuda::copy_to_device_async(stream, dst.data(), host, bytes, std::move(keep), std::move(span));
     record_use(stream, {dst});
     return;
   }
@@ -44,8 +43,7 @@ void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t byt
   check("copy_to_host", stream, src, bytes);
   if (bytes == 0) return;
   if (stream.device().kind == DeviceKind::cuda) {
-    cuda::copy_async(stream, host, src.data(), bytes);
-    stream.enqueue([keep] {}, std::move(span));  // host memory lives until the copy is past
+    cuda::copy_to_host_async(stream, host, src.data(), bytes, std::move(keep), std::move(span));
     record_use(stream, {src});
     return;
   }

@@ -71,6 +71,10 @@ void EventPoller::stop() {}
 Stream make_stream(Device, std::string, EventPoller&) { no_cuda(); }
 std::unique_ptr<MemoryResource> device_memory(Device) { no_cuda(); }
 void copy_async(Stream&, void*, const void*, std::size_t) { no_cuda(); }
+void copy_to_device_async(Stream&, void*, const void*, std::size_t, std::shared_ptr<const void>, std::string) {
+  no_cuda();
+}
+void copy_to_host_async(Stream&, void*, const void*, std::size_t, std::shared_ptr<void>, std::string) { no_cuda(); }
 std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std::string&)>) { no_cuda(); }
 std::unique_ptr<MemoryResource> pinned_host_memory() { no_cuda(); }
 void memset_async(Stream&, void*, int, std::size_t) { no_cuda(); }

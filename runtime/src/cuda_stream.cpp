@@ -1,8 +1,11 @@
 // CUDA backend: RAII stream and event wrappers, and the event poller service. Completions are
 // observed by polling cudaEventQuery on the poller's thread (never from a CUDA host callback) and
 // handed to waiters, which post to their scheduler.
+#include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <list>
@@ -131,6 +134,7 @@ class CudaStream final : public coshard::detail::StreamImpl {
   ~CudaStream() override {
     cudaSetDevice(device_.index);
     cudaStreamSynchronize(stream_);
+    if (staging_) cudaFreeHost(staging_);
     cudaStreamDestroy(stream_);
   }
   CudaStream(const CudaStream&) = delete;
@@ -185,11 +189,29 @@ class CudaStream final : public coshard::detail::StreamImpl {
   }
   void* native() noexcept override { return stream_; }
 
+  // The stream's own pinned buffer for copies from and to pageable memory (kStagingBytes, made on
+  // first use); null when pinning failed, once and for all (the copies then block instead).
+  void* staging() {
+    if (!staging_ && !staging_failed_) {
+      COSHARD_CUDA_CHECK(cudaSetDevice(device_.index));
+      if (cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();  // not sticky: clear it
+        staging_ = nullptr;
+        staging_failed_ = true;
+        std::fprintf(stderr, "coshard: warning: no pinned staging buffer for CUDA stream '%s': its copies from and to "
+                             "pageable memory block the calling thread\n", name_.c_str());
+      }
+    }
+    return staging_;
+  }
+
  private:
   Device device_;
   std::string name_;
   EventPoller& poller_;
   cudaStream_t stream_ = nullptr;
+  void* staging_ = nullptr;
+  bool staging_failed_ = false;
 };
 
 }  // namespace
@@ -236,6 +258,61 @@ cudaStream_t native_of(Stream& stream, const char* what) {
 
 void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes) {
   COSHARD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native_of(stream, "cuda::copy_async")));
+}
+
+namespace {
+
+bool pinned(const void* host) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, host) != cudaSuccess) {
+    cudaGetLastError();  // an unknown pointer is pageable memory: not an error to keep
+    return false;
+  }
+  return attr.type == cudaMemoryTypeHost;
+}
+
+// The pinned staging buffer of CUDA `stream`, or null: pinned host memory (no staging needed), or
+// none could be made.
+void* staging_for(Stream& stream, const void* host) {
+  if (pinned(host)) return nullptr;
+  auto* impl = dynamic_cast<CudaStream*>(&stream.impl());
+  return impl ? impl->staging() : nullptr;
+}
+
+}  // namespace
+
+void copy_to_device_async(Stream& stream, void* dst, const void* host, std::size_t bytes,
+                          std::shared_ptr<const void> keep, std::string span) {
+  void* stage = staging_for(stream, host);
+  if (!stage) {
+    copy_async(stream, dst, host, bytes);
+    stream.enqueue([keep = std::move(keep)] {}, std::move(span));  // the host bytes live until the copy is past
+    return;
+  }
+  // One buffer serves every chunk: in stream order, a chunk's callback fills it only after the
+  // previous chunk's DMA read it.
+  for (std::size_t at = 0; at < bytes; at += kStagingBytes) {
+    const std::size_t n = std::min(kStagingBytes, bytes - at);
+    const auto* from = static_cast<const std::byte*>(host) + at;
+    stream.enqueue([stage, from, n, keep] { std::memcpy(stage, from, n); }, span);
+    copy_async(stream, static_cast<std::byte*>(dst) + at, stage, n);
+  }
+}
+
+void copy_to_host_async(Stream& stream, void* host, const void* src, std::size_t bytes, std::shared_ptr<void> keep,
+                        std::string span) {
+  void* stage = staging_for(stream, host);
+  if (!stage) {
+    copy_async(stream, host, src, bytes);
+    stream.enqueue([keep = std::move(keep)] {}, std::move(span));
+    return;
+  }
+  for (std::size_t at = 0; at < bytes; at += kStagingBytes) {
+    const std::size_t n = std::min(kStagingBytes, bytes - at);
+    auto* to = static_cast<std::byte*>(host) + at;
+    copy_async(stream, stage, static_cast<const std::byte*>(src) + at, n);
+    stream.enqueue([stage, to, n, keep] { std::memcpy(to, stage, n); }, span);
+  }
 }
 
 void use_device(Device device) {

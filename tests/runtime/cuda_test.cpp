@@ -4,8 +4,13 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "coshard/runtime/copy.hpp"
@@ -74,6 +79,46 @@ TEST(Cuda, CopiesRoundTripThroughTheDevice) {
   auto got_a = rt.scheduler().sync_wait(download<float>(s, a));
   EXPECT_EQ(got_b, in);
   for (std::size_t i = 0; i < in.size(); ++i) ASSERT_EQ(got_a[i], i < 16 ? 0.0f : in[i]) << i;
+}
+
+// Copies from and to pageable memory go through the stream's pinned buffer in chunks and never
+// block the caller: issued while host work holds the stream, they return at once (a blocking one
+// would wait out the hold's 10 s), and the bytes arrive whole across chunk boundaries. The same
+// copies from pinned memory take one DMA.
+TEST(Cuda, PageableCopiesReturnAtOnceAndArriveWhole) {
+  REQUIRE_GPU();
+  Runtime rt({.device = Device::cuda(0)});
+  Stream& s = rt.stream("copies");
+  const auto n = static_cast<std::int64_t>((2 * cuda::kStagingBytes + 4096) / sizeof(float) + 3);  // 3 chunks
+  std::vector<float> in(static_cast<std::size_t>(n));
+  std::iota(in.begin(), in.end(), 1.0f);
+  Tensor t = Tensor::empty(rt.allocator(), DType::f32, {n});
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  s.enqueue([release] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!release->load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }, "hold");
+  const auto t0 = std::chrono::steady_clock::now();
+  upload(s, t, in);
+  auto out = std::make_shared<std::vector<std::byte>>();
+  copy_to_host(s, t, out);
+  const auto issued = std::chrono::steady_clock::now() - t0;
+  release->store(true);
+  EXPECT_LT(issued, std::chrono::seconds(5)) << "a copy from or to pageable memory blocked the caller";
+  Event done(s.device());
+  done.record(s);
+  rt.scheduler().sync_wait([](Event e) -> Task<void> { co_await e; }(done));
+  ASSERT_EQ(out->size(), in.size() * sizeof(float));
+  std::vector<float> got(in.size());
+  std::memcpy(got.data(), out->data(), out->size());
+  EXPECT_EQ(got, in);
+  // From pinned memory: straight to cudaMemcpyAsync.
+  Allocator pinned(cuda::pinned_host_memory());
+  Tensor host = Tensor::empty(pinned, DType::f32, {n});
+  copy_tensor(s, host, t);
+  EXPECT_EQ(rt.scheduler().sync_wait(download<float>(s, host)), in);
 }
 
 #ifdef COSHARD_HAVE_CUDA  // asks the CUDA runtime itself whether the memory is pinned

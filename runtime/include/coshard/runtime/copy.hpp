@@ -32,7 +32,8 @@ void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t byt
                   std::string span);
 /// Enqueues on `stream` the copy of `src` (the whole view) into `host`, resized to fit; `host`
 /// holds the bytes once the stream has passed this point (await an event recorded after it). On
-/// CUDA the copy goes to pageable memory, so the call returns once it is done.
+/// CUDA the bytes pass through the stream's pinned staging buffer (cuda::copy_to_host_async), so
+/// the call returns at once there too.
 void copy_to_host(Stream& stream, const Tensor& src, std::shared_ptr<std::vector<std::byte>> host,
                   std::string span = {});
 /// Enqueues on `stream` the copy of `src` into `dst`: same dtype and element count, either may be

@@ -76,6 +76,20 @@ Stream make_stream(Device device, std::string name, EventPoller& poller);
 /// Enqueues cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault) on CUDA `stream`: either side may
 /// be host or device memory (unified addressing). Pageable host memory makes it synchronous.
 void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes);
+/// Bytes of a CUDA stream's pinned staging buffer: the chunk of copy_to_device_async and
+/// copy_to_host_async from and to pageable memory.
+inline constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
+/// Enqueues on CUDA `stream` the copy of `bytes` host bytes at `host` into device memory `dst`,
+/// without blocking the calling thread: from pageable memory in chunks through the stream's own
+/// pinned buffer, each chunk's host side copied by a host callback in stream order; from pinned
+/// memory by one cudaMemcpyAsync. `keep` owns the host bytes until the copy has run. Where no
+/// pinned buffer could be made (warned once per stream), copy_async: synchronous, but correct.
+void copy_to_device_async(Stream& stream, void* dst, const void* host, std::size_t bytes,
+                          std::shared_ptr<const void> keep, std::string span);
+/// The other way: device memory `src` into `bytes` host bytes at `host`, held by `keep`; the
+/// bytes are there once the stream has passed this point.
+void copy_to_host_async(Stream& stream, void* host, const void* src, std::size_t bytes, std::shared_ptr<void> keep,
+                        std::string span);
 /// Enqueues cudaMemsetAsync(dst, value, bytes) on CUDA `stream`.
 void memset_async(Stream& stream, void* dst, int value, std::size_t bytes);
 /// Makes `device` the calling thread's current CUDA device (cudaSetDevice): where the kernels and
