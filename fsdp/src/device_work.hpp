@@ -44,8 +44,8 @@ void round_through(Stream& stream, const Tensor& dst, const Tensor& src, DType d
 // acc[i] += round_through(round, f32(x[i]) * scale), acc f32; round = f32: unrounded. Counts x's bytes.
 void accumulate_scaled(Stream& stream, const Tensor& acc, const Tensor& x, float scale, DType round, std::string span,
                        Traffic traffic = {});
-// copy_tensor (the move between host and device memory), with its bytes and the stream's time
-// from the copy's start to its end added to `traffic`.
+// copy_tensor (the move between host and device memory), its bytes added to `traffic`, and on
+// the CPU devices its time too (a work item; on CUDA a DMA, not timed).
 void copy_counted(Stream& stream, const Tensor& dst, const Tensor& src, std::string span, Traffic traffic);
 // Part of a gradient shard that a norm counts (padding excluded).
 struct NormPiece {

@@ -287,6 +287,7 @@ MemoryReport Engine::memory_report() const {
     add(u.shard.opt_b, off.optimizer);
   }
   r.shard_copy_bytes = m.offload ? m.offload->device_copy_bytes() : 0;
+  r.host_landing_bytes = m.offload ? detail::landing_bytes(m.units, m.ctx) : 0;
   r.max_unit_unsharded_bytes = m.unsharder->max_unit_bytes();
   r.all_units_unsharded_bytes = m.unsharder->all_units_param_bytes();
   r.pool_slots = m.unsharder->slots();

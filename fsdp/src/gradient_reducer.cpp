@@ -237,7 +237,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   }
   Tensor t = Tensor::empty(ctx_.rt.allocator(), DType::f32, {1});
   auto partial = std::make_shared<double>(0.0);
-  if (on_cuda(t) && !offload_) {
+  if (!units_.empty() && on_cuda(units_.front().shard.grad)) {
     // Kernels into a double on the device (an i64 tensor's 8 bytes), read back, as f32 into `t`.
     Tensor partial_bits = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
     std::vector<std::span<const float>> spans;
@@ -250,7 +250,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   } else {
     // A host loop over host gradients (offloaded) or a CPU device's; its result reaches device
     // memory the host cannot touch through a copy.
-    const bool land = offload_ && !t.host_accessible();
+    const bool land = offload_ && !t.host_accessible();  // offloaded gradients are host memory
     Tensor out = land ? Tensor::empty(offload_->host(), DType::f32, {1}) : t;
     norm_partial(stream, std::move(pieces), type, out, partial, "grad norm");
     if (land) copy_tensor(stream, t, out, "grad norm up");

@@ -48,6 +48,7 @@ Offload::Offload(Context& ctx, const std::vector<UnitState>& units) : ctx_(ctx) 
   if (off.params) {
     for (const auto& u : units) max_chunk_ = std::max(max_chunk_, u.layout.chunk);
     shard_pool_ = std::make_unique<BufferPool>(ctx.param_dtype);
+    if (!ctx.rt.host_accessible() && ctx.param_dtype != DType::f32) f32_pool_ = std::make_unique<BufferPool>(DType::f32);
   }
 }
 
@@ -63,16 +64,23 @@ Offload::Staged Offload::stage_master(const UnitState& u) {
     copy_counted(h2d(), dev, u.shard.master, "h2d " + u.name, traffic);
   } else {
     // Device memory the host cannot reach: the f32 shard goes up as it is (pinned, a DMA), then is
-    // cast on the device, as FSDP does. The scratch goes back to the allocator behind the cast.
-    Tensor up = Tensor::empty(ctx_.rt.allocator(), DType::f32, {u.layout.chunk});
-    copy_counted(h2d(), up, u.shard.master, "h2d " + u.name, traffic);
-    cast_scaled(h2d(), dev, up, 1.0f, "cast " + u.name);
+    // cast on the device, as FSDP does. One f32 slot serves every unit: it goes back behind the
+    // cast, and the next copy into it is on the same stream.
+    auto up = f32_pool_->acquire(ctx_.rt.allocator(), max_chunk_);
+    if (up.previous_use) h2d().wait(*up.previous_use);
+    Tensor f32 = up.buffer.view(0, {u.layout.chunk});
+    copy_counted(h2d(), f32, u.shard.master, "h2d " + u.name, traffic);
+    cast_scaled(h2d(), dev, f32, 1.0f, "cast " + u.name);
+    Event cast(h2d().device());
+    cast.record(h2d());
+    f32_pool_->release(up.slot, cast);
   }
   return {dev, lease.slot};
 }
 
 std::size_t Offload::device_copy_bytes() const noexcept {
-  return shard_pool_ ? static_cast<std::size_t>(max_chunk_) * size_of(ctx_.param_dtype) : 0;
+  const auto chunk = static_cast<std::size_t>(max_chunk_);
+  return (shard_pool_ ? chunk * size_of(ctx_.param_dtype) : 0) + (f32_pool_ ? chunk * sizeof(float) : 0);
 }
 
 }  // namespace coshard::fsdp::detail

@@ -45,6 +45,8 @@ class Offload {
   // Enqueues the copy of `u`'s master shard to the device on h2d.
   Staged stage_master(const UnitState& u);
   void release(int slot, const Event& last_use) { shard_pool_->release(slot, last_use); }
+  // Device bytes of one staged master shard at its largest: the parameter-dtype copy, and the f32
+  // slot it went up in where that is needed.
   std::size_t device_copy_bytes() const noexcept;
 
  private:
@@ -52,6 +54,9 @@ class Offload {
   std::unique_ptr<Allocator> host_;
   std::int64_t max_chunk_ = 0;              // the largest master shard
   std::unique_ptr<BufferPool> shard_pool_;  // device copies of master shards, each slot sized for its shard
+  // Where the host cannot reach device memory and the parameters are not f32: the one f32 slot a
+  // master shard goes up in before its cast.
+  std::unique_ptr<BufferPool> f32_pool_;
 };
 
 }  // namespace coshard::fsdp::detail

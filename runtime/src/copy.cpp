@@ -30,11 +30,13 @@ void copy_to_device(Stream& stream, const Tensor& dst, const void* host, std::si
                     std::shared_ptr<const void> keep, std::string span) {
   check("copy_to_device", stream, dst, bytes);
   if (bytes == 0) return;
-  if (stream.device().kind == DeviceKind::cuda) {
+  if (dst.device().kind == DeviceKind::cuda) {
     cuda::copy_to_device_async(stream, dst.data(), host, bytes, std::move(keep), std::move(span));
     record_use(stream, {dst});
     return;
   }
+  // Host memory, also on a CUDA stream (a host callback): a CUDA copy between two host buffers
+  // would block the caller.
   stream.enqueue([dst, host, bytes, keep] { std::memcpy(dst.data(), host, bytes); }, std::move(span));
 }
 
@@ -42,7 +44,7 @@ void copy_to_host(Stream& stream, const Tensor& src, void* host, std::size_t byt
                   std::string span) {
   check("copy_to_host", stream, src, bytes);
   if (bytes == 0) return;
-  if (stream.device().kind == DeviceKind::cuda) {
+  if (src.device().kind == DeviceKind::cuda) {
     cuda::copy_to_host_async(stream, host, src.data(), bytes, std::move(keep), std::move(span));
     record_use(stream, {src});
     return;
@@ -64,12 +66,26 @@ void copy_tensor(Stream& stream, const Tensor& dst, const Tensor& src, std::stri
   if (dst.nbytes() == 0) return;
   check_device("copy_tensor", stream, dst);
   check_device("copy_tensor", stream, src);
-  if (stream.device().kind == DeviceKind::cuda) {
+  const bool to_cuda = dst.device().kind == DeviceKind::cuda, from_cuda = src.device().kind == DeviceKind::cuda;
+  if (!to_cuda && !from_cuda) {  // host memory, also on a CUDA stream (a host callback)
+    stream.enqueue([dst, src] { std::memmove(dst.data(), src.data(), dst.nbytes()); }, std::move(span));
+    return;
+  }
+  const Tensor& host = to_cuda ? src : dst;
+  if (to_cuda == from_cuda || cuda::pinned(host.data())) {  // one DMA
     cuda::copy_async(stream, dst.data(), src.data(), dst.nbytes());
     record_use(stream, {dst, src});
     return;
   }
-  stream.enqueue([dst, src] { std::memmove(dst.data(), src.data(), dst.nbytes()); }, std::move(span));
+  // Pageable host memory (pinning failed): through the stream's pinned buffer, never blocking.
+  auto keep = std::make_shared<Tensor>(host);
+  if (to_cuda) {
+    cuda::copy_to_device_async(stream, dst.data(), src.data(), dst.nbytes(), std::move(keep), std::move(span));
+    record_use(stream, {dst});
+  } else {
+    cuda::copy_to_host_async(stream, dst.data(), src.data(), dst.nbytes(), std::move(keep), std::move(span));
+    record_use(stream, {src});
+  }
 }
 
 void fill_zero(Stream& stream, const Tensor& dst, std::string span) {

@@ -71,6 +71,7 @@ void EventPoller::stop() {}
 Stream make_stream(Device, std::string, EventPoller&) { no_cuda(); }
 std::unique_ptr<MemoryResource> device_memory(Device) { no_cuda(); }
 void copy_async(Stream&, void*, const void*, std::size_t) { no_cuda(); }
+bool pinned(const void*) { return false; }
 void copy_to_device_async(Stream&, void*, const void*, std::size_t, std::shared_ptr<const void>, std::string) {
   no_cuda();
 }

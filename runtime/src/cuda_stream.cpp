@@ -260,8 +260,6 @@ void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes) {
   COSHARD_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native_of(stream, "cuda::copy_async")));
 }
 
-namespace {
-
 bool pinned(const void* host) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, host) != cudaSuccess) {
@@ -270,6 +268,8 @@ bool pinned(const void* host) {
   }
   return attr.type == cudaMemoryTypeHost;
 }
+
+namespace {
 
 // The pinned staging buffer of CUDA `stream`, or null: pinned host memory (no staging needed), or
 // none could be made.

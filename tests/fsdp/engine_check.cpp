@@ -552,6 +552,12 @@ struct Run {
       ++failures;
       std::fprintf(stderr, "rank %d: device peak %zu above %zu\n", pg.rank(), stats.peak_allocated_bytes, bound);
     }
+    // Reduced gradients land in host slots only where the host cannot reach device memory.
+    if ((report.host_landing_bytes != 0) == rt.host_accessible()) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: %zu bytes of landing slots on a device the host %s reach\n", pg.rank(),
+                   report.host_landing_bytes, rt.host_accessible() ? "can" : "cannot");
+    }
   }
 
   // Bad offload options fail at creation with the reason.

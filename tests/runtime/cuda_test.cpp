@@ -114,11 +114,24 @@ TEST(Cuda, PageableCopiesReturnAtOnceAndArriveWhole) {
   std::vector<float> got(in.size());
   std::memcpy(got.data(), out->data(), out->size());
   EXPECT_EQ(got, in);
-  // From pinned memory: straight to cudaMemcpyAsync.
+  // From and to pinned memory: one cudaMemcpyAsync each way.
   Allocator pinned(cuda::pinned_host_memory());
   Tensor host = Tensor::empty(pinned, DType::f32, {n});
-  copy_tensor(s, host, t);
-  EXPECT_EQ(rt.scheduler().sync_wait(download<float>(s, host)), in);
+  ASSERT_TRUE(cuda::pinned(host.data()));
+  EXPECT_FALSE(cuda::pinned(in.data()));
+  std::memcpy(host.data(), in.data(), in.size() * sizeof(float));
+  Tensor u = Tensor::empty(rt.allocator(), DType::f32, {n});
+  copy_to_device(s, u, host.data(), host.nbytes(), nullptr, "pinned up");
+  Tensor back = Tensor::empty(pinned, DType::f32, {n});
+  copy_tensor(s, back, u);
+  Event copied(s.device());
+  copied.record(s);
+  rt.scheduler().sync_wait([](Event e) -> Task<void> { co_await e; }(copied));
+  EXPECT_EQ(std::memcmp(back.data(), in.data(), back.nbytes()), 0);
+  // Between two host buffers on a CUDA stream: host work, in stream order.
+  Tensor again = Tensor::empty(pinned, DType::f32, {n});
+  copy_tensor(s, again, back);
+  EXPECT_EQ(rt.scheduler().sync_wait(download<float>(s, again)), in);
 }
 
 #ifdef COSHARD_HAVE_CUDA  // asks the CUDA runtime itself whether the memory is pinned

@@ -36,7 +36,12 @@ namespace coshard::fsdp {
 struct MemoryReport {
   std::size_t sharded_state_bytes = 0;    ///< on the device: master shards, gradient shards, optimizer state
   std::size_t host_state_bytes = 0;       ///< the same, offloaded to host memory
-  std::size_t shard_copy_bytes = 0;       ///< offload: one device copy of the largest master shard
+  /// Offload: one device copy of the largest master shard, and where the host cannot reach device
+  /// memory (CUDA, cpu-discrete) with 16-bit parameters, the f32 slot it goes up in.
+  std::size_t shard_copy_bytes = 0;
+  /// Gradient offload where the host cannot reach device memory: the two host slots that reduced
+  /// gradient shards land in before the host accumulates them.
+  std::size_t host_landing_bytes = 0;
   std::size_t max_unit_unsharded_bytes = 0;  ///< largest unit: parameters (+ f32 copy) and gradients
   /// Every unit's parameters (+ f32 copies) unsharded at once: what SHARD_GRAD_OP keeps from forward
   /// to backward. The pool sizes each buffer for its unit, so this, not units x the largest, bounds it.

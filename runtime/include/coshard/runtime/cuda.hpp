@@ -76,6 +76,9 @@ Stream make_stream(Device device, std::string name, EventPoller& poller);
 /// Enqueues cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault) on CUDA `stream`: either side may
 /// be host or device memory (unified addressing). Pageable host memory makes it synchronous.
 void copy_async(Stream& stream, void* dst, const void* src, std::size_t bytes);
+/// Whether `host` points into page-locked host memory (cudaHostAlloc or registered), which a DMA
+/// reads and writes without blocking the caller. False for pageable memory and in a build without CUDA.
+bool pinned(const void* host);
 /// Bytes of a CUDA stream's pinned staging buffer: the chunk of copy_to_device_async and
 /// copy_to_host_async from and to pageable memory.
 inline constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
@@ -84,6 +87,7 @@ inline constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
 /// pinned buffer, each chunk's host side copied by a host callback in stream order; from pinned
 /// memory by one cudaMemcpyAsync. `keep` owns the host bytes until the copy has run. Where no
 /// pinned buffer could be made (warned once per stream), copy_async: synchronous, but correct.
+/// `host` must be host memory and `dst` device memory: between two host buffers, use host work.
 void copy_to_device_async(Stream& stream, void* dst, const void* host, std::size_t bytes,
                           std::shared_ptr<const void> keep, std::string span);
 /// The other way: device memory `src` into `bytes` host bytes at `host`, held by `keep`; the
