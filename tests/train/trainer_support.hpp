@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -20,8 +21,17 @@ using nlohmann::json;
 inline const std::string kRun = COSHARD_RUN_BIN;
 inline const std::string kTrain = GPT2_TRAIN_BIN;
 
+// COSHARD_TEST_DEVICE=cpu-discrete (ctest's discrete.* copies of the trainer tests set it) trains
+// every job on the device whose memory the host cannot touch, unless the test names a device.
+inline std::string device_args(const std::string& args) {
+  const char* device = std::getenv("COSHARD_TEST_DEVICE");
+  if (!device || !*device || args.find("--device") != std::string::npos) return {};
+  return std::string(" --device ") + device;
+}
+
 inline std::string launch(int ranks, const std::string& args) {
-  return kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kTrain + " --metrics-port 0 --samples 0 " + args;
+  return kRun + " --nproc-per-node " + std::to_string(ranks) + " -- " + kTrain + " --metrics-port 0 --samples 0 " + args +
+         device_args(args);
 }
 
 // A test's scratch folder, removed when the test ends: a checkpoint test writes up to 1.6 GB, and
