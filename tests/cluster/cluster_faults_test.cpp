@@ -95,9 +95,16 @@ TEST_F(Cluster, ARankKilledOnOneHostRestartsBothHostsFromTheLastCheckpoint) {
   ASSERT_NE(r.output.find("killed rank 3"), std::string::npos) << r.output << node1 << node2;
   EXPECT_NE(r.output.find("rc1=0"), std::string::npos) << r.output << node1;
   EXPECT_NE(r.output.find("rc2=0"), std::string::npos) << r.output << node2;
-  EXPECT_NE(node1.find("coshard-run: node 1 failed: rank 3 (pid"), std::string::npos) << node1;
+  // Node 1's launcher names the first rank of node2 to end: rank 3 as a rule. Rank 2 when it read
+  // from rank 3 over UCX's CMA transport as rank 3 died: UCX 1.13 then aborts the reader itself
+  // (process_vm_readv ... No such process; docs/transport.md). Either way the failure names a rank
+  // and its pid, and the restart follows.
+  const bool neighbour_first = node2.find("process_vm_readv") != std::string::npos &&
+                               node1.find("coshard-run: node 1 failed: rank 2 (pid") != std::string::npos;
+  const std::string first = neighbour_first ? "2" : "3";
+  EXPECT_NE(node1.find("coshard-run: node 1 failed: rank " + first + " (pid"), std::string::npos) << node1;
   for (const auto& log : {node1, node2}) {
-    EXPECT_NE(log.find("coshard-run: restart 1 of 1: node 1: rank 3"), std::string::npos) << log;
+    EXPECT_NE(log.find("coshard-run: restart 1 of 1: node 1: rank " + first), std::string::npos) << log;
   }
   EXPECT_NE(node1.find("resumed from " + ckpt + "/step-"), std::string::npos) << node1;
   EXPECT_NE(node1.find(" after restart 1"), std::string::npos) << node1;
