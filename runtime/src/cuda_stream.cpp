@@ -190,8 +190,11 @@ class CudaStream final : public coshard::detail::StreamImpl {
   void* native() noexcept override { return stream_; }
 
   // The stream's own pinned buffer for copies from and to pageable memory (kStagingBytes, made on
-  // first use); null when pinning failed, once and for all (the copies then block instead).
-  void* staging() {
+  // first use); null when pinning failed, once and for all (the copies then block instead). The
+  // caller holds `lock` while it enqueues its chunks: chunks of two threads' copies interleaved
+  // in the stream would overwrite each other's staged bytes.
+  void* staging(std::unique_lock<std::mutex>& lock) {
+    lock = std::unique_lock(staging_m_);
     if (!staging_ && !staging_failed_) {
       COSHARD_CUDA_CHECK(cudaSetDevice(device_.index));
       if (cudaHostAlloc(&staging_, kStagingBytes, cudaHostAllocPortable) != cudaSuccess) {
@@ -210,6 +213,7 @@ class CudaStream final : public coshard::detail::StreamImpl {
   std::string name_;
   EventPoller& poller_;
   cudaStream_t stream_ = nullptr;
+  std::mutex staging_m_;
   void* staging_ = nullptr;
   bool staging_failed_ = false;
 };
@@ -271,19 +275,20 @@ bool pinned(const void* host) {
 
 namespace {
 
-// The pinned staging buffer of CUDA `stream`, or null: pinned host memory (no staging needed), or
-// none could be made.
-void* staging_for(Stream& stream, const void* host) {
+// The pinned staging buffer of CUDA `stream`, held through `lock`, or null: pinned host memory (no
+// staging needed), or none could be made.
+void* staging_for(Stream& stream, const void* host, std::unique_lock<std::mutex>& lock) {
   if (pinned(host)) return nullptr;
   auto* impl = dynamic_cast<CudaStream*>(&stream.impl());
-  return impl ? impl->staging() : nullptr;
+  return impl ? impl->staging(lock) : nullptr;
 }
 
 }  // namespace
 
 void copy_to_device_async(Stream& stream, void* dst, const void* host, std::size_t bytes,
                           std::shared_ptr<const void> keep, std::string span) {
-  void* stage = staging_for(stream, host);
+  std::unique_lock<std::mutex> lock;
+  void* stage = staging_for(stream, host, lock);
   if (!stage) {
     copy_async(stream, dst, host, bytes);
     stream.enqueue([keep = std::move(keep)] {}, std::move(span));  // the host bytes live until the copy is past
@@ -301,7 +306,8 @@ void copy_to_device_async(Stream& stream, void* dst, const void* host, std::size
 
 void copy_to_host_async(Stream& stream, void* host, const void* src, std::size_t bytes, std::shared_ptr<void> keep,
                         std::string span) {
-  void* stage = staging_for(stream, host);
+  std::unique_lock<std::mutex> lock;
+  void* stage = staging_for(stream, host, lock);
   if (!stage) {
     copy_async(stream, host, src, bytes);
     stream.enqueue([keep = std::move(keep)] {}, std::move(span));
