@@ -10,24 +10,30 @@
 #                the share of the link bound: each host's link carries (H-1)/H of an all-gather or
 #                reduce-scatter buffer and 2(H-1)/H of an all-reduce buffer, so with nccl-tests'
 #                busbw the bound is RATE x H/(H-1) x (n-1)/n for all three (1.5 x RATE here).
+#   pairs        coshard's default beside Open MPI, 1 .. 16 KiB, in N alternating runs (--pairs N,
+#                10 by default): per cell the median time of each and the median of the per-run
+#                ratios. One run of a cell spreads by 30-50% at these sizes on 2 cores, so the single
+#                table above cannot say which is ahead there; the paired runs can.
 #   gpt2         GPT-2 10M steps/s and exposed communication per strategy: full_shard (on the flat
 #                ring and on the two-level schedule), hybrid_shard (shard group = host) and no_shard.
 # Needs root (namespaces), Slurm and Open MPI (scripts/setup --with-extras).
-# Usage: bench/cross_host.sh BUILD_DIR [--rate 1gbit] [--max BYTES] [--only collectives|gpt2]
+# Usage: bench/cross_host.sh BUILD_DIR [--rate 1gbit] [--max BYTES] [--pairs N] [--only collectives|pairs|gpt2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1
 shift
-rate=1gbit max=$((64 << 20)) only=all
+rate=1gbit max=$((64 << 20)) pairs=10 only=all
 while (($#)); do
   case "$1" in
     --rate) rate=$2; shift ;;
     --max) max=$2; shift ;;
+    --pairs) pairs=$2; shift ;;
     --only) only=$2; shift ;;
     *) echo "bench/cross_host.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
   shift
 done
+[[ $pairs =~ ^[0-9]+$ ]] || { echo "bench/cross_host.sh: --pairs takes a count of runs, not '$pairs'" >&2; exit 2; }
 [[ $(id -u) == 0 ]] || { echo "bench/cross_host.sh: needs root (network namespaces)" >&2; exit 2; }
 build=$(cd "$build" && pwd)
 name=xb$$
@@ -46,6 +52,17 @@ two_hosts() {  # ENV... -- PROGRAM ARGS...
   on node2 env "${env[@]}" "$run" --node-rank 1 "${common[@]}" >"$out/node2.log" 2>&1 &
   on node1 env "${env[@]}" "$run" --node-rank 0 "${common[@]}" 2>&1 | sed -n 's/^\[rank 0\] //p'
   wait $! || { echo "node2 failed:"; cat "$out/node2.log"; return 1; }
+}
+
+# Open MPI's collectives, 1 KiB .. $1, on the same hosts (lines "mpi OP BYTES TIME_US ...").
+open_mpi() {
+  # Slurm grants more CPUs than the machine has, so Open MPI would busy-poll 4 ranks on 2 cores
+  # (5 ms per small operation): yield_when_idle is what it picks itself when it knows it is
+  # oversubscribed.
+  on login salloc -N2 --ntasks-per-node=2 mpirun --allow-run-as-root --mca mpi_yield_when_idle 1 \
+    --mca btl tcp,self,vader \
+    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
+    "$build/bench/bench_mpi_collectives" --min 1024 --max "$1" 2>/dev/null
 }
 
 # The values of a JSON field in the step records from step 3 on (the first two warm up).
@@ -71,13 +88,7 @@ if [[ $only == all || $only == collectives ]]; then
   echo "== coshard, default: mesh for small operations, two-level (phases overlapped in chunks from 8 MiB)"
   two_hosts COSHARD_UCX_HIERARCHY=1 -- "$build/bench/bench_collectives" --min 1024 --max "$max" | tee "$out/hier"
   echo "== Open MPI over TCP (mpirun in salloc -N2 --ntasks-per-node=2, yield when idle)"
-  # Slurm grants more CPUs than the machine has, so Open MPI would busy-poll 4 ranks on 2 cores
-  # (5 ms per small operation): yield_when_idle is what it picks itself when it knows it is
-  # oversubscribed.
-  on login salloc -N2 --ntasks-per-node=2 mpirun --allow-run-as-root --mca mpi_yield_when_idle 1 \
-    --mca btl tcp,self,vader \
-    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-    "$build/bench/bench_mpi_collectives" --min 1024 --max "$max" 2>/dev/null | tee "$out/mpi"
+  open_mpi "$max" | tee "$out/mpi"
   bound=$(awk -v b="$(bits_per_s "$rate")" 'BEGIN { printf "%.4f", b / 8 / 1e9 * 1.5 }')
   echo
   echo "busbw GB/s on 2 hosts x 2 ranks, links shaped to $rate (bound $bound GB/s)"
@@ -101,6 +112,40 @@ if [[ $only == all || $only == collectives ]]; then
                nomesh[key], hier[key], mpi[key], vs_flat, vs_mpi, 100 * hier[key] / bound
       }
     }' "$out/flat" "$out/seq" "$out/nomesh" "$out/hier" "$out/mpi"
+fi
+
+if [[ $only == all || $only == pairs ]] && ((pairs > 0)); then
+  echo
+  echo "coshard's default beside Open MPI, $pairs alternating runs, 2 hosts x 2 ranks, links shaped to $rate"
+  small=$((16 << 10))
+  ((small > max)) && small=$max
+  for ((i = 1; i <= pairs; i++)); do
+    open_mpi "$small" | awk -v i="$i" '$1 == "mpi" { print i, $0 }'
+    two_hosts COSHARD_UCX_HIERARCHY=1 -- "$build/bench/bench_collectives" --min 1024 --max "$small" |
+      awk -v i="$i" '$1 == "coshard" { print i, $0 }'
+  done >"$out/pairs"
+  # Ratio = Open MPI's time / coshard's in the same pair: above 1, coshard was ahead.
+  awk -v n="$pairs" '
+    function median(list,   a, k, i, j, v) {
+      k = split(list, a, " ")
+      for (i = 2; i <= k; i++) { v = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+      return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+    }
+    { key = $3 " " $4; t[$2, key, $1] = $5; if (!(key in seen)) { seen[key] = 1; order[++cells] = key } }
+    END {
+      printf "%-15s %8s %12s %12s %12s %8s\n", "op", "bytes", "coshard_us", "openmpi_us", "mpi/coshard", "ahead"
+      for (c = 1; c <= cells; c++) {
+        key = order[c]; cs = ms = rs = ""; ahead = pairs = 0
+        for (i = 1; i <= n; i++) {
+          if (!(("coshard", key, i) in t) || !(("mpi", key, i) in t)) continue
+          cs = cs " " t["coshard", key, i]; ms = ms " " t["mpi", key, i]
+          r = t["mpi", key, i] / t["coshard", key, i]; rs = rs " " r; pairs++; if (r >= 1) ahead++
+        }
+        if (!pairs) continue
+        split(key, a, " ")
+        printf "%-15s %8s %12.1f %12.1f %11.2fx %5d/%d\n", a[1], a[2], median(cs), median(ms), median(rs), ahead, pairs
+      }
+    }' "$out/pairs"
 fi
 
 if [[ $only == all || $only == gpt2 ]]; then
