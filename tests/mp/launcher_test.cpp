@@ -328,6 +328,12 @@ TEST(Launcher, BadFlagsAreUsageErrors) {
   r = run(kRun + " --nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29400 -- true");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.output.find("--nnodes > 1 needs --token T"), std::string::npos) << r.output;
+  r = run(kRun + " --nnodes 2 --node-rank 2 --nproc-per-node 1 --master 127.0.0.1:29400 --token t -- true");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.output.find("--node-rank 2 must be below --nnodes 2: give each of the 2 nodes its own --node-rank "
+                          "from 0 to 1"),
+            std::string::npos)
+      << r.output;
   r = run(kRun + " --nproc-per-node 1 --rejoin-timeout 0 -- true");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.output.find("--rejoin-timeout needs an integer in [1, 86400], got '0'"), std::string::npos) << r.output;

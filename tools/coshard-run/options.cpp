@@ -167,7 +167,8 @@ Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
   apply_slurm_step(o, given, env);
   if (o.node_rank >= o.nnodes) {
     throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
-                                std::to_string(o.nnodes));
+                                std::to_string(o.nnodes) + ": give each of the " + std::to_string(o.nnodes) +
+                                " nodes its own --node-rank from 0 to " + std::to_string(o.nnodes - 1));
   }
   check_combinations(o, given);
   return o;
