@@ -272,6 +272,7 @@ const std::vector<std::string>& Engine::issue_log() const noexcept { return impl
 void Engine::clear_issue_log() { impl_->ctx.log.clear(); }
 std::size_t Engine::unit_count() const noexcept { return impl_->units.size(); }
 const std::string& Engine::unit_name(std::size_t unit) const { return impl_->units.at(unit).name; }
+int Engine::shard_group_size() const noexcept { return impl_->ctx.sharded() ? impl_->ctx.shard_size : 1; }
 
 MemoryReport Engine::memory_report() const {
   const Impl& m = *impl_;

@@ -198,7 +198,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
   co_await train::save_and_sample(job, *engine, pg->rank());
   const auto peaks = co_await loop.peak_memory_over_ranks();
   if (pg->rank() == 0) {
-    train::print_summary(job.o, summary, pg->size(), first_step);
+    train::print_summary(job.o, summary, pg->size(), engine->shard_group_size(), first_step);
     train::print_peak_memory(job.o, job.memory_counted, peaks);
   }
   co_await train::finish_job(job, *pg);

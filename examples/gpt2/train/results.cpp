@@ -132,13 +132,17 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   if (want_samples) print_samples(o, job.in, state);
 }
 
-void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int first_step) {
+void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int shard_group, int first_step) {
   if (first_step >= o.steps) {
     std::printf("nothing to train: the run resumed after step %d, and --steps is %d; give a larger --steps to "
                 "train on\n", first_step, o.steps);
   } else {
-    std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s\n", o.steps, s.seconds, s.first_loss,
-                s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str());
+    // A hybrid strategy's shard group is the engine's (by default the ranks of a host), said so
+    // that a run across hosts shows how it split the world.
+    const bool hybrid = o.strategy == fsdp::Strategy::hybrid_shard || o.strategy == fsdp::Strategy::hybrid_shard_zero2;
+    const std::string groups = hybrid ? " (shard groups of " + std::to_string(shard_group) + (shard_group == 1 ? " rank)" : " ranks)") : "";
+    std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s%s\n", o.steps, s.seconds, s.first_loss,
+                s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str(), groups.c_str());
   }
   std::fflush(stdout);
 }

@@ -12,7 +12,7 @@ namespace coshard::train {
 // writes and prints.
 Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank);
 
-void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int first_step);
+void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int shard_group, int first_step);
 
 // Ends the process group; with --trace, each rank writes its part first and rank 0 merges them
 // once everyone has.

@@ -175,6 +175,10 @@ class Engine {
   std::size_t unit_count() const noexcept;
   /// The name of unit `unit` (the order create() was given); std::out_of_range past the end.
   const std::string& unit_name(std::size_t unit) const;
+  /// Ranks over which each unit's parameters are sharded: the world for full_shard and
+  /// shard_grad_op, the shard group for the hybrid strategies (by default the ranks of a host), 1
+  /// for no_shard.
+  int shard_group_size() const noexcept;
 
   /// @cond INTERNAL
   struct Impl;
