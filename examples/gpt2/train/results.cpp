@@ -140,7 +140,8 @@ void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int 
     // A hybrid strategy's shard group is the engine's (by default the ranks of a host), said so
     // that a run across hosts shows how it split the world.
     const bool hybrid = o.strategy == fsdp::Strategy::hybrid_shard || o.strategy == fsdp::Strategy::hybrid_shard_zero2;
-    const std::string groups = hybrid ? " (shard groups of " + std::to_string(shard_group) + (shard_group == 1 ? " rank)" : " ranks)") : "";
+    const std::string groups =
+        hybrid ? " (shard groups of " + std::to_string(shard_group) + (shard_group == 1 ? " rank)" : " ranks)") : "";
     std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s%s\n", o.steps, s.seconds, s.first_loss,
                 s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str(), groups.c_str());
   }
