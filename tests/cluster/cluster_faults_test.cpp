@@ -284,4 +284,31 @@ TEST_F(Cluster, TwoHostsWithTheSameNodeRankAreNamed) {
 }
 
 }  // namespace
+// A test killed by ctest's timeout (SIGKILL) cannot take its cluster down: `reap` does, for every
+// cluster whose --owner is gone, and leaves the others. Checked on the namespaces and processes
+// themselves, not on what the script says.
+TEST_F(Cluster, AClusterWhoseOwnerIsGoneIsReapedToTheLastNamespaceAndProcess) {
+  const std::string other = name_ + "r";
+  auto owner = run_command("sleep 600 >/dev/null 2>&1 & echo $!");
+  const std::string pid = owner.output.substr(0, owner.output.find('\n'));
+  ASSERT_EQ(run_command(kCluster + " up --no-slurm --name " + other + " --owner " + pid).rc, 0);
+  // The processes holding its hosts' namespaces.
+  const std::string holders = run_command("cat /tmp/coshard-cluster/" + other + "/run/holder-*.pid | tr '\\n' ' '").output;
+  ASSERT_FALSE(holders.empty());
+  EXPECT_EQ(run_command("ip netns list | grep -c 'cc-" + other + "-'").output, "4\n");  // br, login, node1, node2
+  auto kept = run_command(kCluster + " reap");
+  EXPECT_EQ(kept.output.find(other), std::string::npos) << kept.output;  // its owner lives
+  EXPECT_TRUE(std::filesystem::exists("/tmp/coshard-cluster/" + other));
+  run_command("kill -9 " + pid);
+  auto reaped = run_command(kCluster + " reap");
+  EXPECT_EQ(reaped.rc, 0) << reaped.output;
+  EXPECT_NE(reaped.output.find("cluster '" + other + "': its owner (pid " + pid + ") is gone"), std::string::npos)
+      << reaped.output;
+  EXPECT_EQ(run_command("ip netns list | grep -c 'cc-" + other + "-'").output, "0\n");
+  EXPECT_FALSE(std::filesystem::exists("/tmp/coshard-cluster/" + other));
+  EXPECT_EQ(run_command("for p in " + holders + "; do kill -0 $p 2>/dev/null && echo $p; done").output, "") << holders;
+  // This test's own cluster is still up: its owner is alive.
+  EXPECT_EQ(run_command(on("node1", "hostname")).output, "node1\n");
+}
+
 }  // namespace coshard::testing::cluster

@@ -71,8 +71,11 @@ class Cluster : public ::testing::Test {
         GTEST_SKIP() << tool << " is not installed: scripts/setup installs Slurm and munge";
       }
     }
+    // A cluster test killed by ctest's timeout never ran its TearDown: take down what such tests
+    // left, then own this one, so that the next run takes it down if this process is killed too.
+    run_command(kCluster + " reap");
     name_ = "t" + std::to_string(::getpid());
-    auto r = run_command(cluster("up", "--nodes 2"));
+    auto r = run_command(cluster("up", "--nodes 2 --owner " + std::to_string(::getpid())));
     ASSERT_EQ(r.rc, 0) << r.output;
     up_ = true;
   }
