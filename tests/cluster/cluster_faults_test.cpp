@@ -4,7 +4,7 @@
 // limit (a checkpoint, then exit code 75), and launches that cannot work
 // (flags that contradict the Slurm step, a master that does not answer, two hosts claiming the
 // same node rank). Each that cannot recover ends with every launcher exiting non-zero within its
-// deadline, naming the host or flag at fault.
+// deadline, naming the host or flag at fault, on both sides.
 #include "cluster/cluster_support.hpp"
 
 namespace coshard::testing::cluster {
@@ -280,6 +280,11 @@ TEST_F(Cluster, TwoHostsWithTheSameNodeRankAreNamed) {
   EXPECT_EQ(r.output.find("rc2=0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("was started twice"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("on node1 already holds it"), std::string::npos) << r.output;
+  // Node 0's side names the host it refused, and the node rank that never came.
+  EXPECT_NE(node1.find("on node2 (--node-rank 0) was refused: node rank 0 was started twice"), std::string::npos)
+      << node1;
+  EXPECT_NE(node1.find("the job failed (exit code 1): "), std::string::npos) << node1;
+  EXPECT_NE(node1.find("node(s) 1 never joined the job: coshard-run pid "), std::string::npos) << node1;
   EXPECT_LT(r.seconds, 60) << r.output;
 }
 

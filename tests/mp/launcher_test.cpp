@@ -575,8 +575,15 @@ TEST(LauncherNodes, ANodeThatJoinsAfterTheRendezvousDeadlineIsNamedOrJoinsTheNex
       EXPECT_NE(node0.rc, 0) << node0.output;
       EXPECT_NE(node0.output.find("rendezvous of 4 ranks did not complete"), std::string::npos) << node0.output;
       EXPECT_NE(node0.output.find("coshard/attempt/0/coshard/rendezvous/rank/2"), std::string::npos) << node0.output;
+      // Its launcher names the node behind those ranks, and what to do.
+      EXPECT_NE(node0.output.find("node(s) 1 never joined the job (no coshard-run claimed their node rank): start "
+                                  "coshard-run on each with its --node-rank and --master 127.0.0.1:"),
+                std::string::npos)
+          << node0.output;
       EXPECT_NE(node1.rc, 0) << node1.output;  // node 0 and its store are gone
       EXPECT_NE(node1.output.find("node 1 cannot join the job"), std::string::npos) << node1.output;
+      EXPECT_NE(node1.output.find("if it ran already, it gave up waiting for this node"), std::string::npos)
+          << node1.output;
     } else {
       EXPECT_EQ(node0.rc, 0) << node0.output;
       EXPECT_EQ(node1.rc, 0) << node1.output;
@@ -616,6 +623,9 @@ TEST(LauncherNodes, ANodeRankTakenTwiceOrFlagsThatDifferAreNamed) {
   EXPECT_NE(other_restarts.rc, 0) << other_restarts.output;
   EXPECT_NE(other_restarts.output.find("give every node the same --max-restarts"), std::string::npos)
       << other_restarts.output;
+  // Node 0's own output says which launcher it refused and why (its job runs on meanwhile).
+  EXPECT_NE(r.node[0].output.find(") was refused: --nproc-per-node is 3 on node 1 but 2 on node 0"), std::string::npos)
+      << r.node[0].output;
   EXPECT_NE(other_min.rc, 0) << other_min.output;
   EXPECT_NE(other_min.output.find("--nnodes MIN (of MIN:MAX) is 1 on node 1 but 2 on node 0"), std::string::npos)
       << other_min.output;

@@ -88,6 +88,7 @@ std::optional<Failure> Coordinator::failure(int attempt) {
     if (v) return decode(*v);
     if (o_.node_rank != 0 || Clock::now() < next_watch_) return std::nullopt;
     next_watch_ = Clock::now() + std::chrono::seconds(1);
+    read_refusals();
     if (auto why = foreign_node(per_node("node", every_node(o_.nnodes)))) {
       return report(attempt, Failure{.code = 1, .restartable = false, .what = *why});
     }
@@ -274,6 +275,7 @@ Verdict Coordinator::decide(int attempt) {
   });
   ended.rejoined = rejoined(attempt);
   done.insert(done.end(), ended.rejoined.begin(), ended.rejoined.end());
+  if (!ended.never_joined.empty()) read_refusals();  // one may have come since the last watch
   Verdict v = verdict(attempt, failed, ended);
   sched_->sync_wait(store().set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);
@@ -303,7 +305,7 @@ Clock::time_point Coordinator::ending_by(const Failure& f) const {
 }
 
 Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const {
-  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined, succeeded,
+  const auto& [missing, interrupted, stopped_on_request, stop_requested, silent, rejoined, never, succeeded,
                interrupted_code] = ended;
   // A node asked in (Coordinator::ask_in), which is no failure of the attempt's ranks. As every
   // rank ended well, the job is done, not restarted.
@@ -334,6 +336,7 @@ Verdict Coordinator::verdict(int attempt, const std::optional<Failure>& reported
     v.reason += "; not restarted: a stop was requested (SIGUSR2), so the job stops here; run it again (with "
                 "--resume auto) to continue from the latest complete checkpoint";
   }
+  if (failed && !never.empty()) v.reason += "; " + never_joined(never);
   if (v.restart || dropped(attempt, failed, ended)) {
     v.restart = true;
     v.nodes = next_nodes(ended, v.reason);
@@ -377,6 +380,8 @@ void Coordinator::ended_now(int attempt, bool failed, NodesEnded& ended, std::ve
       if (n != 0) done.push_back(n);
     } else if (!failed || claims[i]) {
       still.push_back(n);
+    } else {
+      ended.never_joined.push_back(n);
     }
   }
   missing = std::move(still);

@@ -11,6 +11,8 @@
 //   attempt/A/verdict     node 0's decision once every node is done: restart, stop (on request), or
 //                         exit with a code
 //   attempt/A/read/K      node K read a verdict that ends the job: node 0 may stop the store
+//   refused               the launchers refused when they joined, one line each with its host and
+//                         why, for node 0's output and verdict (at most 8)
 //   attempt/A/stop-now    while ranks stop after a checkpoint for a node taken in: node K stopped
 //                         its ranks without one, and the others stop theirs too
 // A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
@@ -87,6 +89,7 @@ struct NodesEnded {
   bool stop_requested = false;      // a node's launcher got SIGUSR2 for its ranks: no restart then either
   std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
   std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
+  std::vector<int> never_joined;  // after a failure: no launcher ever claimed their node rank
   bool succeeded = true;          // every node's ranks ended with 0
   int interrupted_code = 0;       // the first interrupted node's exit code (128 + the signal)
 };
@@ -174,6 +177,14 @@ class Coordinator {
   void gather();
   // Tells the nodes that joined why node 0 gave up before it started the job.
   void say_not_started(const std::string& why) noexcept;
+  // A launcher refused when it joined (its flags differ from node 0's, its node rank is held, no
+  // restart is left to take it in) leaves `why` in the store, so that node 0, which otherwise sees
+  // only ranks missing at the rendezvous, says which host was refused and why.
+  void say_refused(const std::string& why) noexcept;
+  // Node 0: prints the refusals it has not printed yet; refused_ keeps them for the verdict.
+  void read_refusals();
+  // Node 0: the verdict's words for the attempt's nodes that never joined, with the refusals.
+  std::string never_joined(const std::vector<int>& nodes) const;
   void await_attempt();
   bool member() const;
   bool holder_gone(const std::string& holder);
@@ -229,6 +240,7 @@ class Coordinator {
   };
   std::map<int, Beat> heard_;
   std::chrono::steady_clock::time_point awake_ = std::chrono::steady_clock::now();  // heartbeat() came last then
+  std::vector<std::string> refused_;  // node 0: the refusals read from the store, in order
   std::map<int, std::string> vetted_;  // node 0: each node's claim it last found of its launcher protocol
   std::chrono::steady_clock::time_point next_watch_{};
 };

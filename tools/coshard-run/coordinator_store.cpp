@@ -80,7 +80,12 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   options_ = so;
   try {
     connect(std::move(so));
-    join(cut_off_in);
+    try {
+      join(cut_off_in);
+    } catch (const Error& e) {
+      if (e.code() == Errc::bad_config) say_refused(e.message());
+      throw;
+    }
   } catch (...) {
     close();  // no destructor runs for a constructor that throws
     throw;
@@ -108,8 +113,11 @@ void Coordinator::connect(transport::StoreClient::Options so) {
       } else if (Clock::now() >= deadline) {
         throw Error(Errc::timeout, who + "cannot reach the rendezvous store at " + where_ + " within " +
                                        std::to_string(o_.join_timeout.count()) + " s (" + e.message() +
-                                       "). Node 0's coshard-run serves the store: start it with --master " + where_ +
-                                       " (or give this node a longer --join-timeout)");
+                                       "). Node 0's coshard-run serves the store while its job runs: if it is "
+                                       "not started yet, start it with --master " + where_ +
+                                       " (or give this node a longer --join-timeout); if it ran already, it gave up "
+                                       "waiting for this node (its output names the nodes that never joined), so "
+                                       "start every node again together");
       }
     }
     if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + "got " + strsignal(sig) + " while joining");
@@ -260,6 +268,44 @@ void Coordinator::say_not_started(const std::string& why) noexcept {
   } catch (const Error&) {
     // a node not told finds the store gone, and says that node 0's output says why
   }
+}
+
+void Coordinator::say_refused(const std::string& why) noexcept {
+  constexpr int kKept = 8;  // a launcher started again and again in a loop must not grow the key for ever
+  const std::string line = "coshard-run pid " + std::to_string(::getpid()) + " on " + this_host() + " (--node-rank " +
+                           std::to_string(o_.node_rank) + ") was refused: " + why + "\n";
+  try {
+    std::string had;
+    for (int tries = 0; tries < 4 && std::count(had.begin(), had.end(), '\n') < kKept; ++tries) {
+      const std::string now = sched_->sync_wait(store().compare_set("refused", had, had + line));
+      if (now == had + line) return;
+      had = now;
+    }
+  } catch (const Error&) {
+    // the store is gone: node 0's own output says why its job ended
+  }
+}
+
+void Coordinator::read_refusals() {
+  const std::string all = sched_->sync_wait(store().get("refused")).value_or("");
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < refused_.size() && at < all.size(); ++i) at = all.find('\n', at) + 1;
+  for (std::size_t nl; at < all.size() && (nl = all.find('\n', at)) != std::string::npos; at = nl + 1) {
+    refused_.push_back(all.substr(at, nl - at));
+    console_.say("coshard-run: %s\n", refused_.back().c_str());
+  }
+}
+
+std::string Coordinator::never_joined(const std::vector<int>& nodes) const {
+  if (nodes.empty()) return "";
+  std::string out = "node(s) " + node_list(nodes) + " never joined the job";
+  if (refused_.empty()) {
+    return out + " (no coshard-run claimed their node rank): start coshard-run on each with its --node-rank and "
+                 "--master " + where_ + ", while node 0's ranks wait at their rendezvous";
+  }
+  out += ": ";
+  for (std::size_t i = 0; i < refused_.size(); ++i) out += (i ? "; " : "") + refused_[i];
+  return out;
 }
 
 // Other nodes: node 0's current attempt and its nodes (written before the attempt). Under
