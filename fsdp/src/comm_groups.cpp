@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "coshard/transport/hosts.hpp"
+
 namespace coshard::fsdp::detail {
 namespace {
 
@@ -16,8 +18,22 @@ transport::CommOptions comm_options(const Context& ctx, const std::string& name)
   return c;
 }
 
+// By default the ranks of one host, which every rank must count alike: a job whose hosts hold
+// different numbers of ranks (srun -N2 -n3) had ranks disagree on the groups, one failing here
+// and the others at their store.
 int shard_group_size(const transport::ProcessGroup& group, const Context& ctx) {
-  const int s = ctx.opt.shard_group_size > 0 ? ctx.opt.shard_group_size : group.env().local_world_size;
+  if (ctx.opt.shard_group_size <= 0) {
+    auto per_host = transport::ranks_per_host(group.hosts());
+    if (!per_host) {
+      throw Error(Errc::bad_config,
+                  "hybrid sharding's shard group is the ranks of a host by default, but " + per_host.error().message() +
+                      ". Run as many ranks on every host, each host's consecutive (coshard-run --nproc-per-node N, "
+                      "srun --ntasks-per-node=N), or give a shard group size that divides the " +
+                      std::to_string(ctx.world) + " ranks (shard_group_size, gpt2-train --shard-group)");
+    }
+    return per_host.value();
+  }
+  const int s = ctx.opt.shard_group_size;
   if (s < 1 || ctx.world % s != 0) {
     throw Error(Errc::bad_config, "hybrid sharding with shard groups of " + std::to_string(s) + " ranks needs a world size "
                                   "divisible by it, but the world has " + std::to_string(ctx.world) +

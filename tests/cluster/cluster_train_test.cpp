@@ -24,6 +24,26 @@ TEST_F(Cluster, SrunTrainsEveryStrategyWithTheLossesOfOneHost) {
   }
 }
 
+// srun -N2 -n3 puts 2 ranks on node1 and 1 on node2: full_shard trains with the losses of 3 ranks
+// on one host; a hybrid strategy, whose default shard group is a host's ranks, cannot group them
+// and says so (each rank had counted its own host's ranks: they disagreed, and failed apart).
+TEST_F(Cluster, AnUnevenSlurmStepTrainsFullShardAndHybridNamesTheSplit) {
+  auto one = run_command(kRun + " --nproc-per-node 3 -- " + kTrain + kFourSteps + "--metrics-port 0");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  const std::string uneven = "srun -N2 -n3 " + kTrain + kFourSteps + "--metrics-port 0 ";
+  auto full = run_command(on("login", uneven));
+  ASSERT_EQ(full.rc, 0) << full.output;
+  expect_same_losses(full.output, one.output, "full_shard on 2 hosts holding 2 and 1 ranks");
+  auto hybrid = run_command(on("login", uneven + "--strategy hybrid_shard --rendezvous-timeout 20"));
+  EXPECT_NE(hybrid.rc, 0) << hybrid.output;
+  EXPECT_LT(hybrid.seconds, 60) << hybrid.output;
+  EXPECT_NE(hybrid.output.find("hybrid sharding's shard group is the ranks of a host by default, but the hosts hold "
+                               "different numbers of ranks (node1: 2, node2: 1)"),
+            std::string::npos)
+      << hybrid.output;
+  EXPECT_NE(hybrid.output.find("srun --ntasks-per-node=N"), std::string::npos) << hybrid.output;
+}
+
 TEST_F(Cluster, SbatchScriptRunsCoshardRunOnEveryHost) {
   auto dir = train::temp_dir("cluster-sbatch");
   const std::string script = dir / "job.sh", out = dir / "job.out";

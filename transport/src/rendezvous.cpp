@@ -27,11 +27,14 @@ Claim parse_claim(const std::string& s) {
   return c;
 }
 
-std::string whoami(const LaunchEnv& env) {
+std::string this_host() {
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
-  if (host[0] == '\0') host[0] = '?';  // an empty one would shift the claim's fields
-  return std::to_string(env.world_size) + " " + host + " " + std::to_string(::getpid()) + " " +
+  return host[0] != '\0' ? host : "?";  // an empty one would shift the claim's fields
+}
+
+std::string whoami(const LaunchEnv& env) {
+  return std::to_string(env.world_size) + " " + this_host() + " " + std::to_string(::getpid()) + " " +
          std::to_string(kWireProtocol);
 }
 
@@ -64,7 +67,10 @@ void check_claims(const LaunchEnv& env, const std::vector<std::string>& claims) 
 Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
   Rendezvous r;
   r.env = env;
-  if (env.world_size <= 1) co_return r;
+  if (env.world_size <= 1) {
+    r.hosts = {this_host()};
+    co_return r;
+  }
   auto ctx = co_await current_context();
   if (!ctx.scheduler) coshard::detail::throw_no_scheduler("rendezvous");
 
@@ -107,6 +113,7 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
                 ErrorContext{.rank = env.rank, .op = "rendezvous", .unit = {}});
   }
   check_claims(env, claims);
+  for (const auto& c : claims) r.hosts.push_back(parse_claim(c).host);
   co_return r;
 }
 

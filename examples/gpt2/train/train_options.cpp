@@ -110,7 +110,7 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--strategy", w.strategy, "full_shard | shard_grad_op | no_shard | hybrid_shard | hybrid_shard_zero2")
       ->capture_default_str()
       ->check(CLI::IsMember({"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"}));
-  app.add_option("--shard-group", o.shard_group, "hybrid strategies: ranks per shard group (default: ranks per node)")
+  app.add_option("--shard-group", o.shard_group, "hybrid strategies: ranks per shard group (default: the ranks of a host)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--forward-prefetch", o.forward_prefetch, "units all-gathered ahead in forward")
       ->capture_default_str()->check(CLI::Range(0, 64));

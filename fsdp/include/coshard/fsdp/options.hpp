@@ -88,7 +88,7 @@ struct Options {
   /// Overrides the strategy's choice: true, false, or a group size (an int) to reshard to after
   /// forward: the backward all-gather then runs inside groups of that many ranks.
   std::optional<std::variant<bool, int>> reshard_after_forward;
-  int shard_group_size = 0;  ///< hybrid strategies: ranks per shard group (0: local world size)
+  int shard_group_size = 0;  ///< hybrid strategies: ranks per shard group (0: the ranks of a host; every host must hold as many, consecutive)
   Prefetch prefetch;         ///< what is all-gathered ahead of need
   int in_flight = 2;         ///< unsharded units at once (current + prefetched)
   MixedPrecision mixed_precision;  ///< dtypes of the all-gather and the gradient reduction

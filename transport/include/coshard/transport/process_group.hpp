@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/communicator.hpp"
@@ -55,6 +57,9 @@ class ProcessGroup {
 
   /// The launch environment this group was created from.
   const LaunchEnv& env() const noexcept { return rv_.env; }
+  /// Each rank's host name (gethostname), in rank order, as the rendezvous found them;
+  /// ranks_per_host() (hosts.hpp) groups them.
+  const std::vector<std::string>& hosts() const noexcept { return rv_.hosts; }
   /// This process's rank in the job.
   int rank() const noexcept { return rv_.env.rank; }
   /// Ranks in the job (the world size).

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coshard/runtime/task.hpp"
 #include "coshard/transport/launch_env.hpp"
@@ -28,6 +29,7 @@ struct RendezvousOptions {
 /// What rendezvous() hands back: the environment and the store, which the ranks' communicators use.
 struct Rendezvous {
   LaunchEnv env;                        ///< this rank's environment; all ranks were checked to share its world size
+  std::vector<std::string> hosts;       ///< each rank's host name, from its claim (one, this host's, for a single rank)
   std::unique_ptr<StoreServer> server;  ///< on rank 0 when the launcher does not serve the store
   std::unique_ptr<StoreClient> store;   ///< null for a single rank
 };

@@ -1,0 +1,42 @@
+#include "coshard/transport/hosts.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <utility>
+
+namespace coshard::transport {
+namespace {
+
+constexpr std::size_t kNamed = 8;  // hosts an error lists; a job of 1000 hosts would fill a screen
+
+}  // namespace
+
+Result<int> ranks_per_host(const std::vector<std::string>& host_of_rank) {
+  if (host_of_rank.empty()) return Error(Errc::bad_config, "no ranks, so no hosts to group them by");
+  std::vector<std::pair<std::string, int>> runs;  // each host's ranks, in order of its first rank
+  std::map<std::string, std::size_t> last;        // each host's last rank
+  for (std::size_t r = 0; r < host_of_rank.size(); ++r) {
+    const std::string& host = host_of_rank[r];
+    if (r > 0 && host == host_of_rank[r - 1]) {
+      ++runs.back().second;
+    } else if (const auto seen = last.find(host); seen != last.end()) {
+      return Error(Errc::bad_config, "the ranks of " + host + " are not consecutive (rank " +
+                                         std::to_string(seen->second) + ", then rank " + std::to_string(r) +
+                                         " after rank " + std::to_string(r - 1) + " on " + host_of_rank[r - 1] + ")");
+    } else {
+      runs.emplace_back(host, 1);
+    }
+    last[host] = r;
+  }
+  const int each = runs.front().second;
+  if (std::all_of(runs.begin(), runs.end(), [&](const auto& run) { return run.second == each; })) return each;
+  std::string counts;
+  for (std::size_t h = 0; h < std::min(runs.size(), kNamed); ++h) {
+    counts += (h ? ", " : "") + runs[h].first + ": " + std::to_string(runs[h].second);
+  }
+  if (runs.size() > kNamed) counts += ", ... (" + std::to_string(runs.size()) + " hosts)";
+  return Error(Errc::bad_config, "the hosts hold different numbers of ranks (" + counts + ")");
+}
+
+}  // namespace coshard::transport
