@@ -1,7 +1,8 @@
 // gpt2-train across two hosts of a real (namespace) cluster: started by srun with no launcher of
-// ours, by an sbatch script running coshard-run on every host, and by coshard-run started by hand
-// on each host; every way gives the losses of the same global batch on one host, and a real
-// Prometheus on the login host scrapes every rank of every host over the bridge.
+// ours, by mpirun inside an allocation, by an sbatch script running coshard-run on every host, and
+// by coshard-run started by hand on each host; every way gives the losses of the same global
+// batch on one host, and a real Prometheus on the login host scrapes every rank of every host
+// over the bridge.
 #include "cluster/cluster_support.hpp"
 
 namespace coshard::testing::cluster {
@@ -42,6 +43,27 @@ TEST_F(Cluster, AnUnevenSlurmStepTrainsFullShardAndHybridNamesTheSplit) {
             std::string::npos)
       << hybrid.output;
   EXPECT_NE(hybrid.output.find("srun --ntasks-per-node=N"), std::string::npos) << hybrid.output;
+}
+
+// Open MPI's mpirun inside an allocation (it starts its daemons through Slurm): given rank 0's
+// host, the ranks derive the rest from the job; without it every rank says what to give.
+TEST_F(Cluster, MpirunInsideAnAllocationTrainsAcrossHostsWithTheLossesOfOneHost) {
+  if (run_command("command -v mpirun").rc != 0) GTEST_SKIP() << "mpirun is not installed: scripts/setup installs openmpi-bin";
+  auto one = one_host_run("--strategy hybrid_shard --shard-group 2");
+  ASSERT_EQ(one.rc, 0) << one.output;
+  const std::string mpirun = "salloc -N2 --ntasks-per-node=2 mpirun --allow-run-as-root --mca btl_tcp_if_include eth0 "
+                             "--mca oob_tcp_if_include eth0 ";
+  const std::string train = kTrain + kFourSteps + "--metrics-port 0 --strategy hybrid_shard";
+  auto two = run_command(on("login", mpirun + "-x MASTER_ADDR=node1 " + train));
+  ASSERT_EQ(two.rc, 0) << two.output;
+  expect_same_losses(two.output, one.output, "hybrid_shard on 2 hosts x 2 ranks by mpirun");
+  EXPECT_NE(two.output.find("4 rank(s), hybrid_shard (shard groups of 2 ranks)"), std::string::npos) << two.output;
+  auto unnamed = run_command(on("login", mpirun + train));
+  EXPECT_NE(unnamed.rc, 0) << unnamed.output;
+  EXPECT_NE(unnamed.output.find("MASTER_ADDR is not set, and the job spans hosts: give every rank rank 0's host "
+                                "(mpirun -x MASTER_ADDR=HOST)"),
+            std::string::npos)
+      << unnamed.output;
 }
 
 TEST_F(Cluster, SbatchScriptRunsCoshardRunOnEveryHost) {

@@ -497,6 +497,26 @@ INSTANTIATE_TEST_SUITE_P(Trainer, WorldSize,
                          ::testing::Values("full_shard", "shard_grad_op", "no_shard", "hybrid_shard"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
+// mpirun starts the ranks with nothing of ours set: they derive the store from Open MPI's job
+// name, on loopback, and train as coshard-run's (hybrid: the 3 ranks of this host, one group).
+TEST(TrainerLaunchers, MpirunOnOneHostTrainsWithTheLossesOfCoshardRun) {
+  if (run_command("command -v mpirun").rc != 0) GTEST_SKIP() << "mpirun is not installed: scripts/setup installs openmpi-bin";
+  const std::string common = "--steps 4 --seq 32 --batch 2 --log-json - --strategy hybrid_shard";
+  auto ours = run_command(launch(3, common));
+  auto mpi = run_command("mpirun --allow-run-as-root --oversubscribe -np 3 " + kTrain + " --metrics-port 0 --samples 0 " +
+                         common + device_args(common));
+  ASSERT_EQ(ours.rc, 0) << ours.output;
+  ASSERT_EQ(mpi.rc, 0) << mpi.output;
+  EXPECT_NE(mpi.output.find("3 rank(s), hybrid_shard (shard groups of 3 ranks)"), std::string::npos) << mpi.output;
+  auto a = step_records(ours.output), b = step_records(mpi.output);
+  ASSERT_EQ(a.size(), 4u) << ours.output;
+  ASSERT_EQ(b.size(), 4u) << mpi.output;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    EXPECT_NEAR(x, y, 1e-6 * std::fabs(x)) << "step " << i + 1;
+  }
+}
+
 // Bad input: a usage error or a clear error before any training, and no file half-written.
 TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
   auto r = run_command(kTrain + " --no-such-flag");

@@ -214,6 +214,44 @@ TEST(LaunchEnv, GarbageNumbersAreNamed) {
 
 }  // namespace
 
+// mpirun sets no MASTER_*: each rank derives the store's port and token from the job's name, and
+// on one host the store is on loopback; across hosts only MASTER_ADDR is asked for.
+TEST(LaunchEnv, OpenMpiDerivesTheStoreFromTheJobAndAsksOnlyForTheHostAcrossHosts) {
+  std::map<std::string, std::string> one_host = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"PMIX_NAMESPACE", "924778497"}};
+  auto a = resolve_launch_env(env(one_host));
+  ASSERT_TRUE(a) << a.error().what();
+  EXPECT_EQ(a.value().master_addr, "127.0.0.1");
+  EXPECT_GE(a.value().master_port, 20000);
+  EXPECT_LT(a.value().master_port, 32000);
+  EXPECT_EQ(a.value().token, "openmpi-924778497");
+  auto rank_0 = one_host;
+  rank_0["OMPI_COMM_WORLD_RANK"] = "0";
+  rank_0["OMPI_COMM_WORLD_LOCAL_RANK"] = "0";
+  EXPECT_EQ(resolve_launch_env(env(rank_0)).value().master_port, a.value().master_port);  // every rank alike
+  auto other_job = one_host;
+  other_job["PMIX_NAMESPACE"] = "924778498";
+  EXPECT_NE(resolve_launch_env(env(other_job)).value().master_port, a.value().master_port);
+  auto given = one_host;
+  given["MASTER_PORT"] = "7000";
+  given["COSHARD_TOKEN"] = "mine";
+  EXPECT_EQ(resolve_launch_env(env(given)).value().master_port, 7000);
+  EXPECT_EQ(resolve_launch_env(env(given)).value().token, "mine");
+
+  auto two_hosts = one_host;
+  two_hosts["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  auto b = resolve_launch_env(env(two_hosts));
+  ASSERT_FALSE(b);
+  EXPECT_NE(b.error().message().find("MASTER_ADDR is not set, and the job spans hosts: give every rank rank 0's host "
+                                     "(mpirun -x MASTER_ADDR=HOST)"),
+            std::string::npos)
+      << b.error().message();
+  EXPECT_EQ(b.error().message().find("MASTER_PORT"), std::string::npos) << b.error().message();  // derived
+  two_hosts["MASTER_ADDR"] = "node1";
+  EXPECT_EQ(resolve_launch_env(env(two_hosts)).value().master_addr, "node1");
+}
+
 // Hybrid sharding's default shard group: the ranks of a host, counted alike on every rank.
 TEST(RanksPerHost, EveryHostHoldingAsManyConsecutiveRanksGivesThatCount) {
   EXPECT_EQ(ranks_per_host({"node1", "node1", "node2", "node2"}).value(), 2);

@@ -1,6 +1,7 @@
 #include "coshard/transport/launch_env.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <cstdlib>
 #include <vector>
@@ -72,6 +73,20 @@ std::optional<long> apply_slurm_step(const EnvLookup& env, Reader& r, LaunchEnv&
   out.master_port = s.port;
   if (!env("COSHARD_TOKEN")) out.token = s.token;
   return s.tasks_per_host[static_cast<std::size_t>(s.node_id)];
+}
+
+// Open MPI names the job (PMIX_NAMESPACE) and says which ranks share this host: every rank
+// derives the store's port and token from the name, and when the whole job is on this host the
+// store is on loopback, so that `mpirun -np 4 gpt2-train` needs no variable of ours. Across hosts
+// only MASTER_ADDR (rank 0's host) is left to give. MASTER_ADDR and MASTER_PORT, read later, win.
+void apply_open_mpi(const EnvLookup& env, LaunchEnv& out) {
+  const auto job = env("PMIX_NAMESPACE");
+  if (!job || job->empty()) return;
+  std::uint32_t h = 2166136261u;  // FNV-1a: the same on every rank, whatever the name's form
+  for (const unsigned char c : *job) h = (h ^ c) * 16777619u;
+  out.master_port = static_cast<std::uint16_t>(20000 + h % 12000);  // Slurm's derived range too
+  if (!env("COSHARD_TOKEN")) out.token = "openmpi-" + *job;  // ranks of another job are refused
+  if (out.local_world_size == out.world_size) out.master_addr = "127.0.0.1";
 }
 
 }  // namespace
@@ -154,12 +169,16 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
               std::to_string(out.world_size));
   }
 
-  if (out.world_size > 1) {  // a Slurm step has filled in what it was not given
+  const bool open_mpi = out.source == "openmpi";
+  if (open_mpi && out.world_size > 1) apply_open_mpi(env, out);
+  if (out.world_size > 1) {  // a Slurm step or Open MPI has filled in what it was not given
     auto addr = env("MASTER_ADDR");
     if (addr && !addr->empty()) {
       out.master_addr = *addr;
     } else if (out.master_addr.empty()) {
-      r.problem("MASTER_ADDR is not set (the rendezvous host; coshard-run, torchrun and srun set it)");
+      r.problem(open_mpi ? "MASTER_ADDR is not set, and the job spans hosts: give every rank rank 0's host "
+                           "(mpirun -x MASTER_ADDR=HOST)"
+                         : "MASTER_ADDR is not set (the rendezvous host; coshard-run, torchrun and srun set it)");
     }
     if (auto port = r.integer("MASTER_PORT", out.master_port == 0)) {
       if (*port < 1 || *port > 65535) {
