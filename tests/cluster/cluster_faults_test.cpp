@@ -7,6 +7,9 @@
 // deadline, naming the host or flag at fault, on both sides.
 #include "cluster/cluster_support.hpp"
 
+#include <sstream>
+#include <tuple>
+
 namespace coshard::testing::cluster {
 namespace {
 
@@ -43,6 +46,16 @@ void expect_the_uninterrupted_losses(const std::string& whole, const std::string
   }
 }
 
+// The first line coshard-run relayed from `rank` that holds `text`; empty if none.
+std::string rank_line(const std::string& log, int rank, const std::string& text) {
+  std::istringstream in(log);
+  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(prefix) && line.find(text) != std::string::npos) return line;
+  }
+  return "";
+}
+
 int seconds_after(const std::string& out, const std::string& rc) {
   auto at = out.find(rc + "=");
   if (at == std::string::npos) return 1 << 20;
@@ -74,6 +87,19 @@ TEST_F(Cluster, ACutLinkFailsEveryRankOnBothHostsWithinTheDeadline) {
   // Each side names a silent rank on the other host.
   EXPECT_NE(node1.find("on node2)"), std::string::npos) << node1;
   EXPECT_NE(node2.find("on node1)"), std::string::npos) << node2;
+  // So does every rank that says why it failed, also one that waited on a rank of its own host
+  // (which waited across). A rank its launcher stopped first says nothing itself.
+  for (const auto& [log, ranks, other] :
+       {std::tuple{node1, std::pair{0, 1}, "node2"}, std::tuple{node2, std::pair{2, 3}, "node1"}}) {
+    for (const int rank : {ranks.first, ranks.second}) {
+      const std::string why = rank_line(log, rank, "coshard timeout [rank " + std::to_string(rank) + "]");
+      if (why.empty()) {
+        EXPECT_NE(log.find("rank " + std::to_string(rank) + " was killed by signal"), std::string::npos) << log;
+      } else {
+        EXPECT_NE(why.find(std::string("on ") + other + ")"), std::string::npos) << why;
+      }
+    }
+  }
 }
 
 // A rank killed outright on one host under --max-restarts 1 --resume auto: both hosts' launchers

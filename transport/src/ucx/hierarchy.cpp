@@ -55,6 +55,7 @@ Hierarchy::Hierarchy(Topology topology, int rank, std::unique_ptr<Wire> local, s
       counterparts_(topo_.ranks_at(local_index_)),
       chunk_bytes_(chunk_bytes) {
   for (int h = 0; h < topo_.hosts; ++h) host_ranks_.push_back(topo_.ranks_on(h));
+  local_->name_on_timeout(cross_.get());
   // Chunk k's rings take steps from k x (hosts x per_host) on the per-host wire and from k x 2 hosts
   // on the cross-host one, and all-reduce's gathers as many again: 2 x world steps per chunk.
   max_chunks_ = std::clamp((kHeaderStep - 2) / (2 * topo_.hosts * topo_.per_host), 1, kMaxChunks);

@@ -107,31 +107,35 @@ class Apart {
 };
 
 // The first failure of either thread. A timeout met while a thread waited for the other one, not
-// for a message, names nobody, so it is thrown only when nothing else failed.
+// for a message, names nobody, so it is thrown only when nothing else failed. When both wires
+// time out, the cross-host one's names the cause: the ranks of this host that the per-host wire
+// waited for were themselves waiting across (a cut link between hosts).
 class FirstFailure {
  public:
-  void note(std::exception_ptr e, bool waiting_for_other) {
+  void note(std::exception_ptr e, bool waiting_for_other, bool near) {
     std::lock_guard lock(m_);
-    auto& slot = waiting_for_other && is_timeout(e) ? weak_ : first_;
+    const bool timeout = is_timeout(e);
+    auto& slot = waiting_for_other && timeout ? weak_ : near && timeout ? near_timeout_ : first_;
     if (!slot) slot = std::move(e);
   }
   void rethrow() const {
     std::lock_guard lock(m_);
-    if (first_) std::rethrow_exception(first_);
-    if (weak_) std::rethrow_exception(weak_);
+    for (const auto& e : {first_, near_timeout_, weak_}) {
+      if (e) std::rethrow_exception(e);
+    }
   }
 
  private:
   mutable std::mutex m_;
-  std::exception_ptr first_, weak_;
+  std::exception_ptr first_, near_timeout_, weak_;
 };
 
 // After a failure on one thread: notes it, and unless it is a timeout (the other thread meets the
 // same deadline) aborts the other thread's wire so that it stops at once. Nothing escapes: a
 // thread's job must end, and the caller must still wait for the side thread.
-void failed(FirstFailure& failure, std::exception_ptr e, bool waiting_for_other, Wire& other) noexcept {
+void failed(FirstFailure& failure, std::exception_ptr e, bool waiting_for_other, bool near, Wire& other) noexcept {
   try {
-    failure.note(e, waiting_for_other);
+    failure.note(e, waiting_for_other, near);
     if (!is_timeout(e)) other.abort(as_error(e));
   } catch (...) {
     other.abort(Error(Errc::internal, "a two-level schedule failed on its other thread"));
@@ -169,7 +173,7 @@ void StagePipeline::overlapped(Wire& near, Wire& far, int chunks, const Stages& 
         far_done.store(k + 1, std::memory_order_release);
       }
     } catch (...) {
-      failed(failure, std::current_exception(), waiting, near);
+      failed(failure, std::current_exception(), waiting, false, near);
     }
   });
   bool waiting = false;
@@ -187,7 +191,7 @@ void StagePipeline::overlapped(Wire& near, Wire& far, int chunks, const Stages& 
     waiting = true;
     near.wait_until([&] { return side_.idle(); });
   } catch (...) {
-    failed(failure, std::current_exception(), waiting, far);
+    failed(failure, std::current_exception(), waiting, true, far);
   }
   side_.wait_idle();
   failure.rethrow();

@@ -125,8 +125,19 @@ void Wire::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
   a->wire->peer_status_[static_cast<std::size_t>(a->peer)] = status;
 }
 
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 void Wire::connect(std::vector<PeerIdentity> peers, bool peer_error_mode) {
   peers_ = std::move(peers);
+  last_heard_ = std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(size_));
+  for (int p = 0; p < size_; ++p) last_heard_[static_cast<std::size_t>(p)].store(0, std::memory_order_relaxed);
   peer_error_mode_ = peer_error_mode;
   eps_.assign(static_cast<std::size_t>(size_), nullptr);
   for (int p = 0; p < size_; ++p) {
@@ -239,6 +250,7 @@ void Wire::finish(Request& r, ucs_status_t status) {
     waited_[peer] = std::chrono::duration<double>(Clock::now() - begun_).count();
   }
   if (status == UCS_OK) {
+    if (r.is_recv && last_heard_) last_heard_[peer].store(now_ns(), std::memory_order_relaxed);
     if (r.is_recv && !r.up_to && r.info.length != r.expected) {
       throw Error(Errc::invalid_argument,
                   wait_.op + ": " + peer_name(r.peer) + " sent " + std::to_string(r.info.length) +
@@ -283,11 +295,34 @@ void Wire::throw_timeout() {
     if (!who.empty()) who += ", ";
     who += peer_name(peer) + ": " + std::to_string(n) + " message" + (n == 1 ? "" : "s");
   }
+  std::string quiet = silent_for(wait_.timeout, owing);
+  if (const std::string more = across_ ? across_->silent_for(wait_.timeout) : ""; !more.empty()) {
+    quiet += (quiet.empty() ? "" : ", ") + more;
+  }
+  if (!quiet.empty()) {
+    who += (who.empty() ? "" : "; ") + std::string("and nothing for ") + std::to_string(wait_.timeout.count()) +
+           " ms or more from the other hosts' " + quiet + ", on whom the ranks of this host may be waiting";
+  }
   throw Error(Errc::timeout,
               wait_.op + " did not complete within " + std::to_string(wait_.timeout.count()) +
                   " ms; not heard from: " + (who.empty() ? "nobody (local work was slow)" : who) +
                   ". Those ranks are stuck, slower, or issued different collectives (compare the flight records)",
               op_context(wait_.op));
+}
+
+std::string Wire::silent_for(std::chrono::milliseconds quiet, const std::map<int, int>& named) const {
+  std::string out;
+  if (!last_heard_) return out;
+  const std::int64_t now = now_ns(), bound = std::chrono::duration_cast<std::chrono::nanoseconds>(quiet).count();
+  for (int p = 0; p < size_; ++p) {
+    const std::int64_t last = last_heard_[static_cast<std::size_t>(p)].load(std::memory_order_relaxed);
+    if (p == rank_ || last == 0 || now - last < bound || named.count(p) ||
+        peers_[static_cast<std::size_t>(p)].host == host_) {
+      continue;
+    }
+    out += (out.empty() ? "" : ", ") + peer_name(p);
+  }
+  return out;
 }
 
 void Wire::check_liveness() {

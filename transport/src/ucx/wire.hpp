@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -111,6 +112,14 @@ class Wire {
   // waits on one wire while a peer waits for such a message on another stalls both.
   void progress_with(std::vector<Wire*> siblings) { siblings_ = std::move(siblings); }
   const std::vector<Wire*>& siblings() const noexcept { return siblings_; }
+  // The cross-host wire of this per-host wire's two-level schedule (hierarchy.hpp), not owned: a
+  // timeout here also names its silent peers (silent_for).
+  void name_on_timeout(const Wire* across) noexcept { across_ = across; }
+  // The peers on other hosts that this wire has heard from, but not for at least `quiet`, named
+  // (empty if none), but for those in `named`. A timeout names them beside the peers it waited
+  // for: those, on this rank's host, may be waiting on them (a cut link between hosts). Safe
+  // from another thread than the one that waits on this wire.
+  std::string silent_for(std::chrono::milliseconds quiet, const std::map<int, int>& named = {}) const;
 
   // Drives progress until `ready()` returns true. Throws Errc::timeout at the deadline naming the
   // peers still owing data, Errc::peer_lost when a peer died, the abort reason when aborted.
@@ -161,6 +170,10 @@ class Wire {
   std::vector<PeerIdentity> peers_;
   std::vector<ucp_ep_h> eps_;
   std::vector<Wire*> siblings_;
+  const Wire* across_ = nullptr;
+  // Per peer: when a receive from it last completed (steady clock, ns; 0: never). Atomic: the per-host
+  // wire's thread reads the cross-host wire's while that one's thread writes it (stage_pipeline.hpp).
+  std::unique_ptr<std::atomic<std::int64_t>[]> last_heard_;
   struct ErrArg {
     Wire* wire;
     int peer;
