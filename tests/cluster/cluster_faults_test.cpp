@@ -318,6 +318,39 @@ TEST_F(Cluster, TwoHostsWithTheSameNodeRankAreNamed) {
 // A test killed by ctest's timeout (SIGKILL) cannot take its cluster down: `reap` does, for every
 // cluster whose --owner is gone, and leaves the others. Checked on the namespaces and processes
 // themselves, not on what the script says.
+// scripts/cluster shape: each node's link, both ways, at the rate given (tbf), and none lifts it.
+// Measured by a TCP transfer of 4 MB between the nodes, each way: the receiver prints bits/s.
+TEST_F(Cluster, ShapeLimitsEachNodesLinkBothWaysAndNoneLiftsIt) {
+  const std::string receive =
+      "python3 -c " + quote("import socket, time\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, "
+                            "socket.SO_REUSEADDR, 1); s.bind(('0.0.0.0', 29500)); s.listen(1); c, _ = s.accept()\n"
+                            "n, t0 = 0, None\nwhile True:\n    b = c.recv(1 << 16)\n    if not b: break\n"
+                            "    t0 = t0 or time.time(); n += len(b)\nprint('bits/s', int(n * 8 / (time.time() - t0)))");
+  auto bits_per_s = [&](const std::string& from, const std::string& to) {
+    const std::string send = "python3 -c " + quote("import socket\ns = socket.create_connection(('" + to +
+                                                   "', 29500), 5); s.sendall(b'x' * 4000000); s.close()");
+    auto r = run_script(on(to, receive) + " & r=$!; for i in $(seq 50); do " + on(from, send) +
+                        " 2>/dev/null && break; sleep 0.1; done; wait $r");
+    const auto at = r.output.find("bits/s ");
+    EXPECT_NE(at, std::string::npos) << from << " to " << to << ": " << r.output;
+    return at == std::string::npos ? 0.0 : std::stod(r.output.substr(at + 7));
+  };
+  const double rate = 40e6;
+  auto shaped = run_command(cluster("shape", "--rate 40mbit"));
+  ASSERT_EQ(shaped.rc, 0) << shaped.output;
+  for (const auto& [from, to] : {std::pair{"node1", "node2"}, std::pair{"node2", "node1"}}) {
+    const double got = bits_per_s(from, to);
+    // Above the rate by at most the 512 KB burst tbf lets through at once.
+    EXPECT_GT(got, 0.5 * rate) << from << " to " << to;
+    EXPECT_LT(got, 1.5 * rate) << from << " to " << to;
+  }
+  EXPECT_NE(run_command(cluster("status", "")).output.find("links 40mbit"), std::string::npos);
+  ASSERT_EQ(run_command(cluster("shape", "--rate none")).rc, 0);
+  for (const auto& [from, to] : {std::pair{"node1", "node2"}, std::pair{"node2", "node1"}}) {
+    EXPECT_GT(bits_per_s(from, to), 5 * rate) << from << " to " << to << " once unshaped";
+  }
+}
+
 TEST_F(Cluster, AClusterWhoseOwnerIsGoneIsReapedToTheLastNamespaceAndProcess) {
   const std::string other = name_ + "r";
   auto owner = run_command("sleep 600 >/dev/null 2>&1 & echo $!");

@@ -81,9 +81,21 @@ class Cluster : public ::testing::Test {
   }
   void TearDown() override {
     if (!up_) return;
-    if (HasFailure()) std::fprintf(stderr, "%s\n", run_command("tail -n 8 /tmp/coshard-cluster/" + name_ + "/log/*.log").output.c_str());
+    const std::string lab = "/tmp/coshard-cluster/" + name_;
+    if (HasFailure()) std::fprintf(stderr, "%s\n", run_command("tail -n 8 " + lab + "/log/*.log").output.c_str());
+    // What `up` started, so that each test also checks that `down` leaves none of it: every
+    // process in the cluster's namespaces (holders, slurmctld, slurmd, ranks) and every pid file's.
+    const std::string made = run_command("{ for ns in $(ip netns list | awk '/^cc-" + name_ +
+                                         "-/ {print $1}'); do ip netns pids $ns; done; cat " + lab + "/run/*.pid " +
+                                         lab + "/munge/munged.pid; } 2>/dev/null | sort -un | tr '\\n' ' '")
+                                 .output;
     auto r = run_command(cluster("down", ""));
     EXPECT_EQ(r.rc, 0) << r.output;
+    // A zombie has ended; its parent reaps it.
+    auto left = run_command("for p in " + made + "; do [ -e /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status && "
+                            "echo \"process $p: $(tr '\\0' ' ' < /proc/$p/cmdline)\"; done; ip netns list | grep 'cc-" +
+                            name_ + "-'; [ -e " + lab + " ] && echo " + lab + "; true");
+    EXPECT_EQ(left.output, "") << "scripts/cluster down left these behind (of " << made << ")";
   }
 
   // scripts/cluster VERB --name <this test's cluster> ARGS.
