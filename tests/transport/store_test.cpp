@@ -349,8 +349,11 @@ TEST_F(StoreTest, PortInUseNamesThePort) {
   }
 }
 
+// ... and says whose store it was: that process's own output says why it stopped.
 TEST_F(StoreTest, StoppingTheServerFailsAPendingWaitQuickly) {
   auto server = serve();
+  auto options = client_options(server->port());
+  options.served_by = "rank 0";
   std::thread stopper([&] {
     std::this_thread::sleep_for(100ms);
     server->stop();
@@ -361,10 +364,12 @@ TEST_F(StoreTest, StoppingTheServerFailsAPendingWaitQuickly) {
       auto c = co_await StoreClient::connect(o);
       std::vector<std::string> keys{"never"};
       co_await c->wait(std::move(keys), 60000ms);
-    }(client_options(server->port())));
+    }(options));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::peer_lost) << e.what();
+    EXPECT_NE(e.message().find("The store's host (rank 0) may have exited: its own output says why"), std::string::npos)
+        << e.what();
   }
   stopper.join();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);

@@ -75,6 +75,7 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.host = o.master_addr;
   so.port = port;
   so.token = token;
+  so.served_by = "the coshard-run of node 0";
   so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
   options_ = so;

@@ -23,6 +23,8 @@ struct StoreClient::Impl {
   std::string broken;  // why the connection can no longer be used
 
   std::string where() const { return options.host + ":" + std::to_string(options.port); }
+  // Why a connection breaks, most often.
+  std::string gone() const { return ". The store's host (" + options.served_by + ") may have exited: its own output says why"; }
 
   // Sends one request and returns the reply body (status first), within `limit` (nothing:
   // op_timeout). A failure mid-request leaves the stream in an unknown state, so the connection is
@@ -61,8 +63,7 @@ struct StoreClient::Impl {
 
   Task<std::string> round_trip(std::vector<char> frame, std::string what) {
     if (auto ec = co_await detail::write_frame(socket, std::move(frame))) {
-      throw Error(Errc::peer_lost, "store " + what + ": sending to " + where() + " failed: " + ec.message() +
-                                       ". The store's host (rank 0 or coshard-run) may have exited");
+      throw Error(Errc::peer_lost, "store " + what + ": sending to " + where() + " failed: " + ec.message() + gone());
     }
     auto f = co_await detail::read_frame(socket, options.limits.max_message_bytes);
     switch (f.error) {
@@ -70,14 +71,14 @@ struct StoreClient::Impl {
         co_return std::move(f.body);
       case detail::FrameError::closed:
         throw Error(Errc::peer_lost, "store " + what + ": " + where() +
-                                         " closed the connection (the store stopped, or dropped this client)");
+                                         " closed the connection (the store stopped, or dropped this client)" + gone());
       case detail::FrameError::bad_length:
         throw Error(Errc::io, "store " + what + ": reply of " + std::to_string(f.length) + " bytes from " + where() +
                                   " is outside the bound; is that a coshard store?");
       case detail::FrameError::io:
         break;
     }
-    throw Error(Errc::peer_lost, "store " + what + ": receiving from " + where() + " failed: " + f.ec.message());
+    throw Error(Errc::peer_lost, "store " + what + ": receiving from " + where() + " failed: " + f.ec.message() + gone());
   }
 
   [[noreturn]] void bad_reply(const std::string& what) {

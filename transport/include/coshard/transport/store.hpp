@@ -85,6 +85,9 @@ class StoreClient {
     /// Put in front of every key this client names, so that clients of one attempt of a job never
     /// see the keys of another on a store that outlives attempts (coshard-run --max-restarts).
     std::string key_prefix;
+    /// Who serves the store ("rank 0", "node 0's coshard-run"), for the errors of a connection
+    /// that breaks: then that process has exited, and its own output says why.
+    std::string served_by = "rank 0 or coshard-run";
   };
 
   /// The op of connect()'s Error(bad_config) when the store's host name did not resolve (no such
