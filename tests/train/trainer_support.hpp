@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -74,6 +75,17 @@ inline std::vector<json> step_records(const std::string& output) {
     out.push_back(json::parse(line.substr(at)));
   }
   return out;
+}
+
+// Both jobs logged `steps` steps with the same losses, within `relative`.
+inline void expect_same_step_losses(const std::string& want, const std::string& got, std::size_t steps, double relative) {
+  auto a = step_records(want), b = step_records(got);
+  ASSERT_EQ(a.size(), steps) << want;
+  ASSERT_EQ(b.size(), steps) << got;
+  for (std::size_t i = 0; i < steps; ++i) {
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    EXPECT_NEAR(x, y, relative * std::abs(x)) << "step " << i + 1;
+  }
 }
 
 }  // namespace coshard::testing::train

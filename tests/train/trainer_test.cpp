@@ -483,13 +483,7 @@ TEST_P(WorldSize, OneRankOfSixEqualsThreeRanksOfTwo) {
     EXPECT_NE(three.output.find("3 rank(s), hybrid_shard (shard groups of 3 ranks)"), std::string::npos)
         << three.output;
   }
-  auto a = step_records(one.output), b = step_records(three.output);
-  ASSERT_EQ(a.size(), 4u) << one.output;
-  ASSERT_EQ(b.size(), 4u) << three.output;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double x = a[i]["loss"], y = b[i]["loss"];
-    EXPECT_NEAR(x, y, 1e-5 * std::fabs(x)) << "step " << i + 1;
-  }
+  expect_same_step_losses(one.output, three.output, 4, 1e-5);
 }
 
 // Named by the strategy: Trainer/WorldSize.OneRankOfSixEqualsThreeRanksOfTwo/hybrid_shard.
@@ -508,13 +502,7 @@ TEST(TrainerLaunchers, MpirunOnOneHostTrainsWithTheLossesOfCoshardRun) {
   ASSERT_EQ(ours.rc, 0) << ours.output;
   ASSERT_EQ(mpi.rc, 0) << mpi.output;
   EXPECT_NE(mpi.output.find("3 rank(s), hybrid_shard (shard groups of 3 ranks)"), std::string::npos) << mpi.output;
-  auto a = step_records(ours.output), b = step_records(mpi.output);
-  ASSERT_EQ(a.size(), 4u) << ours.output;
-  ASSERT_EQ(b.size(), 4u) << mpi.output;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double x = a[i]["loss"], y = b[i]["loss"];
-    EXPECT_NEAR(x, y, 1e-6 * std::fabs(x)) << "step " << i + 1;
-  }
+  expect_same_step_losses(ours.output, mpi.output, 4, 1e-6);
 }
 
 // Bad input: a usage error or a clear error before any training, and no file half-written.
