@@ -166,6 +166,7 @@ class Wire {
   Options options_;
   bool peer_error_mode_ = false;
   std::string host_;
+  unsigned spins_ = 8;  // idle progress calls before a wait yields: see kSpins (wire.cpp)
   ucp_worker_h worker_ = nullptr;
   std::vector<PeerIdentity> peers_;
   std::vector<ucp_ep_h> eps_;
