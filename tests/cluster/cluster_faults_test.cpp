@@ -310,14 +310,14 @@ TEST_F(Cluster, TwoHostsWithTheSameNodeRankAreNamed) {
   EXPECT_NE(node1.find("on node2 (--node-rank 0) was refused: node rank 0 was started twice"), std::string::npos)
       << node1;
   EXPECT_NE(node1.find("the job failed (exit code 1): "), std::string::npos) << node1;
-  EXPECT_NE(node1.find("node(s) 1 never joined the job: coshard-run pid "), std::string::npos) << node1;
+  EXPECT_NE(node1.find("node(s) 1 never joined the job (no coshard-run holds their node rank): start coshard-run on "
+                       "each with its --node-rank and --master node1:29400"),
+            std::string::npos)
+      << node1;
+  EXPECT_NE(node1.find("; node 0 refused meanwhile: coshard-run pid "), std::string::npos) << node1;
   EXPECT_LT(r.seconds, 60) << r.output;
 }
 
-}  // namespace
-// A test killed by ctest's timeout (SIGKILL) cannot take its cluster down: `reap` does, for every
-// cluster whose --owner is gone, and leaves the others. Checked on the namespaces and processes
-// themselves, not on what the script says.
 // scripts/cluster shape: each node's link, both ways, at the rate given (tbf), and none lifts it.
 // Measured by a TCP transfer of 4 MB between the nodes, each way: the receiver prints bits/s.
 TEST_F(Cluster, ShapeLimitsEachNodesLinkBothWaysAndNoneLiftsIt) {
@@ -351,6 +351,9 @@ TEST_F(Cluster, ShapeLimitsEachNodesLinkBothWaysAndNoneLiftsIt) {
   }
 }
 
+// A test killed by ctest's timeout (SIGKILL) cannot take its cluster down: `reap` does, for every
+// cluster whose --owner is gone, and leaves the others. Checked on the namespaces and processes
+// themselves, not on what the script says.
 TEST_F(Cluster, AClusterWhoseOwnerIsGoneIsReapedToTheLastNamespaceAndProcess) {
   const std::string other = name_ + "r";
   auto owner = run_command("sleep 600 >/dev/null 2>&1 & echo $!");
@@ -375,4 +378,5 @@ TEST_F(Cluster, AClusterWhoseOwnerIsGoneIsReapedToTheLastNamespaceAndProcess) {
   EXPECT_EQ(run_command(on("node1", "hostname")).output, "node1\n");
 }
 
+}  // namespace
 }  // namespace coshard::testing::cluster

@@ -85,9 +85,12 @@ class Cluster : public ::testing::Test {
     if (HasFailure()) std::fprintf(stderr, "%s\n", run_command("tail -n 8 " + lab + "/log/*.log").output.c_str());
     // What `up` started, so that each test also checks that `down` leaves none of it: every
     // process in the cluster's namespaces (holders, slurmctld, slurmd, ranks) and every pid file's.
+    // A pid file's pid counts while it is still the cluster's (as `down` judges it), not reused.
     const std::string made = run_command("{ for ns in $(ip netns list | awk '/^cc-" + name_ +
-                                         "-/ {print $1}'); do ip netns pids $ns; done; cat " + lab + "/run/*.pid " +
-                                         lab + "/munge/munged.pid; } 2>/dev/null | sort -un | tr '\\n' ' '")
+                                         "-/ {print $1}'); do ip netns pids $ns; done; for f in " + lab + "/run/*.pid " +
+                                         lab + "/munge/munged.pid; do p=$(cat $f) && tr '\\0' ' ' < /proc/$p/cmdline "
+                                         "| grep -qE '" + lab + "|sleep infinity' && echo $p; done; } 2>/dev/null | "
+                                         "sort -un | tr '\\n' ' '")
                                  .output;
     auto r = run_command(cluster("down", ""));
     EXPECT_EQ(r.rc, 0) << r.output;

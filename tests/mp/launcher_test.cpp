@@ -576,7 +576,7 @@ TEST(LauncherNodes, ANodeThatJoinsAfterTheRendezvousDeadlineIsNamedOrJoinsTheNex
       EXPECT_NE(node0.output.find("rendezvous of 4 ranks did not complete"), std::string::npos) << node0.output;
       EXPECT_NE(node0.output.find("coshard/attempt/0/coshard/rendezvous/rank/2"), std::string::npos) << node0.output;
       // Its launcher names the node behind those ranks, and what to do.
-      EXPECT_NE(node0.output.find("node(s) 1 never joined the job (no coshard-run claimed their node rank): start "
+      EXPECT_NE(node0.output.find("node(s) 1 never joined the job (no coshard-run holds their node rank): start "
                                   "coshard-run on each with its --node-rank and --master 127.0.0.1:"),
                 std::string::npos)
           << node0.output;

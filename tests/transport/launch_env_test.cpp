@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 
-#include "coshard/transport/hosts.hpp"
 #include "coshard/transport/launch_env.hpp"
 #include "coshard/transport/slurm.hpp"
 
@@ -212,8 +211,6 @@ TEST(LaunchEnv, GarbageNumbersAreNamed) {
   EXPECT_NE(std::string(r.error().what()).find("RANK='zero' is not an integer"), std::string::npos);
 }
 
-}  // namespace
-
 // mpirun sets no MASTER_*: each rank derives the store's port and token from the job's name, and
 // on one host the store is on loopback; across hosts only MASTER_ADDR is asked for.
 TEST(LaunchEnv, OpenMpiDerivesTheStoreFromTheJobAndAsksOnlyForTheHostAcrossHosts) {
@@ -250,28 +247,13 @@ TEST(LaunchEnv, OpenMpiDerivesTheStoreFromTheJobAndAsksOnlyForTheHostAcrossHosts
   EXPECT_EQ(b.error().message().find("MASTER_PORT"), std::string::npos) << b.error().message();  // derived
   two_hosts["MASTER_ADDR"] = "node1";
   EXPECT_EQ(resolve_launch_env(env(two_hosts)).value().master_addr, "node1");
+  // An Open MPI without PMIx names no job: on one host only the port is to be given.
+  auto no_pmix = one_host;
+  no_pmix.erase("PMIX_NAMESPACE");
+  auto c = resolve_launch_env(env(no_pmix));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find("MASTER_PORT is not set"), std::string::npos) << c.error().message();
+  EXPECT_EQ(c.error().message().find("MASTER_ADDR"), std::string::npos) << c.error().message();
 }
 
-// Hybrid sharding's default shard group: the ranks of a host, counted alike on every rank.
-TEST(RanksPerHost, EveryHostHoldingAsManyConsecutiveRanksGivesThatCount) {
-  EXPECT_EQ(ranks_per_host({"node1", "node1", "node2", "node2"}).value(), 2);
-  EXPECT_EQ(ranks_per_host({"a", "a", "a"}).value(), 3);
-  EXPECT_EQ(ranks_per_host({"a", "b", "c"}).value(), 1);
-  EXPECT_EQ(ranks_per_host({"solo"}).value(), 1);
-}
-
-TEST(RanksPerHost, UnevenOrInterleavedHostsAreNamed) {
-  auto uneven = ranks_per_host({"node1", "node1", "node2"});
-  ASSERT_FALSE(uneven);
-  EXPECT_EQ(uneven.error().code(), Errc::bad_config);
-  EXPECT_EQ(uneven.error().message(), "the hosts hold different numbers of ranks (node1: 2, node2: 1)");
-  auto cyclic = ranks_per_host({"node1", "node2", "node1", "node2"});
-  ASSERT_FALSE(cyclic);
-  EXPECT_EQ(cyclic.error().message(), "the ranks of node1 are not consecutive (rank 0, then rank 2 after rank 1 on node2)");
-  std::vector<std::string> many;
-  for (int h = 0; h < 12; ++h) many.insert(many.end(), h == 11 ? 1 : 2, "n" + std::to_string(h));
-  auto long_list = ranks_per_host(many);
-  ASSERT_FALSE(long_list);
-  EXPECT_NE(long_list.error().message().find("n7: 2, ... (12 hosts)"), std::string::npos) << long_list.error().message();
-  EXPECT_FALSE(ranks_per_host({}));
-}
+}  // namespace

@@ -275,7 +275,7 @@ Verdict Coordinator::decide(int attempt) {
   });
   ended.rejoined = rejoined(attempt);
   done.insert(done.end(), ended.rejoined.begin(), ended.rejoined.end());
-  if (!ended.never_joined.empty()) read_refusals();  // one may have come since the last watch
+  read_refusals();  // one may have come since the last watch, or after the ranks ended
   Verdict v = verdict(attempt, failed, ended);
   sched_->sync_wait(store().set(attempt_key(attempt, "verdict"), encode(v)));
   if (!v.restart) await_readers(attempt, done);

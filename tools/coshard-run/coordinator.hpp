@@ -181,9 +181,11 @@ class Coordinator {
   // restart is left to take it in) leaves `why` in the store, so that node 0, which otherwise sees
   // only ranks missing at the rendezvous, says which host was refused and why.
   void say_refused(const std::string& why) noexcept;
+  // say_refused, then the bad_config Error to throw.
+  Error refuse(const std::string& why);
   // Node 0: prints the refusals it has not printed yet; refused_ keeps them for the verdict.
   void read_refusals();
-  // Node 0: the verdict's words for the attempt's nodes that never joined, with the refusals.
+  // Node 0: the verdict's words for the attempt's nodes that never joined, with the attempt's refusals.
   std::string never_joined(const std::vector<int>& nodes) const;
   void await_attempt();
   bool member() const;
@@ -241,6 +243,7 @@ class Coordinator {
   std::map<int, Beat> heard_;
   std::chrono::steady_clock::time_point awake_ = std::chrono::steady_clock::now();  // heartbeat() came last then
   std::vector<std::string> refused_;  // node 0: the refusals read from the store, in order
+  std::size_t refusals_from_ = 0;     // the first of refused_ read in the current attempt
   std::map<int, std::string> vetted_;  // node 0: each node's claim it last found of its launcher protocol
   std::chrono::steady_clock::time_point next_watch_{};
 };

@@ -38,11 +38,11 @@ int stored_int(const std::string& v, const std::string& key) {
   return *out;
 }
 
-// Throws unless node 0's launcher (its claim `zero`) speaks this build's protocol and runs with
-// the flags that every node must share.
-void like_node_zero(const Options& o, const Claim& zero) {
+// Why this node may not join, unless node 0's launcher (its claim `zero`) speaks this build's
+// protocol and runs with the flags that every node must share: empty then.
+std::string unlike_node_zero(const Options& o, const Claim& zero) {
   const std::string node = "node " + std::to_string(o.node_rank);
-  if (auto why = foreign_protocol("node 0", zero, node); !why.empty()) throw Error(Errc::bad_config, why);
+  if (auto why = foreign_protocol("node 0", zero, node); !why.empty()) return why;
   // --take-in-timeout too: node 0 waits that long for ranks that stop after a checkpoint.
   const int take_in = static_cast<int>(o.take_in_timeout.count());
   for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
@@ -51,11 +51,11 @@ void like_node_zero(const Options& o, const Claim& zero) {
                                           std::tuple{"--nnodes MIN (of MIN:MAX)", o.min_nodes, zero.min_nodes},
                                           std::tuple{"--take-in-timeout", take_in, zero.take_in_timeout}}) {
     if (here != there) {
-      throw Error(Errc::bad_config, std::string(flag) + " is " + std::to_string(here) + " on " + node + " but " +
-                                        std::to_string(there) + " on node 0 (" + zero.describe() +
-                                        "): give every node the same " + flag);
+      return std::string(flag) + " is " + std::to_string(here) + " on " + node + " but " + std::to_string(there) +
+             " on node 0 (" + zero.describe() + "): give every node the same " + flag;
     }
   }
+  return "";
 }
 
 }  // namespace
@@ -75,18 +75,13 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.host = o.master_addr;
   so.port = port;
   so.token = token;
-  so.served_by = "the coshard-run of node 0";
+  so.served_by = o.node_rank == 0 ? "" : "the coshard-run of node 0";  // node 0's own: no one else to blame
   so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
   options_ = so;
   try {
     connect(std::move(so));
-    try {
-      join(cut_off_in);
-    } catch (const Error& e) {
-      if (e.code() == Errc::bad_config) say_refused(e.message());
-      throw;
-    }
+    join(cut_off_in);
   } catch (...) {
     close();  // no destructor runs for a constructor that throws
     throw;
@@ -132,7 +127,9 @@ void Coordinator::join(int cut_off_in) {
                          std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid()) + " " +
                          std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count()) + " " +
                          std::to_string(o_.nnodes);
-  if (o_.node_rank != 0) like_node_zero(o_, parse_claim(await_node_zero()));
+  if (o_.node_rank != 0) {
+    if (auto why = unlike_node_zero(o_, parse_claim(await_node_zero())); !why.empty()) throw refuse(why);
+  }
   auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store().get("attempt")).value_or("0"), "attempt"); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
   std::string holder = sched_->sync_wait(store().compare_set(key, "", me));
@@ -145,9 +142,8 @@ void Coordinator::join(int cut_off_in) {
     took_over = (holder = sched_->sync_wait(store().compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
-    throw Error(Errc::bad_config, "node rank " + std::to_string(o_.node_rank) + " was started twice: " +
-                                      parse_claim(holder).describe() + " already holds it (this is " +
-                                      parse_claim(me).describe() + "). Give every node its own --node-rank");
+    throw refuse("node rank " + std::to_string(o_.node_rank) + " was started twice: " + parse_claim(holder).describe() +
+                 " already holds it (this is " + parse_claim(me).describe() + "). Give every node its own --node-rank");
   }
   claim_ = me;
   heartbeat();
@@ -191,9 +187,9 @@ void Coordinator::join(int cut_off_in) {
     } else {
       sched_->sync_wait(store().erase(key));
     }
-    throw Error(Errc::bad_config, "node " + std::to_string(o_.node_rank) + ": " + why + ", but node 0 runs the job's "
-                                  "last attempt (--max-restarts " + std::to_string(o_.max_restarts) +
-                                  "): no restart is left to take node " + std::to_string(o_.node_rank) + " in");
+    throw refuse("node " + std::to_string(o_.node_rank) + ": " + why + ", but node 0 runs the job's last attempt "
+                 "(--max-restarts " + std::to_string(o_.max_restarts) + "): no restart is left to take node " +
+                 std::to_string(o_.node_rank) + " in");
   }
   ask_in(first_attempt_, why, !took_over && !again);  // else some of the attempt's ranks are gone
 }
@@ -216,7 +212,10 @@ void Coordinator::gather() {
     std::vector<int> absent;
     std::vector<std::optional<std::string>> claims;
     try {
-      if (usable()) claims = per_node("node", every);
+      if (usable()) {
+        claims = per_node("node", every);
+        read_refusals();
+      }
     } catch (const Error& e) {
       broke(e);  // a stall of this launcher is a cut, which usable() mends or gives up at --rejoin-timeout
       if (lost_) throw;
@@ -271,6 +270,11 @@ void Coordinator::say_not_started(const std::string& why) noexcept {
   }
 }
 
+Error Coordinator::refuse(const std::string& why) {
+  say_refused(why);
+  return Error(Errc::bad_config, why);
+}
+
 void Coordinator::say_refused(const std::string& why) noexcept {
   constexpr int kKept = 8;  // a launcher started again and again in a loop must not grow the key for ever
   const std::string line = "coshard-run pid " + std::to_string(::getpid()) + " on " + this_host() + " (--node-rank " +
@@ -297,15 +301,16 @@ void Coordinator::read_refusals() {
   }
 }
 
+// A refusal may be of another node rank than the missing ones (a node started with the rank of
+// one that joined), so they are told as what happened meanwhile, not as the cause.
 std::string Coordinator::never_joined(const std::vector<int>& nodes) const {
   if (nodes.empty()) return "";
-  std::string out = "node(s) " + node_list(nodes) + " never joined the job";
-  if (refused_.empty()) {
-    return out + " (no coshard-run claimed their node rank): start coshard-run on each with its --node-rank and "
-                 "--master " + where_ + ", while node 0's ranks wait at their rendezvous";
+  std::string out = "node(s) " + node_list(nodes) + " never joined the job (no coshard-run holds their node rank): "
+                    "start coshard-run on each with its --node-rank and --master " + where_ +
+                    ", while node 0's ranks wait at their rendezvous";
+  for (std::size_t i = refusals_from_; i < refused_.size(); ++i) {
+    out += (i == refusals_from_ ? "; node 0 refused meanwhile: " : "; ") + refused_[i];
   }
-  out += ": ";
-  for (std::size_t i = 0; i < refused_.size(); ++i) out += (i ? "; " : "") + refused_[i];
   return out;
 }
 
@@ -447,6 +452,7 @@ void Coordinator::close() noexcept {
 void Coordinator::begin(int attempt) {
   attempt_ = attempt;
   if (o_.node_rank != 0) return;
+  if (attempt > 0) refusals_from_ = refused_.size();  // the first attempt's include those while gathering
   heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
   for (;;) {  // again after this launcher stalled (broke), until its store is lost
     try {

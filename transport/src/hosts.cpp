@@ -31,11 +31,24 @@ Result<int> ranks_per_host(const std::vector<std::string>& host_of_rank) {
   }
   const int each = runs.front().second;
   if (std::all_of(runs.begin(), runs.end(), [&](const auto& run) { return run.second == each; })) return each;
+  // Of many hosts, those that differ from the count most hold: the first few may all be alike.
+  std::map<int, std::size_t> hosts_with;
+  for (const auto& run : runs) ++hosts_with[run.second];
+  const int usual = std::max_element(hosts_with.begin(), hosts_with.end(), [](const auto& a, const auto& b) {
+                      return a.second < b.second;
+                    })->first;
+  const bool all = runs.size() <= kNamed;
   std::string counts;
-  for (std::size_t h = 0; h < std::min(runs.size(), kNamed); ++h) {
-    counts += (h ? ", " : "") + runs[h].first + ": " + std::to_string(runs[h].second);
+  std::size_t named = 0;
+  for (const auto& [host, count] : runs) {
+    if ((!all && count == usual) || named == kNamed) continue;
+    counts += (named++ ? ", " : "") + host + ": " + std::to_string(count);
   }
-  if (runs.size() > kNamed) counts += ", ... (" + std::to_string(runs.size()) + " hosts)";
+  if (!all) {
+    const std::size_t odd = runs.size() - hosts_with[usual];
+    if (odd > named) counts += ", ... (" + std::to_string(odd) + " such hosts)";
+    counts += "; the other " + std::to_string(hosts_with[usual]) + " hosts: " + std::to_string(usual) + " each";
+  }
   return Error(Errc::bad_config, "the hosts hold different numbers of ranks (" + counts + ")");
 }
 

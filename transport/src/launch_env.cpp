@@ -80,13 +80,13 @@ std::optional<long> apply_slurm_step(const EnvLookup& env, Reader& r, LaunchEnv&
 // store is on loopback, so that `mpirun -np 4 gpt2-train` needs no variable of ours. Across hosts
 // only MASTER_ADDR (rank 0's host) is left to give. MASTER_ADDR and MASTER_PORT, read later, win.
 void apply_open_mpi(const EnvLookup& env, LaunchEnv& out) {
+  if (out.local_world_size == out.world_size) out.master_addr = "127.0.0.1";
   const auto job = env("PMIX_NAMESPACE");
-  if (!job || job->empty()) return;
+  if (!job || job->empty()) return;  // an Open MPI without PMIx: MASTER_PORT is to be given
   std::uint32_t h = 2166136261u;  // FNV-1a: the same on every rank, whatever the name's form
   for (const unsigned char c : *job) h = (h ^ c) * 16777619u;
   out.master_port = static_cast<std::uint16_t>(20000 + h % 12000);  // Slurm's derived range too
   if (!env("COSHARD_TOKEN")) out.token = "openmpi-" + *job;  // ranks of another job are refused
-  if (out.local_world_size == out.world_size) out.master_addr = "127.0.0.1";
 }
 
 }  // namespace

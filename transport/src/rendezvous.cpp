@@ -87,7 +87,7 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
   co.port = env.master_port;
   co.token = env.token;
   co.connect_timeout = options.timeout;
-  co.served_by = env.store_hosted ? "the coshard-run of node 0" : "rank 0";
+  co.served_by = env.store_hosted ? "the coshard-run of node 0" : r.server ? "" : "rank 0";
   // coshard-run's store lives as long as the job: each attempt has keys of its own.
   if (env.store_hosted) co.key_prefix = "coshard/attempt/" + std::to_string(env.restart_count) + "/";
   r.store = co_await StoreClient::connect(co);

@@ -24,7 +24,11 @@ struct StoreClient::Impl {
 
   std::string where() const { return options.host + ":" + std::to_string(options.port); }
   // Why a connection breaks, most often.
-  std::string gone() const { return ". The store's host (" + options.served_by + ") may have exited: its own output says why"; }
+  std::string gone() const {
+    return options.served_by.empty() ? ""
+                                     : ". The store's host (" + options.served_by +
+                                           ") may have exited: its own output says why";
+  }
 
   // Sends one request and returns the reply body (status first), within `limit` (nothing:
   // op_timeout). A failure mid-request leaves the stream in an unknown state, so the connection is

@@ -28,6 +28,9 @@ std::string bytes_text(double bytes) {
   return buf;
 }
 
+// Before the rendezvous, which tells fsdp the hosts (ranks_per_host), LOCAL_WORLD_SIZE stands for
+// the ranks of a host. Where they differ (several coshard-run nodes on one host, which fsdp groups
+// as one) the default shard group here is the smaller, so the check counts more, never less.
 int shard_group_size(const TrainOptions& o, const transport::LaunchEnv& env) {
   switch (o.strategy) {
     case fsdp::Strategy::no_shard:

@@ -61,8 +61,9 @@ class StagePipeline {
   // step with peers that overlap. The first failure is thrown once both threads have stopped; a
   // failure other than a timeout aborts the other thread's wire so that it stops at once (the
   // communicator fails after it anyway). A timeout does not: the other thread meets the same
-  // deadline. A timeout met while waiting for the other thread names nobody, so it is thrown only
-  // when the other thread's error is not there, which names the peers it waited for.
+  // deadline. Of two timeouts the cross-host thread's is thrown: the ranks of this host that
+  // the other waited for were waiting across themselves. A timeout met while waiting for the
+  // other thread names nobody, so it is thrown only when the other thread's error is not there.
   void run(Wire& near, Wire& far, int chunks, const Stages& stages);
   // Every stage on this thread, in that order.
   static void run_in_order(int chunks, const Stages& stages);

@@ -301,13 +301,16 @@ void Wire::throw_timeout() {
     if (!who.empty()) who += ", ";
     who += peer_name(peer) + ": " + std::to_string(n) + " message" + (n == 1 ? "" : "s");
   }
-  std::string quiet = silent_for(wait_.timeout, owing);
-  if (const std::string more = across_ ? across_->silent_for(wait_.timeout) : ""; !more.empty()) {
+  // Half the deadline: the cut may have come in the middle of this very operation, after the
+  // last message from across.
+  const auto quiet_for = wait_.timeout / 2;
+  std::string quiet = silent_for(quiet_for, owing);
+  if (const std::string more = across_ ? across_->silent_for(quiet_for) : ""; !more.empty()) {
     quiet += (quiet.empty() ? "" : ", ") + more;
   }
   if (!quiet.empty()) {
-    who += (who.empty() ? "" : "; ") + std::string("and nothing for ") + std::to_string(wait_.timeout.count()) +
-           " ms or more from the other hosts' " + quiet + ", on whom the ranks of this host may be waiting";
+    who += (who.empty() ? "the other hosts' " : "; and from the other hosts, ") + quiet +
+           ", on whom the ranks of this host may be waiting";
   }
   throw Error(Errc::timeout,
               wait_.op + " did not complete within " + std::to_string(wait_.timeout.count()) +
@@ -326,7 +329,9 @@ std::string Wire::silent_for(std::chrono::milliseconds quiet, const std::map<int
         peers_[static_cast<std::size_t>(p)].host == host_) {
       continue;
     }
-    out += (out.empty() ? "" : ", ") + peer_name(p);
+    char silent[32];
+    std::snprintf(silent, sizeof silent, " for %.1f s", static_cast<double>(now - last) * 1e-9);
+    out += (out.empty() ? "" : ", ") + peer_name(p) + silent;
   }
   return out;
 }

@@ -116,9 +116,10 @@ class Wire {
   // timeout here also names its silent peers (silent_for).
   void name_on_timeout(const Wire* across) noexcept { across_ = across; }
   // The peers on other hosts that this wire has heard from, but not for at least `quiet`, named
-  // (empty if none), but for those in `named`. A timeout names them beside the peers it waited
-  // for: those, on this rank's host, may be waiting on them (a cut link between hosts). Safe
-  // from another thread than the one that waits on this wire.
+  // with how long ("rank 3 (pid 9 on node2) for 6.1 s"; empty if none), but for those in `named`.
+  // A timeout names them beside the peers it waited for: those, on this rank's host, may be
+  // waiting on them (a cut link between hosts). Safe from another thread than the one that waits
+  // on this wire.
   std::string silent_for(std::chrono::milliseconds quiet, const std::map<int, int>& named = {}) const;
 
   // Drives progress until `ready()` returns true. Throws Errc::timeout at the deadline naming the

@@ -85,8 +85,9 @@ class StoreClient {
     /// Put in front of every key this client names, so that clients of one attempt of a job never
     /// see the keys of another on a store that outlives attempts (coshard-run --max-restarts).
     std::string key_prefix;
-    /// Who serves the store ("rank 0", "node 0's coshard-run"), for the errors of a connection
-    /// that breaks: then that process has exited, and its own output says why.
+    /// Who serves the store ("rank 0", "the coshard-run of node 0"), for the errors of a
+    /// connection that breaks: then that process has most likely exited, and its own output says
+    /// why. Empty in the process that serves it: no such hint.
     std::string served_by = "rank 0 or coshard-run";
   };
 
