@@ -44,13 +44,14 @@
 
 #include "coshard/runtime/error.hpp"
 #include "console.hpp"
+#include "coshard/transport/hosts.hpp"
 #include "coshard/transport/store.hpp"
 #include "options.hpp"
 
 namespace coshard::run {
 
-// This host's name, as the launchers' messages give it.
-std::string this_host();
+// This host's name, as the launchers' messages and claims give it.
+using transport::this_host;
 
 // Why an attempt failed; the first report of an attempt stands.
 struct Failure {

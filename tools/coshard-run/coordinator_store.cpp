@@ -60,12 +60,6 @@ std::string unlike_node_zero(const Options& o, const Claim& zero) {
 
 }  // namespace
 
-std::string this_host() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  return host[0] != '\0' ? host : "?";  // an empty one would shift the claim's fields
-}
-
 Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console,
                          int cut_off_in)
     : o_(o), console_(console), where_(o.master_addr + ":" + std::to_string(port)) {

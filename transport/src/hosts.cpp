@@ -1,5 +1,7 @@
 #include "coshard/transport/hosts.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <map>
@@ -11,6 +13,12 @@ namespace {
 constexpr std::size_t kNamed = 8;  // hosts an error lists; a job of 1000 hosts would fill a screen
 
 }  // namespace
+
+std::string this_host() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host[0] != '\0' ? host : "?";
+}
 
 Result<int> ranks_per_host(const std::vector<std::string>& host_of_rank) {
   if (host_of_rank.empty()) return Error(Errc::bad_config, "no ranks, so no hosts to group them by");

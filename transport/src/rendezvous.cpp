@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/transport/hosts.hpp"
 
 namespace coshard::transport {
 namespace {
@@ -25,12 +26,6 @@ Claim parse_claim(const std::string& s) {
   in >> c.world >> c.host >> c.pid;
   if (!(in >> c.protocol)) c.protocol = 0;
   return c;
-}
-
-std::string this_host() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  return host[0] != '\0' ? host : "?";  // an empty one would shift the claim's fields
 }
 
 std::string whoami(const LaunchEnv& env) {

@@ -1,5 +1,7 @@
 #include "wire.hpp"
 
+#include "coshard/transport/hosts.hpp"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -63,12 +65,6 @@ constexpr unsigned kSpins = 8;
 // 1 KiB 38-50 against 46-64; all-gather and reduce-scatter within the noise.
 constexpr unsigned kSiblingTurns = 8;
 
-std::string hostname() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 // A process on this host is gone once /proc has no entry for it or it is a zombie.
 bool process_alive(int pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -83,7 +79,7 @@ bool process_alive(int pid) {
 }  // namespace
 
 Wire::Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options)
-    : ctx_(std::move(ctx)), rank_(rank), size_(size), options_(options), host_(hostname()) {
+    : ctx_(std::move(ctx)), rank_(rank), size_(size), options_(options), host_(this_host()) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // Created on the scheduler, then driven by the stream thread: one thread at a time.

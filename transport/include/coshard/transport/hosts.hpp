@@ -1,12 +1,16 @@
 #pragma once
-// Where a job's ranks run, as the rendezvous found them (ProcessGroup::hosts()): the layout that
-// one group per host needs (hybrid sharding's default shard group).
+// Where a job's ranks run: this host's name, and the layout that one group per host needs
+// (hybrid sharding's default shard group), from the hosts the rendezvous found (ProcessGroup::hosts()).
 #include <string>
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::transport {
+
+/// This host's name (gethostname), as the rendezvous records it for each rank and as errors name
+/// it; "?" when it has none, so that a record of words keeps its fields.
+std::string this_host();
 
 /// The ranks each host holds, given each rank's host in rank order, when every host holds the
 /// same number of consecutive ranks. Else bad_config saying what breaks that: "the hosts hold
