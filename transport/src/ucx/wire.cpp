@@ -65,6 +65,11 @@ constexpr unsigned kSpins = 8;
 // 1 KiB 38-50 against 46-64; all-gather and reduce-scatter within the noise.
 constexpr unsigned kSiblingTurns = 8;
 
+// Steady-clock nanoseconds, for the atomics of when a peer was last heard from.
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
 // A process on this host is gone once /proc has no entry for it or it is a zombie.
 bool process_alive(int pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
@@ -125,15 +130,6 @@ void Wire::on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* a = static_cast<ErrArg*>(arg);
   a->wire->peer_status_[static_cast<std::size_t>(a->peer)] = status;
 }
-
-namespace {
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 void Wire::connect(std::vector<PeerIdentity> peers, bool peer_error_mode) {
   peers_ = std::move(peers);
