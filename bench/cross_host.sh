@@ -16,7 +16,7 @@
 #                table above cannot say which is ahead there; the paired runs can.
 #   gpt2         GPT-2 10M steps/s and exposed communication per strategy: full_shard (on the flat
 #                ring and on the two-level schedule), hybrid_shard (shard group = host) and no_shard.
-# Needs root (namespaces), Slurm and Open MPI (scripts/setup --with-extras).
+# Needs root (namespaces), Slurm and Open MPI (scripts/setup installs both).
 # Usage: bench/cross_host.sh BUILD_DIR [--rate 1gbit] [--max BYTES] [--pairs N] [--only collectives|pairs|gpt2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
