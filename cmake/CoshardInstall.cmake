@@ -20,7 +20,7 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/coshard-config.cmake.i
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/coshard-config-version.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/coshard-config.cmake ${PROJECT_BINARY_DIR}/coshard-config-version.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindNCCL.cmake ${PROJECT_SOURCE_DIR}/cmake/CoshardFindCUDAToolkit.cmake
   DESTINATION ${COSHARD_CMAKE_DIR})
 
 # pkg-config (coshard.pc), as prometheus-cpp ships one: relocatable (paths from ${pcfiledir}), with
