@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "coshard/runtime/parse_whole.hpp"
 
@@ -12,10 +14,19 @@ namespace coshard::train {
 
 namespace {
 
-// Flags read as words, turned into TrainOptions once the parse succeeded.
+// Flags read as words, turned into TrainOptions once the parse succeeded. --init and --resume are
+// read as lists: a second one cannot be meant as an override (see only_once).
 struct Words {
   std::string model, schedule, strategy = "full_shard", bwd = "pre", precision = "none";
+  std::vector<std::string> init, resume;
 };
+
+// A flag given twice takes its last value, as argparse-based launchers and torchrun do, so that a
+// wrapper (scripts/demo, an sbatch script) sets defaults that its user's flags override. Where the
+// model starts is the exception: read as a list of one value per use, refused when given twice.
+CLI::Option* once_each(CLI::Option* opt) {
+  return opt->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->expected(1)->allow_extra_args(false);
+}
 
 // CLI11's Range, PositiveNumber and NonNegativeNumber compare with < and >, which NaN passes: a
 // --lr nan failed only after a step, a --clip nan turned clipping off, a timeout of nan became an
@@ -146,9 +157,9 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
       ->capture_default_str()->check(CLI::IsMember({"cpu", "cpu-discrete", "cuda"}));
 }
 
-void add_output_flags(CLI::App& app, TrainOptions& o) {
-  app.add_option("--init", o.init, "start from this .safetensors (Hugging Face GPT-2 names), or a Hugging Face model "
-                                   "directory (config.json + model.safetensors, as save_pretrained writes)")
+void add_output_flags(CLI::App& app, TrainOptions& o, Words& w) {
+  once_each(app.add_option("--init", w.init, "start from this .safetensors (Hugging Face GPT-2 names), or a Hugging Face model "
+                                   "directory (config.json + model.safetensors, as save_pretrained writes)"))
       ->check(CLI::ExistingPath);
   app.add_option("--save", o.save, "write the trained model to this .safetensors (atomically)");
   app.add_option("--save-hf", o.save_hf, "write the trained model to this directory as transformers' "
@@ -173,7 +184,7 @@ void add_output_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::Range(0, 10000));
 }
 
-void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
+void add_checkpoint_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--checkpoint-dir", o.checkpoint_dir,
                  "sharded checkpoints of the whole training state in DIR/step-NNNNNNNN (DIR/latest names the newest); "
                  "SIGUSR2 then stops every rank after a checkpoint, with exit code 75");
@@ -184,11 +195,24 @@ void add_checkpoint_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--checkpoint-async", o.checkpoint_async,
                  "write checkpoints in the background while training goes on (true | false)")
       ->capture_default_str();
-  app.add_option("--resume", o.resume, "auto: continue from the latest checkpoint under --checkpoint-dir (start fresh "
-                                       "if there is none); or a checkpoint directory. Any world size and strategy");
+  once_each(app.add_option("--resume", w.resume, "auto: continue from the latest checkpoint under --checkpoint-dir "
+                                                 "(start fresh if there is none); or a checkpoint directory. Any "
+                                                 "world size and strategy"));
 }
 
-void apply_words(TrainOptions& o, const Words& w) {
+// "" when FLAG was given at most once, else the trainer's own refusal naming it.
+std::string only_once(const char* flag, const std::vector<std::string>& values, std::string& into) {
+  if (values.size() > 1) {
+    return std::string("gpt2-train: ") + flag + " given " + std::to_string(values.size()) + " times ('" + values[0] +
+           "', then '" + values[1] + "'): it says where the model starts, so no later one can override it; give it once";
+  }
+  into = values.empty() ? std::string() : values[0];
+  return {};
+}
+
+std::string apply_words(TrainOptions& o, const Words& w) {
+  if (auto why = only_once("--init", w.init, o.init); !why.empty()) return why;
+  if (auto why = only_once("--resume", w.resume, o.resume); !why.empty()) return why;
   o.lr_schedule = w.schedule;
   static const std::map<std::string, fsdp::Strategy> strategies{
       {"full_shard", fsdp::Strategy::full_shard}, {"shard_grad_op", fsdp::Strategy::shard_grad_op},
@@ -198,6 +222,7 @@ void apply_words(TrainOptions& o, const Words& w) {
   o.backward_prefetch = w.bwd == "pre" ? fsdp::BackwardPrefetch::pre : w.bwd == "post" ? fsdp::BackwardPrefetch::post
                                                                                        : fsdp::BackwardPrefetch::none;
   o.param_dtype = w.precision == "bf16" ? DType::bf16 : w.precision == "fp16" ? DType::f16 : DType::f32;
+  return {};
 }
 
 // The checks that span several flags; empty when the options go together.
@@ -253,12 +278,15 @@ ParseResult parse_train_options(int argc, char** argv) {
                "(coshard-run --nproc-per-node 2 -- gpt2-train); alone it is one rank.",
                "gpt2-train"};
   app.get_formatter()->column_width(34);
-  Words w{.model = o.model, .schedule = o.lr_schedule};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // before any option is added
+  Words w;
+  w.model = o.model;
+  w.schedule = o.lr_schedule;
   add_job_flags(app, o, w);
   add_optimizer_flags(app, o, w);
   add_sharding_flags(app, o, w);
-  add_output_flags(app, o);
-  add_checkpoint_flags(app, o);
+  add_output_flags(app, o, w);
+  add_checkpoint_flags(app, o, w);
   integers_are_decimal(app);
   try {
     app.parse(argc, argv);
@@ -273,7 +301,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   } catch (const Error& e) {
     return {std::nullopt, 2, "gpt2-train: --model: " + e.message()};
   }
-  apply_words(o, w);
+  if (auto why = apply_words(o, w); !why.empty()) return {std::nullopt, 2, why};
   if (auto why = conflicts(o); !why.empty()) return {std::nullopt, 2, why};
   return {o, 0, {}};
 }
