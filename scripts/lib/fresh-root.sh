@@ -109,6 +109,9 @@ root=$1 cuda=$2 folder=$3 logs=$4 results=$5 deadline=$6
 shift 6
 hostname coshard-fresh
 ip link set lo up 2>/dev/null || true  # an empty network namespace still has its loopback
+# The root a mount of its own, as / is on any machine: mount --make-rslave / and unshare's
+# propagation change (the cluster and full-disk tests) fail with EINVAL on a plain folder.
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
 mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
