@@ -1,6 +1,6 @@
 # A fresh Debian root to prove commands in, for scripts/fresh-check and scripts/gpu-check --proof.
 # Sourced, not run. The root is made by mmdebstrap (minbase, from this machine's own apt sources);
-# commands run chrooted in it in mount, PID and UTS namespaces of their own (and, if asked, an
+# commands run in it, as the root of mount, PID and UTS namespaces of their own (and, if asked, an
 # empty network namespace), so every mount dies with them and the root is plain files afterwards,
 # removed on exit, failure or interrupt. The machine image's CUDA toolkit is bind-mounted read-only
 # where the image has it.
@@ -95,8 +95,11 @@ fresh_make_root() {
   fi
 }
 
-# Runs each command (a bash line, in FOLDER of the root) chrooted, in the namespaces, each with a
-# deadline and a log LOGS/<name>.log; writes "command|exit code|seconds|name" lines to RESULTS.
+# Runs each command (a bash line, in FOLDER of the root) inside the root, in the namespaces, each
+# with a deadline and a log LOGS/<name>.log; writes "command|exit code|seconds|name" lines to
+# RESULTS. The root becomes the mount namespace's own root (pivot_root), not a chroot: a process
+# that enters a mount namespace made inside it (nsenter -m, as scripts/cluster's hosts do) gets that
+# namespace's root, which under a chroot would be this machine's.
 # fresh_run [--no-network] FOLDER LOGS RESULTS DEADLINE_S COMMAND...
 fresh_run() {
   local net=()
@@ -105,12 +108,12 @@ fresh_run() {
   shift 4
   cat >"$fresh_work/inner.sh" <<'EOF'
 set -uo pipefail
-root=$1 cuda=$2 folder=$3 logs=$4 results=$5 deadline=$6
-shift 6
+root=$1 cuda=$2 folder=$3 deadline=$4
+shift 4
 hostname coshard-fresh
 ip link set lo up 2>/dev/null || true  # an empty network namespace still has its loopback
-# The root a mount of its own, as / is on any machine: mount --make-rslave / and unshare's
-# propagation change (the cluster and full-disk tests) fail with EINVAL on a plain folder.
+# The root a mount of its own, as / is on any machine (mount --make-rslave / and unshare's
+# propagation change fail with EINVAL on a plain folder), then the namespace's root.
 mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
@@ -120,19 +123,26 @@ mount -t tmpfs -o mode=755 tmpfs "$root/run"
 if [[ -n $cuda ]]; then
   mount --bind "$cuda" "$root$cuda" && mount -o remount,bind,ro "$root$cuda"
 fi
+mkdir -p "$root/.host"
+cd "$root" && pivot_root . .host && cd / || { echo "pivot_root into $root failed" >&2; exit 1; }
+umount -l /.host && rmdir /.host  # nothing of this machine's files is left in view
+out=/var/log/coshard-fresh
+mkdir -p "$out"
 for cmd in "$@"; do
   name=$(echo "$cmd" | sed -E 's/^scripts\///; s/ --?/_/g; s/[^A-Za-z0-9_.-]+/_/g' | cut -c1-60)
   start=$SECONDS
-  timeout --kill-after=30 "$deadline" chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+  timeout --kill-after=30 "$deadline" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin bash -lc "cd $folder && $cmd" \
-    >"$logs/$name.log" 2>&1
-  echo "$cmd|$?|$((SECONDS - start))|$name" >>"$results"
+    >"$out/$name.log" 2>&1
+  echo "$cmd|$?|$((SECONDS - start))|$name" >>"$out/results"
 done
 EOF
-  : >"$results"
   unshare --mount --propagation private --pid --fork --kill-child=SIGKILL --uts "${net[@]}" \
-    bash "$fresh_work/inner.sh" "$fresh_root" "$fresh_cuda" "$folder" "$logs" "$results" "$deadline" "$@" &
+    bash "$fresh_work/inner.sh" "$fresh_root" "$fresh_cuda" "$folder" "$deadline" "$@" &
   fresh_ns_pid=$!
   wait "$fresh_ns_pid" || true
   fresh_ns_pid=
+  # The logs were written inside the root, which is plain files again here.
+  cp "$fresh_root"/var/log/coshard-fresh/*.log "$logs/" 2>/dev/null || true
+  cp "$fresh_root/var/log/coshard-fresh/results" "$results" 2>/dev/null || : >"$results"
 }

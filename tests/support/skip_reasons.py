@@ -3,37 +3,37 @@
 
 A test that skips passes ctest, so a machine that lacks a tool (root, Slurm, a GPU, Debian's
 python3-torch) passes with part of the suite not run; scripts/test prints this after ctest so the
-log says what did not run, and why. Reads BUILD/Testing/Temporary/LastTest.log; prints one line
-per reason: how many tests, a few of their names, and the reason GoogleTest's GTEST_SKIP gave.
+log says what did not run, and why. Reads the JUnit file of that ctest run (ctest --output-junit
+FILE; not Testing/Temporary/LastTest.log, which a later `ctest --show-only` of a test rewrites);
+prints one line per reason: how many tests, a few of their names, and the reason GoogleTest's
+GTEST_SKIP gave.
 
-Usage: tests/support/skip_reasons.py BUILD_DIR
+Usage: tests/support/skip_reasons.py JUNIT_XML
 """
 import os
 import re
 import sys
+import xml.etree.ElementTree as ET
 from collections import defaultdict
 
 
-def skipped(log):
-    """(test name, reason) of every skipped test in a LastTest.log."""
-    for block in re.split(r"\n(?=\d+/\d+ Testing: )", log):
-        m = re.match(r"\d+/\d+ Testing: (\S+)", block)
-        if not m or "[  SKIPPED ]" not in block:
+def skipped(path):
+    """(test name, reason) of every skipped test in a ctest JUnit file."""
+    for case in ET.parse(path).getroot().iter("testcase"):
+        if case.find("skipped") is None:
             continue
-        reason = re.search(r": Skipped\n(.*)", block)
-        yield m.group(1), (reason.group(1).strip() if reason and reason.group(1).strip() else "(no reason given)")
+        out = case.findtext("system-out") or ""
+        reason = re.search(r": Skipped\n(.*)", out)
+        yield case.get("name"), (reason.group(1).strip() if reason and reason.group(1).strip() else "(no reason given)")
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__.strip().splitlines()[-1])
-    path = os.path.join(sys.argv[1], "Testing", "Temporary", "LastTest.log")
-    if not os.path.isfile(path):
+    if not os.path.isfile(sys.argv[1]):
         return 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        log = f.read()
     by_reason = defaultdict(list)
-    for name, reason in skipped(log):
+    for name, reason in skipped(sys.argv[1]):
         by_reason[reason].append(name)
     total = sum(len(v) for v in by_reason.values())
     if total:
