@@ -20,12 +20,13 @@ namespace {
 // in L1/L2 for heads up to 128 wide.
 constexpr std::size_t kTile = 64;
 
-// One head of one sequence inside qkv [B, T, 3C]: row t of q, k and v at q + t * ld, etc.
+// One query head of one sequence inside qkv, with its key/value head: row t of q, k and v at
+// q + t * ld, etc.
 struct Head {
   const float* q;
   const float* k;
   const float* v;
-  std::size_t ld;  // 3C
+  std::size_t ld;  // (NH + 2 NKV) hs
   std::size_t hs;
   float scale;
 };
@@ -98,49 +99,59 @@ void forward_tile(const Head& h, std::size_t r0, std::size_t br, float* out, std
   }
 }
 
-struct Shapes {
-  std::size_t B, T, C, NH;
-};
+using Shapes = AttentionShape;
+
+// The GPT-2 form's sizes, in its own terms ([B, T, 3C]), before it becomes an AttentionShape.
+void check_gpt2(const char* op, std::span<const float> qkv, std::span<const float> out, std::span<const float> lse,
+                std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+  detail::check_heads(op, C, NH);
+  detail::check_positive(op, "T", T);
+  detail::check_size(op, "qkv", qkv, B * T * 3 * C, "[B, T, 3C] = " + detail::dims({B, T, 3 * C}));
+  detail::check_size(op, "out", out, B * T * C, "[B, T, C] = " + detail::dims({B, T, C}));
+  detail::check_size(op, "lse", lse, B * NH * T, "[B, NH, T] = " + detail::dims({B, NH, T}));
+}
 
 void check_common(const char* op, std::span<const float> qkv, std::span<const float> out, std::span<const float> lse,
                   const Shapes& s) {
-  detail::check_heads(op, s.C, s.NH);
-  detail::check_positive(op, "T", s.T);
+  detail::check_attention_shape(op, s.T, s.heads, s.kv_heads, s.head_size);
   detail::blas_dim(op, "T", s.T);
-  detail::blas_dim(op, "3C", 3 * s.C);
-  detail::check_size(op, "qkv", qkv, s.B * s.T * 3 * s.C, "[B, T, 3C] = " + detail::dims({s.B, s.T, 3 * s.C}));
-  detail::check_size(op, "out", out, s.B * s.T * s.C, "[B, T, C] = " + detail::dims({s.B, s.T, s.C}));
-  detail::check_size(op, "lse", lse, s.B * s.NH * s.T, "[B, NH, T] = " + detail::dims({s.B, s.NH, s.T}));
+  detail::blas_dim(op, "(NH + 2 NKV) hs", s.qkv_width());
+  detail::check_size(op, "qkv", qkv, s.B * s.T * s.qkv_width(),
+                     "[B, T, (NH + 2 NKV) hs] = " + detail::dims({s.B, s.T, s.qkv_width()}));
+  detail::check_size(op, "out", out, s.B * s.T * s.out_width(), "[B, T, NH hs] = " + detail::dims({s.B, s.T, s.out_width()}));
+  detail::check_size(op, "lse", lse, s.B * s.heads * s.T, "[B, NH, T] = " + detail::dims({s.B, s.heads, s.T}));
 }
 
+Shapes gpt2_shape(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) { return {B, T, NH, NH, C / NH}; }
+
+// Query head h of sequence b, with the key/value head it reads.
 Head head_of(const float* qkv, const Shapes& s, std::size_t b, std::size_t h) {
-  const std::size_t hs = s.C / s.NH, ld = 3 * s.C;
-  const float* base = qkv + b * s.T * ld + h * hs;
-  return {base, base + s.C, base + 2 * s.C, ld, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+  const std::size_t hs = s.head_size, ld = s.qkv_width(), kvh = h / (s.heads / s.kv_heads);
+  const float* row = qkv + b * s.T * ld;
+  return {row + h * hs, row + (s.heads + kvh) * hs, row + (s.heads + s.kv_heads + kvh) * hs, ld, hs,
+          1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
-// Heads [B * NH) split into `parts` contiguous runs; every head has the same work.
+// Heads (or groups of them) [0, n) split into `parts` contiguous runs; each has the same work.
 std::size_t first_head(std::size_t heads, std::size_t parts, std::size_t t) { return heads * t / parts; }
 
 // Multiply-adds of a call's tile products, at half the [T, T] scores (the causal half).
 double attention_macs(const Shapes& s, std::size_t products) {
   const auto T = static_cast<double>(s.T);
-  return static_cast<double>(s.B) * static_cast<double>(s.C) * T * T / 2.0 * static_cast<double>(products);
+  return static_cast<double>(s.B) * static_cast<double>(s.out_width()) * T * T / 2.0 * static_cast<double>(products);
 }
 
 }  // namespace
 
-void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> lse, std::size_t B,
-                       std::size_t T, std::size_t C, std::size_t NH) {
+void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> lse, const Shapes& s) {
   constexpr const char* op = "attention_forward";
-  const Shapes s{B, T, C, NH};
   check_common(op, qkv, out, lse, s);
   detail::check_disjoint(op, "out", out, "qkv", qkv);
   detail::check_disjoint(op, "lse", lse, "qkv", qkv);
   detail::check_disjoint(op, "lse", lse, "out", out);
 
-  // Heads are independent, so each thread takes a run of them with scratch of its own.
-  const std::size_t heads = B * NH, hs = C / NH;
+  // Query heads are independent, so each thread takes a run of them with scratch of its own.
+  const std::size_t heads = s.B * s.heads, hs = s.head_size, T = s.T, ldo = s.out_width();
   const std::size_t parts = detail::threads_for(attention_macs(s, 2), heads);
   std::vector<ForwardScratch> scratch;
   for (std::size_t t = 0; t < parts; ++t) scratch.emplace_back(T, hs);
@@ -148,19 +159,25 @@ void attention_forward(std::span<const float> qkv, std::span<float> out, std::sp
   detail::run_parts(parts, [&](std::size_t t) {
     ForwardScratch& w = scratch[t];
     for (std::size_t bh = first_head(heads, parts, t); bh < first_head(heads, parts, t + 1); ++bh) {
-      const std::size_t b = bh / NH, h = bh % NH;
+      const std::size_t b = bh / s.heads, h = bh % s.heads;
       const Head hd = head_of(qkv.data(), s, b, h);
       transpose_tiles(hd.k, hd.ld, T, hs, w.kt.data());
-      float* o = out.data() + b * T * C + h * hs;
+      float* o = out.data() + b * T * ldo + h * hs;
       float* l = lse.data() + bh * T;
-      for (std::size_t r0 = 0; r0 < T; r0 += kTile) forward_tile(hd, r0, std::min(kTile, T - r0), o, C, l, w);
+      for (std::size_t r0 = 0; r0 < T; r0 += kTile) forward_tile(hd, r0, std::min(kTile, T - r0), o, ldo, l, w);
     }
   });
 }
 
+void attention_forward(std::span<const float> qkv, std::span<float> out, std::span<float> lse, std::size_t B,
+                       std::size_t T, std::size_t C, std::size_t NH) {
+  check_gpt2("attention_forward", qkv, out, lse, B, T, C, NH);
+  attention_forward(qkv, out, lse, gpt2_shape(B, T, C, NH));
+}
+
 namespace {
 
-// The gradients of one head: rows of dq, dk, dv inside dqkv (stride 3C), dout (stride C).
+// The gradients of one head: rows of dq, dk, dv inside dqkv (stride ld), dout (stride ldo).
 struct HeadGrads {
   float* dq;
   float* dk;
@@ -173,7 +190,7 @@ struct HeadGrads {
 
 struct BackwardScratch {
   std::vector<float> p = std::vector<float>(kTile * kTile), dp = std::vector<float>(kTile * kTile);
-  std::vector<float> kt, vt;  // the head's K^T and V^T (transpose_tiles)
+  std::vector<float> kt, vt;  // the key/value head's K^T and V^T (transpose_tiles)
   std::vector<float> delta;
   BackwardScratch(std::size_t T, std::size_t hs) : kt(tiles_floats(T, hs)), vt(tiles_floats(T, hs)), delta(T) {}
 };
@@ -194,51 +211,64 @@ void backward_tile(const Head& h, const HeadGrads& g, std::size_t r0, std::size_
   product(k, {bc, h.hs, br, 1.0f, ds, 1, kTile, h.q + r0 * h.ld, h.ld, true, g.dk + c0 * h.ld, h.ld});
 }
 
-// Every gradient of head (b, h), into dqkv zeroed by the caller.
-void backward_head(std::span<const float> dout, std::span<const float> qkv, std::span<const float> out,
-                   std::span<const float> lse, std::span<float> dqkv, const Shapes& s, std::size_t b, std::size_t h,
-                   BackwardScratch& w) {
-  const std::size_t T = s.T, C = s.C;
-  const Head hd = head_of(qkv.data(), s, b, h);
-  const std::size_t first = b * T * C + h * hd.hs;
-  for (std::size_t t = 0; t < T; ++t) {
-    w.delta[t] = detail::dot(dout.data() + first + t * C, out.data() + first + t * C, hd.hs);
-  }
-  transpose_tiles(hd.k, hd.ld, T, hd.hs, w.kt.data());
-  transpose_tiles(hd.v, hd.ld, T, hd.hs, w.vt.data());
-  float* dq = dqkv.data() + b * T * 3 * C + h * hd.hs;
-  const HeadGrads g{dq, dq + C, dq + 2 * C, dout.data() + first, C, lse.data() + (b * s.NH + h) * T, w.delta.data()};
-  for (std::size_t c0 = 0; c0 < T; c0 += kTile) {
-    for (std::size_t r0 = c0; r0 < T; r0 += kTile)
-      backward_tile(hd, g, r0, std::min(kTile, T - r0), c0, std::min(kTile, T - c0), w);
+// Every gradient of key/value head `kvh` of sequence b and of the query heads it serves, in their
+// order, into dqkv zeroed by the caller: the group is one thread's, so its key and value gradients
+// sum in the same order on any thread count.
+void backward_group(std::span<const float> dout, std::span<const float> qkv, std::span<const float> out,
+                    std::span<const float> lse, std::span<float> dqkv, const Shapes& s, std::size_t b, std::size_t kvh,
+                    BackwardScratch& w) {
+  const std::size_t T = s.T, ld = s.qkv_width(), ldo = s.out_width(), group = s.heads / s.kv_heads;
+  const Head first = head_of(qkv.data(), s, b, kvh * group);
+  transpose_tiles(first.k, first.ld, T, first.hs, w.kt.data());
+  transpose_tiles(first.v, first.ld, T, first.hs, w.vt.data());
+  float* row = dqkv.data() + b * T * ld;
+  for (std::size_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const Head hd = head_of(qkv.data(), s, b, h);
+    const std::size_t at = b * T * ldo + h * hd.hs;
+    for (std::size_t t = 0; t < T; ++t) w.delta[t] = detail::dot(dout.data() + at + t * ldo, out.data() + at + t * ldo, hd.hs);
+    const HeadGrads g{row + h * hd.hs, row + (s.heads + kvh) * hd.hs, row + (s.heads + s.kv_heads + kvh) * hd.hs,
+                      dout.data() + at, ldo, lse.data() + (b * s.heads + h) * T, w.delta.data()};
+    for (std::size_t c0 = 0; c0 < T; c0 += kTile) {
+      for (std::size_t r0 = c0; r0 < T; r0 += kTile)
+        backward_tile(hd, g, r0, std::min(kTile, T - r0), c0, std::min(kTile, T - c0), w);
+    }
   }
 }
 
 }  // namespace
 
 void attention_backward(std::span<const float> dout, std::span<const float> qkv, std::span<const float> out,
-                        std::span<const float> lse, std::span<float> dqkv, std::size_t B, std::size_t T, std::size_t C,
-                        std::size_t NH) {
+                        std::span<const float> lse, std::span<float> dqkv, const Shapes& s) {
   constexpr const char* op = "attention_backward";
-  const Shapes s{B, T, C, NH};
   check_common(op, qkv, out, lse, s);
-  detail::check_size(op, "dout", dout, B * T * C, "[B, T, C] = " + detail::dims({B, T, C}));
-  detail::check_size(op, "dqkv", dqkv, B * T * 3 * C, "[B, T, 3C] = " + detail::dims({B, T, 3 * C}));
+  detail::check_size(op, "dout", dout, s.B * s.T * s.out_width(), "[B, T, NH hs] = " + detail::dims({s.B, s.T, s.out_width()}));
+  detail::check_size(op, "dqkv", dqkv, s.B * s.T * s.qkv_width(),
+                     "[B, T, (NH + 2 NKV) hs] = " + detail::dims({s.B, s.T, s.qkv_width()}));
   detail::check_disjoint(op, "dqkv", dqkv, "dout", dout);
   detail::check_disjoint(op, "dqkv", dqkv, "qkv", qkv);
   detail::check_disjoint(op, "dqkv", dqkv, "out", out);
   detail::check_disjoint(op, "dqkv", dqkv, "lse", lse);
 
   std::fill(dqkv.begin(), dqkv.end(), 0.0f);
-  const std::size_t heads = B * NH;
-  const std::size_t parts = detail::threads_for(attention_macs(s, 5), heads);
+  const std::size_t groups = s.B * s.kv_heads;
+  const std::size_t parts = detail::threads_for(attention_macs(s, 5), groups);
   std::vector<BackwardScratch> scratch;
-  for (std::size_t t = 0; t < parts; ++t) scratch.emplace_back(T, C / NH);
+  for (std::size_t t = 0; t < parts; ++t) scratch.emplace_back(s.T, s.head_size);
   (void)detail::cpu_kernels();
   detail::run_parts(parts, [&](std::size_t t) {
-    for (std::size_t bh = first_head(heads, parts, t); bh < first_head(heads, parts, t + 1); ++bh)
-      backward_head(dout, qkv, out, lse, dqkv, s, bh / NH, bh % NH, scratch[t]);
+    for (std::size_t g = first_head(groups, parts, t); g < first_head(groups, parts, t + 1); ++g)
+      backward_group(dout, qkv, out, lse, dqkv, s, g / s.kv_heads, g % s.kv_heads, scratch[t]);
   });
+}
+
+void attention_backward(std::span<const float> dout, std::span<const float> qkv, std::span<const float> out,
+                        std::span<const float> lse, std::span<float> dqkv, std::size_t B, std::size_t T, std::size_t C,
+                        std::size_t NH) {
+  constexpr const char* op = "attention_backward";
+  check_gpt2(op, qkv, out, lse, B, T, C, NH);
+  detail::check_size(op, "dout", dout, B * T * C, "[B, T, C] = " + detail::dims({B, T, C}));
+  detail::check_size(op, "dqkv", dqkv, B * T * 3 * C, "[B, T, 3C] = " + detail::dims({B, T, 3 * C}));
+  attention_backward(dout, qkv, out, lse, dqkv, gpt2_shape(B, T, C, NH));
 }
 
 }  // namespace coshard::ops

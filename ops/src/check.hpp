@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
@@ -78,6 +79,61 @@ inline void check_heads(const char* op, std::size_t C, std::size_t NH) {
   if (C % NH != 0) {
     fail(op, "C = " + std::to_string(C) + " is not divisible by the number of heads NH = " + std::to_string(NH));
   }
+}
+
+// RMSNorm's inputs, shared by the CPU and CUDA versions: x [rows, C], weight [C], rstd [rows].
+template <class X, class W, class R>
+void check_rmsnorm(const char* op, std::span<X> x, std::span<W> weight, std::span<R> rstd, std::size_t rows,
+                   std::size_t C) {
+  check_positive(op, "C", C);
+  check_size(op, "x", x, rows * C, "[rows, C] = " + dims({rows, C}));
+  check_size(op, "weight", weight, C, "[C] = " + dims({C}));
+  check_size(op, "rstd", rstd, rows, "[rows] = " + dims({rows}));
+}
+
+// A normalisation's eps: added under a square root, so it must be positive (a config's
+// rms_norm_eps of 0 divides an all-zero row by zero) and finite.
+inline void check_eps(const char* op, float eps) {
+  if (!(eps > 0.0f) || eps == __builtin_huge_valf()) fail(op, "eps must be positive and finite, got " + std::to_string(eps));
+}
+
+// An attention shape: every size positive, and the key/value heads dividing the query heads.
+inline void check_attention_shape(const char* op, std::size_t T, std::size_t heads, std::size_t kv_heads,
+                                  std::size_t head_size) {
+  check_positive(op, "T", T);
+  check_positive(op, "heads", heads);
+  check_positive(op, "kv_heads", kv_heads);
+  check_positive(op, "head_size", head_size);
+  if (heads % kv_heads != 0) {
+    fail(op, "kv_heads = " + std::to_string(kv_heads) + " does not divide heads = " + std::to_string(heads) +
+                 ": each key/value head serves heads / kv_heads query heads");
+  }
+}
+
+// RoPE rotates pairs (i, i + hs/2) of a head.
+inline void check_rope_head(const char* op, std::size_t head_size) {
+  check_positive(op, "head_size", head_size);
+  if (head_size % 2 != 0) {
+    fail(op, "head_size = " + std::to_string(head_size) + " is odd: rotary embeddings rotate pairs (i, i + hs/2)");
+  }
+}
+
+// The fused projection [B, T, (NH + 2 NKV) hs] that RoPE rotates, and its table [P >= T, hs/2].
+template <class X, class Shape>
+void check_rope(const char* op, const char* name, std::span<X> x, std::span<const float> cos,
+                std::span<const float> sin, const Shape& s) {
+  check_attention_shape(op, s.T, s.heads, s.kv_heads, s.head_size);
+  check_rope_head(op, s.head_size);
+  check_size(op, name, x, s.B * s.T * s.qkv_width(),
+             "[B, T, (NH + 2 NKV) hs] = " + dims({s.B, s.T, s.qkv_width()}));
+  const std::size_t half = s.head_size / 2;
+  for (const auto& [arg, t] : {std::pair{"cos", cos}, std::pair{"sin", sin}}) {
+    if (t.size() % half != 0 || t.size() / half < s.T) {
+      fail(op, std::string(arg) + " has " + std::to_string(t.size()) + " elements, expected [P, hs/2] with hs/2 = " +
+                   std::to_string(half) + " and P >= T = " + std::to_string(s.T));
+    }
+  }
+  if (cos.size() != sin.size()) fail(op, "cos and sin hold different numbers of positions");
 }
 
 // Embedding sizes (the ids are checked apart: on a device the host cannot read them). `optional`

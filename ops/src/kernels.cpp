@@ -1,5 +1,6 @@
 #include "coshard/ops/kernels.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -12,6 +13,9 @@
 #include "coshard/ops/gelu.hpp"
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/residual.hpp"
+#include "coshard/ops/rmsnorm.hpp"
+#include "coshard/ops/rope.hpp"
+#include "coshard/ops/swiglu.hpp"
 #include "coshard/runtime/error.hpp"
 
 #ifdef COSHARD_HAVE_CUDA
@@ -271,6 +275,74 @@ void Kernels::attention_backward(const Tensor& dout, const Tensor& qkv, const Te
   host([=] { ops::attention_backward(in(dout), in(qkv), in(y), in(saved), out(dqkv), B, T, C, NH); });
 }
 
+void Kernels::attention_forward(const Tensor& qkv, const Tensor& y, const Tensor& saved, const AttentionShape& s) {
+  if (on_cuda("attention_forward", {&qkv, &y, &saved})) {
+    COSHARD_CUDA_OP(cuda::attention_forward(native(), in(qkv), out(y), out(saved), s));
+    return native_stream_used({&qkv, &y, &saved});
+  }
+  host([=] { ops::attention_forward(in(qkv), out(y), out(saved), s); });
+}
+
+void Kernels::attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& y, const Tensor& saved,
+                                 const Tensor& dqkv, const AttentionShape& s) {
+  if (on_cuda("attention_backward", {&dout, &qkv, &y, &saved, &dqkv})) {
+    COSHARD_CUDA_OP(cuda::attention_backward(native(), in(dout), in(qkv), in(saved), out(dqkv), s));
+    return native_stream_used({&dout, &qkv, &saved, &dqkv});
+  }
+  host([=] { ops::attention_backward(in(dout), in(qkv), in(y), in(saved), out(dqkv), s); });
+}
+
+void Kernels::rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                              std::size_t rows, std::size_t C, float eps) {
+  if (on_cuda("rmsnorm_forward", {&x, &weight, &y, &rstd})) {
+    COSHARD_CUDA_OP(cuda::rmsnorm_forward(native(), in(x), in(weight), out(y), out(rstd), rows, C, eps));
+    return native_stream_used({&x, &weight, &y, &rstd});
+  }
+  host([=] { ops::rmsnorm_forward(in(x), in(weight), out(y), out(rstd), rows, C, eps); });
+}
+
+void Kernels::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                               const Tensor& dx, const Tensor& dweight, std::size_t rows, std::size_t C) {
+  if (on_cuda("rmsnorm_backward", {&dy, &x, &weight, &rstd, &dx, &dweight})) {
+    COSHARD_CUDA_OP(cuda::rmsnorm_backward(native(), in(dy), in(x), in(weight), in(rstd), out(dx), out(dweight), rows, C));
+    return native_stream_used({&dy, &x, &weight, &rstd, &dx, &dweight});
+  }
+  host([=] { ops::rmsnorm_backward(in(dy), in(x), in(weight), in(rstd), out(dx), out(dweight), rows, C); });
+}
+
+void Kernels::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  if (on_cuda("swiglu_forward", {&gate, &up, &y})) {
+    COSHARD_CUDA_OP(cuda::swiglu_forward(native(), in(gate), in(up), out(y)));
+    return native_stream_used({&gate, &up, &y});
+  }
+  host([=] { ops::swiglu_forward(in(gate), in(up), out(y)); });
+}
+
+void Kernels::swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, const Tensor& dgate,
+                              const Tensor& dup) {
+  if (on_cuda("swiglu_backward", {&dy, &gate, &up, &dgate, &dup})) {
+    COSHARD_CUDA_OP(cuda::swiglu_backward(native(), in(dy), in(gate), in(up), out(dgate), out(dup)));
+    return native_stream_used({&dy, &gate, &up, &dgate, &dup});
+  }
+  host([=] { ops::swiglu_backward(in(dy), in(gate), in(up), out(dgate), out(dup)); });
+}
+
+void Kernels::rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const AttentionShape& s) {
+  if (on_cuda("rope_forward", {&qkv, &cos, &sin})) {
+    COSHARD_CUDA_OP(cuda::rope_forward(native(), out(qkv), in(cos), in(sin), s));
+    return native_stream_used({&qkv, &cos, &sin});
+  }
+  host([=] { ops::rope_forward(out(qkv), in(cos), in(sin), s); });
+}
+
+void Kernels::rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, const AttentionShape& s) {
+  if (on_cuda("rope_backward", {&dqkv, &cos, &sin})) {
+    COSHARD_CUDA_OP(cuda::rope_backward(native(), out(dqkv), in(cos), in(sin), s));
+    return native_stream_used({&dqkv, &cos, &sin});
+  }
+  host([=] { ops::rope_backward(out(dqkv), in(cos), in(sin), s); });
+}
+
 void Kernels::gelu_forward(const Tensor& x, const Tensor& y) {
   if (on_cuda("gelu_forward", {&x, &y})) {
     COSHARD_CUDA_OP(cuda::gelu_forward(native(), in(x), out(y)));
@@ -325,20 +397,33 @@ void Kernels::zero(const Tensor& dst) {
 }
 
 void Kernels::upload(const Tensor& dst, std::vector<std::int32_t> values) {
-  if (static_cast<std::int64_t>(values.size()) != dst.numel()) {
-    throw Error(Errc::invalid_argument, "ops::Kernels::upload: " + std::to_string(values.size()) + " values into " +
-                                            std::to_string(dst.numel()) + " elements");
+  std::vector<std::byte> bytes(values.size() * sizeof(std::int32_t));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  upload_bytes(dst, DType::i32, std::move(bytes));
+}
+
+void Kernels::upload(const Tensor& dst, std::vector<float> values) {
+  std::vector<std::byte> bytes(values.size() * sizeof(float));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  upload_bytes(dst, DType::f32, std::move(bytes));
+}
+
+void Kernels::upload_bytes(const Tensor& dst, DType dtype, std::vector<std::byte> bytes) {
+  if (dst.dtype() != dtype || bytes.size() != dst.nbytes()) {
+    throw Error(Errc::invalid_argument, "ops::Kernels::upload: " + std::to_string(bytes.size() / size_of(dtype)) +
+                                            " values of " + std::string(to_string(dtype)) + " into " +
+                                            std::to_string(dst.numel()) + " elements of " +
+                                            std::string(to_string(dst.dtype())));
   }
-  (void)dst.data_as<std::int32_t>();  // throws on another dtype
   if (on_cuda("upload", {&dst})) {
     // Through pinned memory: from pageable memory CUDA may stage the copy synchronously.
     Tensor staging;
-    COSHARD_CUDA_OP(staging = Tensor::empty(launcher_->cuda_->pinned, DType::i32, dst.shape()));
-    std::memcpy(staging.data(), values.data(), staging.nbytes());
+    COSHARD_CUDA_OP(staging = Tensor::empty(launcher_->cuda_->pinned, dtype, dst.shape()));
+    std::memcpy(staging.data(), bytes.data(), staging.nbytes());
     COSHARD_CUDA_OP(copy_tensor(*launcher_->stream(), dst, staging));
     return native_stream_used({&dst, &staging});
   }
-  host([dst, values = std::move(values)] { std::memcpy(dst.data(), values.data(), dst.nbytes()); });
+  host([dst, bytes = std::move(bytes)] { std::memcpy(dst.data(), bytes.data(), dst.nbytes()); });
 }
 
 void Kernels::to_host(const Tensor& host_dst, const Tensor& src) {

@@ -53,6 +53,29 @@ TEST(SharedElementwise, GeluAndItsDerivativeMatchFloat64) {
   EXPECT_LT(worst_fd, 1e-8) << "the float64 derivative itself";
 }
 
+double silu64(double x) { return x / (1.0 + std::exp(-x)); }
+
+TEST(SharedElementwise, SiluAndItsDerivativeMatchFloat64) {
+  double worst_y = 0, worst_dy = 0, worst_fd = 0;
+  for (double x = -40.0; x <= 40.0; x += 0.00117) {
+    const auto xf = static_cast<float>(x);
+    const double xd = xf, s = 1.0 / (1.0 + std::exp(-xd));
+    const double dy = s * (1.0 + xd * (1.0 - s));
+    worst_y = std::max(worst_y, std::fabs(k::silu(xf) - silu64(xd)) / std::max(1.0, std::fabs(silu64(xd))));
+    worst_dy = std::max(worst_dy, std::fabs(k::silu_grad(xf) - dy));
+    const double h = 1e-6;
+    worst_fd = std::max(worst_fd, std::fabs(k::silu_grad(xf) - (silu64(xd + h) - silu64(xd - h)) / (2 * h)));
+  }
+  // Measured: 1.3e-7, 9.7e-7, 9.7e-7. The derivative's error is absolute and grows with x: 1 - s
+  // near s = 1 keeps a float's ulp of 1, which x multiplies (x = 16: about 1e-6).
+  EXPECT_LT(worst_y, 1e-6);
+  EXPECT_LT(worst_dy, 2e-6);
+  EXPECT_LT(worst_fd, 2e-6);
+  EXPECT_EQ(k::silu(0.0f), 0.0f);
+  EXPECT_EQ(k::silu(-200.0f), -0.0f);
+  EXPECT_EQ(k::silu(200.0f), 200.0f);
+}
+
 TEST(SharedElementwise, AdamWAndSgdElementsMatchFloat64) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);

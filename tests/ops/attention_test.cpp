@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/attention_ref.hpp"
 #include "ops/gradcheck.hpp"
 
 using namespace coshard::ops;
@@ -32,60 +33,8 @@ std::string name(const Shape& s) {
          " NH=" + std::to_string(s.NH);
 }
 
-// Naive causal attention in float64, written from the definition with the whole [T, T] matrix:
-// per (b, h), S = Q K^T / sqrt(hs) with -inf above the diagonal, P = softmax(S) by rows, O = P V.
-// Also gives each row's log-sum-exp and, given dO, the gradient of qkv (the textbook backward of
-// softmax and two matrix products, sharing nothing with the tiled kernel).
-struct Reference {
-  std::vector<double> out, lse, dqkv;
-};
-
 Reference ref_attention(const std::vector<double>& qkv, const Shape& s, const std::vector<double>* dout = nullptr) {
-  const std::size_t T = s.T, C = s.C, hs = s.hs();
-  Reference r{std::vector<double>(s.n_out(), 0.0), std::vector<double>(s.n_lse()), std::vector<double>(s.n_qkv(), 0.0)};
-  auto at = [&](std::size_t b, std::size_t t, std::size_t part, std::size_t h, std::size_t i) {
-    return (b * T + t) * 3 * C + part * C + h * hs + i;
-  };
-  for (std::size_t b = 0; b < s.B; ++b) {
-    for (std::size_t h = 0; h < s.NH; ++h) {
-      for (std::size_t t = 0; t < T; ++t) {
-        std::vector<double> p(t + 1);
-        double mx = -INFINITY;
-        for (std::size_t j = 0; j <= t; ++j) {
-          double d = 0.0;
-          for (std::size_t i = 0; i < hs; ++i) d += qkv[at(b, t, 0, h, i)] * qkv[at(b, j, 1, h, i)];
-          p[j] = d / std::sqrt(static_cast<double>(hs));
-          mx = std::max(mx, p[j]);
-        }
-        double sum = 0.0;
-        for (auto& v : p) sum += (v = std::exp(v - mx));
-        for (auto& v : p) v /= sum;
-        r.lse[(b * s.NH + h) * T + t] = mx + std::log(sum);
-        for (std::size_t j = 0; j <= t; ++j)
-          for (std::size_t i = 0; i < hs; ++i) r.out[(b * T + t) * C + h * hs + i] += p[j] * qkv[at(b, j, 2, h, i)];
-        if (dout == nullptr) continue;
-        // dP_j = dO . v_j; dS_j = P_j (dP_j - sum_k P_k dP_k) / sqrt(hs); dq += dS_j k_j; dk_j += dS_j q.
-        const double* g = dout->data() + (b * T + t) * C + h * hs;
-        std::vector<double> dp(t + 1, 0.0);
-        double pdp = 0.0;
-        for (std::size_t j = 0; j <= t; ++j) {
-          for (std::size_t i = 0; i < hs; ++i) {
-            dp[j] += g[i] * qkv[at(b, j, 2, h, i)];
-            r.dqkv[at(b, j, 2, h, i)] += p[j] * g[i];
-          }
-          pdp += p[j] * dp[j];
-        }
-        for (std::size_t j = 0; j <= t; ++j) {
-          const double ds = p[j] * (dp[j] - pdp) / std::sqrt(static_cast<double>(hs));
-          for (std::size_t i = 0; i < hs; ++i) {
-            r.dqkv[at(b, t, 0, h, i)] += ds * qkv[at(b, j, 1, h, i)];
-            r.dqkv[at(b, j, 1, h, i)] += ds * qkv[at(b, t, 0, h, i)];
-          }
-        }
-      }
-    }
-  }
-  return r;
+  return ref_mha(qkv, s.B, s.T, s.NH, s.hs(), dout);
 }
 
 struct Result {

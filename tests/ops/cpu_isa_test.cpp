@@ -61,6 +61,25 @@ std::vector<float> outputs(const CpuKernels& k, std::size_t n) {
   k.layernorm_param_grads(lg.data(), lx.data(), mean.data(), rstd.data(), dw.data(), db.data(), rows, n, n);
   keep(ly), keep(mean), keep(rstd), keep(ldx), keep(dw), keep(db);
 
+  std::vector<float> ry(rows * n), rrstd(rows), rdx(rows * n), rdw(n, 0.0f);
+  k.rmsnorm_forward(lx.data(), w.data(), ry.data(), rrstd.data(), rows, n, 1e-5f);
+  k.rmsnorm_backward(lg.data(), lx.data(), w.data(), rrstd.data(), rdx.data(), rows, n);
+  k.rmsnorm_weight_grad(lg.data(), lx.data(), rrstd.data(), rdw.data(), rows, n, n);
+  keep(ry), keep(rrstd), keep(rdx), keep(rdw);
+
+  std::vector<float> sy(n), sdg(n), sdu(n);
+  k.swiglu_forward(x.data(), g.data(), sy.data(), n);
+  k.swiglu_backward(g.data(), x.data(), g.data(), sdg.data(), sdu.data(), n);
+  keep(sy), keep(sdg), keep(sdu);
+
+  const std::size_t rh = 2 * ((n + 1) / 2);  // an even head, two of them
+  auto rot = random_floats(2 * rh, 15, -3.0f, 3.0f);
+  const auto rc = random_floats(rh / 2, 16), rs = random_floats(rh / 2, 17);
+  k.rope_rotate(rot.data(), rc.data(), rs.data(), 2, rh, 1.0f);
+  keep(rot);
+  k.rope_rotate(rot.data(), rc.data(), rs.data(), 2, rh, -1.0f);
+  keep(rot);
+
   const std::vector<std::int32_t> targets = {0, static_cast<std::int32_t>(n - 1)};
   const auto z = random_floats(2 * n, 7, -20.0f, 20.0f);
   std::vector<float> lse(2), dz(2 * n);

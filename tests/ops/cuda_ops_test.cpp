@@ -38,6 +38,9 @@
 #include "coshard/ops/linear.hpp"
 #include "coshard/ops/optim.hpp"
 #include "coshard/ops/residual.hpp"
+#include "coshard/ops/rmsnorm.hpp"
+#include "coshard/ops/rope.hpp"
+#include "coshard/ops/swiglu.hpp"
 #include "coshard/runtime/cuda.hpp"
 #include "ops/gradcheck.hpp"
 
@@ -474,6 +477,73 @@ TEST_F(OpsCuda, AttentionRejectsHeadsThatDoNotDivideC) {
   Dev<float> qkv(2 * 5 * 3 * 10), out(2 * 5 * 10), att(2 * 3 * 5 * 5);
   expect_invalid([&] { gpu::attention_forward(st(), qkv.c(), out.s(), att.s(), 2, 5, 10, 3); },
                  {"attention_forward", "C = 10 is not divisible by the number of heads NH = 3"});
+}
+
+// Grouped-query attention (a key/value head for 2 and for 4 query heads, and multi-query) against
+// the tiled CPU kernel, and a rerun bitwise.
+TEST_F(OpsCuda, GroupedQueryAttentionMatchesCpu) {
+  for (const cpu::AttentionShape s : {cpu::AttentionShape{2, 5, 4, 2, 3}, cpu::AttentionShape{1, 130, 8, 2, 16},
+                                      cpu::AttentionShape{2, 70, 4, 1, 8}}) {
+    SCOPED_TRACE("NH " + std::to_string(s.heads) + " NKV " + std::to_string(s.kv_heads) + " T " + std::to_string(s.T));
+    auto qkv = random_floats(s.B * s.T * s.qkv_width(), 1);
+    auto dout = random_floats(s.B * s.T * s.out_width(), 2);
+    std::vector<float> out(dout.size()), lse(s.B * s.heads * s.T), dqkv(qkv.size());
+    cpu::attention_forward(qkv, out, lse, s);
+    cpu::attention_backward(dout, qkv, out, lse, dqkv, s);
+    Dev<float> gqkv(qkv), gout(out.size()), gatt(s.B * s.heads * s.T * s.T), gdout(dout), gdqkv(qkv.size());
+    gpu::attention_forward(st(), gqkv.c(), gout.s(), gatt.s(), s);
+    gpu::attention_backward(st(), gdout.c(), gqkv.c(), gatt.c(), gdqkv.s(), s);
+    EXPECT_LT(rel(gout.host(), out), 1e-5);
+    const auto first = gdqkv.host();
+    EXPECT_LT(rel(first, dqkv), 1e-5);
+    gpu::attention_backward(st(), gdout.c(), gqkv.c(), gatt.c(), gdqkv.s(), s);
+    expect_bitwise(gdqkv.host(), first, "grouped attention_backward rerun");
+  }
+  Dev<float> qkv(1 * 2 * (8 + 2) * 2), out(1 * 2 * 8 * 2), att(1 * 8 * 2 * 2);
+  expect_invalid([&] { gpu::attention_forward(st(), qkv.c(), out.s(), att.s(), cpu::AttentionShape{1, 2, 8, 1, 2}); },
+                 {"attention_forward", "8 query heads per key/value head exceed head_size = 2"});
+}
+
+TEST_F(OpsCuda, RmsnormSwigluAndRopeMatchCpu) {
+  const std::size_t rows = 10, C = 768;
+  auto x = random_floats(rows * C, 1, -2.0f, 3.0f), w = random_floats(C, 2), dy = random_floats(rows * C, 3);
+  auto dw0 = random_floats(C, 4);
+  std::vector<float> y(rows * C), rstd(rows), dx(rows * C), dw = dw0;
+  cpu::rmsnorm_forward(x, w, y, rstd, rows, C, 1e-5f);
+  cpu::rmsnorm_backward(dy, x, w, rstd, dx, dw, rows, C);
+  Dev<float> gx(x), gw(w), gy(rows * C), gr(rows), gdy(dy), gdx(rows * C), gdw(dw0);
+  gpu::rmsnorm_forward(st(), gx.c(), gw.c(), gy.s(), gr.s(), rows, C, 1e-5f);
+  gpu::rmsnorm_backward(st(), gdy.c(), gx.c(), gw.c(), gr.c(), gdx.s(), gdw.s(), rows, C);
+  EXPECT_LT(rel(gy.host(), y), 1e-5);
+  EXPECT_LT(rel(gr.host(), rstd), 1e-5);
+  EXPECT_LT(rel(gdx.host(), dx), 1e-5);
+  EXPECT_LT(rel(gdw.host(), dw), 1e-5);
+
+  const std::size_t n = 10007;
+  auto gate = random_floats(n, 5, -8.0f, 8.0f), up = random_floats(n, 6), g = random_floats(n, 7);
+  std::vector<float> sy(n), dgate(n), dup(n);
+  cpu::swiglu_forward(gate, up, sy);
+  cpu::swiglu_backward(g, gate, up, dgate, dup);
+  Dev<float> ggate(gate), gup(up), gsy(n), gg(g), gdgate(n), gdup(n);
+  gpu::swiglu_forward(st(), ggate.c(), gup.c(), gsy.s());
+  gpu::swiglu_backward(st(), gg.c(), ggate.c(), gup.c(), gdgate.s(), gdup.s());
+  EXPECT_LT(rel(gsy.host(), sy), 1e-6);
+  EXPECT_LT(rel(gdgate.host(), dgate), 1e-5);
+  EXPECT_LT(rel(gdup.host(), dup), 1e-6);
+
+  // The rotation has no contraction on either side: the same bits.
+  const cpu::AttentionShape s{2, 33, 4, 2, 8};
+  std::vector<float> cos(s.T * s.head_size / 2), sin(cos.size());
+  cpu::rope_table(cos, sin, s.T, s.head_size, 10000.0);
+  auto q = random_floats(s.B * s.T * s.qkv_width(), 8);
+  auto fwd = q, back = q;
+  cpu::rope_forward(fwd, cos, sin, s);
+  cpu::rope_backward(back, cos, sin, s);
+  Dev<float> gq(q), gq2(q), gcos(cos), gsin(sin);
+  gpu::rope_forward(st(), gq.s(), gcos.c(), gsin.c(), s);
+  gpu::rope_backward(st(), gq2.s(), gcos.c(), gsin.c(), s);
+  expect_bitwise(gq.host(), fwd, "rope_forward");
+  expect_bitwise(gq2.host(), back, "rope_backward");
 }
 
 // ---- cross-entropy ----

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -102,6 +103,83 @@ TEST(OpsKernels, OnCpuStreamsTheOpsGiveTheBitsOfTheOpsRunAtOnce) {
   const auto want = on_this_thread();
   for (bool discrete : {false, true}) {
     const auto got = on_a_stream({.discrete_memory = discrete});
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i << ", discrete " << discrete;
+  }
+}
+
+// Llama's ops: RMSNorm, a q/k/v projection, RoPE from a table uploaded as floats, grouped-query
+// attention, SwiGLU, and their backward, on `alloc`'s memory through `k`; returns the outputs.
+struct LlamaPieces {
+  static constexpr std::size_t B = 2, T = 5, C = 8, NH = 4, NKV = 2, hs = 2;
+  static constexpr ops::AttentionShape shape{B, T, NH, NKV, hs};
+  Tensor x, w, rn, rstd, wqkv, qkv, cos, sin, att, lse, datt, dqkv, dx, dw, gate, up, act, dgate, dup;
+  explicit LlamaPieces(Allocator& a) {
+    auto t = [&](std::size_t n) { return Tensor::empty(a, DType::f32, {static_cast<std::int64_t>(n)}); };
+    const std::size_t rows = B * T, W = shape.qkv_width();
+    x = t(rows * C), w = t(C), rn = t(rows * C), rstd = t(rows), wqkv = t(C * W), qkv = t(rows * W);
+    cos = t(T * hs / 2), sin = t(T * hs / 2), att = t(rows * NH * hs), lse = t(B * NH * T), datt = t(rows * NH * hs);
+    dqkv = t(rows * W), dx = t(rows * C), dw = t(C), gate = t(rows * C), up = t(rows * C), act = t(rows * C);
+    dgate = t(rows * C), dup = t(rows * C);
+  }
+  std::vector<const Tensor*> inputs() const { return {&x, &w, &wqkv, &datt, &gate, &up}; }
+  std::vector<const Tensor*> outputs() const { return {&rn, &rstd, &qkv, &att, &lse, &dqkv, &dx, &dw, &act, &dgate, &dup}; }
+  void run(ops::Kernels& k) const {
+    const std::size_t rows = B * T;
+    std::vector<float> c(T * hs / 2), sn(c.size());
+    ops::rope_table(c, sn, T, hs, 10000.0);
+    k.upload(cos, c);
+    k.upload(sin, sn);
+    k.zero(dw);
+    k.rmsnorm_forward(x, w, rn, rstd, rows, C, 1e-5f);
+    k.linear_forward(rn, wqkv, Tensor(), qkv, rows, C, shape.qkv_width());
+    k.rope_forward(qkv, cos, sin, shape);
+    k.attention_forward(qkv, att, lse, shape);
+    k.attention_backward(datt, qkv, att, lse, dqkv, shape);
+    k.rope_backward(dqkv, cos, sin, shape);
+    k.rmsnorm_backward(x, x, w, rstd, dx, dw, rows, C);
+    k.swiglu_forward(gate, up, act);
+    k.swiglu_backward(x, gate, up, dgate, dup);
+  }
+};
+
+std::vector<std::vector<float>> llama_pieces(Runtime* rt) {
+  std::unique_ptr<Allocator> host;
+  if (!rt) host = std::make_unique<Allocator>(cpu_memory());
+  Allocator& alloc = rt ? rt->allocator() : *host;
+  const LlamaPieces l(alloc);
+  const auto ins = l.inputs();
+  std::unique_ptr<ops::Launcher> launch;
+  if (rt) {
+    for (std::size_t i = 0; i < ins.size(); ++i) upload(rt->stream("compute"), *ins[i], random_values(ins[i]->numel(), 10 + i));
+    launch = std::make_unique<ops::Launcher>(rt->stream("compute"));
+  } else {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      const auto v = random_values(ins[i]->numel(), 10 + i);
+      std::copy(v.begin(), v.end(), ins[i]->data_as<float>());
+    }
+    launch = std::make_unique<ops::Launcher>();
+  }
+  {
+    ops::Kernels k = launch->begin("llama pieces");
+    l.run(k);
+  }
+  std::vector<std::vector<float>> out;
+  for (const Tensor* t : l.outputs()) {
+    if (rt) {
+      out.push_back(rt->scheduler().sync_wait(download<float>(rt->stream("compute"), *t)));
+    } else {
+      out.emplace_back(t->data_as<float>(), t->data_as<float>() + t->numel());
+    }
+  }
+  return out;
+}
+
+TEST(OpsKernels, LlamasOpsOnCpuStreamsGiveTheBitsOfTheOpsRunAtOnce) {
+  const auto want = llama_pieces(nullptr);
+  for (bool discrete : {false, true}) {
+    Runtime rt({.discrete_memory = discrete});
+    const auto got = llama_pieces(&rt);
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "output " << i << ", discrete " << discrete;
   }

@@ -15,6 +15,9 @@
 #include "coshard/ops/cross_entropy.hpp"
 #include "coshard/ops/gelu.hpp"
 #include "coshard/ops/layernorm.hpp"
+#include "coshard/ops/rmsnorm.hpp"
+#include "coshard/ops/rope.hpp"
+#include "coshard/ops/swiglu.hpp"
 #include "coshard/ops/optim.hpp"
 #include "blas_internal.hpp"
 #include "ops/gradcheck.hpp"
@@ -102,6 +105,40 @@ TEST(OpsThreads, LayernormGivesTheSameBitsOnAnyThreadCount) {
     ops::layernorm_forward(x, w, b, y, mean, rstd, rows, C, 1e-5f);
     ops::layernorm_backward(dy, x, w, mean, rstd, dx, dw, db, rows, C);
     return std::vector<std::vector<float>>{y, mean, rstd, dx, dw, db};
+  });
+}
+
+TEST(OpsThreads, RmsnormGivesTheSameBitsOnAnyThreadCount) {
+  const std::size_t C = 771, rows = split_size(C * ops::detail::kElementMacs);
+  const auto x = random_floats(rows * C, 60, -3.0f, 3.0f), w = random_floats(C, 61), dy = random_floats(rows * C, 62);
+  expect_same_bits_on_any_count("rmsnorm", [&] {
+    std::vector<float> y(rows * C), rstd(rows), dx(rows * C), dw(C, 0.25f);
+    ops::rmsnorm_forward(x, w, y, rstd, rows, C, 1e-5f);
+    ops::rmsnorm_backward(dy, x, w, rstd, dx, dw, rows, C);
+    return std::vector<std::vector<float>>{y, rstd, dx, dw};
+  });
+}
+
+TEST(OpsThreads, SwigluAndRopeGiveTheSameBitsOnAnyThreadCount) {
+  const std::size_t n = split_size(2 * ops::detail::kElementMacs);
+  const auto gate = random_floats(n, 63, -8.0f, 8.0f), up = random_floats(n, 64), dy = random_floats(n, 65);
+  expect_same_bits_on_any_count("swiglu", [&] {
+    std::vector<float> y(n), dgate(n), dup(n);
+    ops::swiglu_forward(gate, up, y);
+    ops::swiglu_backward(dy, gate, up, dgate, dup);
+    return std::vector<std::vector<float>>{y, dgate, dup};
+  });
+  const ops::AttentionShape s{3, 97, 4, 2, 16};
+  const std::size_t rows_needed = split_size((s.heads + s.kv_heads) * s.head_size * ops::detail::kElementMacs);
+  const ops::AttentionShape big{(rows_needed + s.T - 1) / s.T, s.T, s.heads, s.kv_heads, s.head_size};
+  std::vector<float> cos(big.T * big.head_size / 2), sin(cos.size());
+  ops::rope_table(cos, sin, big.T, big.head_size, 10000.0);
+  const auto x = random_floats(big.B * big.T * big.qkv_width(), 66, -2.0f, 2.0f);
+  expect_same_bits_on_any_count("rope", [&] {
+    auto y = x, g = x;
+    ops::rope_forward(y, cos, sin, big);
+    ops::rope_backward(g, cos, sin, big);
+    return std::vector<std::vector<float>>{y, g};
   });
 }
 

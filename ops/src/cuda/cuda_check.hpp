@@ -6,10 +6,22 @@
 
 #include <string>
 
+#include "../check.hpp"
 #include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::ops::cuda::detail {
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Kernels launch a block per row (or per (t, h, b)): a grid's x dimension holds 2^31 - 1 blocks,
+// y and z 65535.
+inline void check_grid(const char* op, const char* dim, std::size_t v, std::size_t limit) {
+  if (v > limit) {
+    ops::detail::fail(op, std::string(dim) + " = " + std::to_string(v) + " exceeds the CUDA grid limit " +
+                              std::to_string(limit));
+  }
+}
 
 [[noreturn]] inline void fail_cuda(cudaError_t e, const char* call, const char* file, int line) {
   throw Error(e == cudaErrorMemoryAllocation ? Errc::out_of_memory : Errc::device,

@@ -1,5 +1,5 @@
-// Element-wise kernels: GELU, residual add / accumulate, scale, casts, the bias fill of linear,
-// AdamW and SGD. Grid-stride loops; one element per thread per iteration.
+// Element-wise kernels: GELU, SwiGLU, RoPE, residual add / accumulate, scale, casts, the bias fill
+// of linear, AdamW and SGD. Grid-stride loops; one element per thread per iteration.
 #include <cstdint>
 
 #include "coshard/kernels/cast.hpp"
@@ -20,6 +20,36 @@ __global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restri
 __global__ void gelu_backward_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                      float* __restrict__ dx, std::size_t n) {
   for (std::size_t i = global_index(); i < n; i += grid_stride()) dx[i] = dy[i] * kernels::gelu_grad(x[i]);
+}
+
+__global__ void swiglu_forward_kernel(const float* __restrict__ gate, const float* __restrict__ up,
+                                      float* __restrict__ y, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) y[i] = kernels::silu(gate[i]) * up[i];
+}
+
+__global__ void swiglu_backward_kernel(const float* __restrict__ dy, const float* __restrict__ gate,
+                                       const float* __restrict__ up, float* __restrict__ dgate,
+                                       float* __restrict__ dup, std::size_t n) {
+  for (std::size_t i = global_index(); i < n; i += grid_stride()) {
+    dgate[i] = dy[i] * up[i] * kernels::silu_grad(gate[i]);
+    dup[i] = dy[i] * kernels::silu(gate[i]);
+  }
+}
+
+// One pair (i, i + hs/2) of one rotated head of one row per element: rows of ld floats, the first
+// `heads` heads of each rotated by row (r % T) of the table. As the CPU loop, no contraction.
+__global__ void rope_kernel(float* __restrict__ x, const float* __restrict__ cos, const float* __restrict__ sin,
+                            std::size_t rows, std::size_t T, std::size_t ld, std::size_t heads, std::size_t hs,
+                            float sign) {
+  const std::size_t half = hs / 2, per_row = heads * half, n = rows * per_row;
+  for (std::size_t e = global_index(); e < n; e += grid_stride()) {
+    const std::size_t r = e / per_row, h = e % per_row / half, i = e % half;
+    float* a = x + r * ld + h * hs + i;
+    const float c = cos[(r % T) * half + i], sn = sign * sin[(r % T) * half + i];
+    const float ai = a[0], bi = a[half];
+    a[0] = __fsub_rn(__fmul_rn(ai, c), __fmul_rn(bi, sn));
+    a[half] = __fadd_rn(__fmul_rn(bi, c), __fmul_rn(ai, sn));
+  }
 }
 
 // No __restrict__: out may be a or b (element i reads a[i], b[i] before writing out[i]).
@@ -124,6 +154,17 @@ cudaError_t launch_gelu_forward(const float* x, float* y, std::size_t n, cudaStr
 }
 cudaError_t launch_gelu_backward(const float* dy, const float* x, float* dx, std::size_t n, cudaStream_t s) {
   COSHARD_LAUNCH_1D(gelu_backward_kernel, n, s, dy, x, dx, n);
+}
+cudaError_t launch_swiglu_forward(const float* gate, const float* up, float* y, std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(swiglu_forward_kernel, n, s, gate, up, y, n);
+}
+cudaError_t launch_swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                                   std::size_t n, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(swiglu_backward_kernel, n, s, dy, gate, up, dgate, dup, n);
+}
+cudaError_t launch_rope(float* x, const float* cos, const float* sin, std::size_t rows, std::size_t T, std::size_t ld,
+                        std::size_t heads, std::size_t hs, float sign, cudaStream_t s) {
+  COSHARD_LAUNCH_1D(rope_kernel, rows * heads * (hs / 2), s, x, cos, sin, rows, T, ld, heads, hs, sign);
 }
 cudaError_t launch_add(const float* a, const float* b, float* out, std::size_t n, cudaStream_t s) {
   COSHARD_LAUNCH_1D(add_kernel, n, s, a, b, out, n);

@@ -15,9 +15,9 @@
 
 namespace coshard::ops::cuda {
 
-namespace {
+using detail::as_stream;
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+namespace {
 
 constexpr unsigned int kNoBadId = UINT_MAX;
 

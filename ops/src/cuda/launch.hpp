@@ -15,6 +15,13 @@ namespace coshard::ops::cuda::detail {
 // elementwise.cu
 cudaError_t launch_gelu_forward(const float* x, float* y, std::size_t n, cudaStream_t s);
 cudaError_t launch_gelu_backward(const float* dy, const float* x, float* dx, std::size_t n, cudaStream_t s);
+cudaError_t launch_swiglu_forward(const float* gate, const float* up, float* y, std::size_t n, cudaStream_t s);
+cudaError_t launch_swiglu_backward(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                                   std::size_t n, cudaStream_t s);
+// Rotates the first `heads` heads of each of `rows` rows (ld apart) in place by row (r % T) of the
+// [P, hs/2] table; sign -1 rotates back.
+cudaError_t launch_rope(float* x, const float* cos, const float* sin, std::size_t rows, std::size_t T, std::size_t ld,
+                        std::size_t heads, std::size_t hs, float sign, cudaStream_t s);
 cudaError_t launch_add(const float* a, const float* b, float* out, std::size_t n, cudaStream_t s);  // out may alias
 cudaError_t launch_accumulate(float* acc, const float* x, std::size_t n, cudaStream_t s);
 cudaError_t launch_scale(float* p, float v, std::size_t n, cudaStream_t s);
@@ -46,6 +53,11 @@ cudaError_t launch_layernorm_backward_dx(const float* dy, const float* x, const 
 // dw[c] += sum_r dy[r,c] (x[r,c] - mean[r]) rstd[r] and db[c] += sum_r dy[r,c]; either may be null.
 cudaError_t launch_layernorm_backward_params(const float* dy, const float* x, const float* mean, const float* rstd,
                                              float* dw, float* db, std::size_t rows, std::size_t C, cudaStream_t s);
+cudaError_t launch_rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::size_t rows,
+                                   std::size_t C, float eps, cudaStream_t s);
+// dx written; dw[c] += sum_r dy[r,c] x[r,c] rstd[r] unless dw is null.
+cudaError_t launch_rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                    float* dw, std::size_t rows, std::size_t C, cudaStream_t s);
 // db[c] += sum_r dy[r, c].
 cudaError_t launch_column_sum(const float* dy, float* db, std::size_t rows, std::size_t cols, cudaStream_t s);
 
@@ -56,11 +68,12 @@ std::size_t norm_blocks(std::size_t n);
 cudaError_t launch_norm_blocks(const float* p, std::size_t n, int type, double* scratch, cudaStream_t s);
 cudaError_t launch_norm_finish(const double* scratch, std::size_t count, int type, double* out, cudaStream_t s);
 
-// attention.cu
+// attention.cu: qkv [B, T, (NH + 2 NKV) hs], out [B, T, NH hs], att [B, NH, T, T]; NH / NKV <= hs.
 cudaError_t launch_attention_forward(const float* qkv, float* out, float* att, std::size_t B, std::size_t T,
-                                     std::size_t C, std::size_t NH, cudaStream_t s);
+                                     std::size_t NH, std::size_t NKV, std::size_t hs, cudaStream_t s);
 cudaError_t launch_attention_backward(const float* dout, const float* qkv, const float* att, float* dqkv,
-                                      std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t s);
+                                      std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t hs,
+                                      cudaStream_t s);
 
 // embedding_xent.cu. `bad` is a device unsigned int preset to UINT_MAX; kernels atomicMin the
 // position of a bad id into it.

@@ -15,19 +15,8 @@
 
 namespace coshard::ops::cuda {
 
-namespace {
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-
-// Attention launches a block per (t, h, b): the y and z grid dimensions are limited to 65535.
-void check_grid(const char* op, const char* dim, std::size_t v, std::size_t limit) {
-  if (v > limit) {
-    ops::detail::fail(op, std::string(dim) + " = " + std::to_string(v) + " exceeds the CUDA grid limit " +
-                              std::to_string(limit));
-  }
-}
-
-}  // namespace
+using detail::as_stream;
+using detail::check_grid;
 
 // ---- layernorm ----
 
@@ -115,21 +104,62 @@ void accumulate(void* stream, std::span<float> acc, std::span<const float> x) {
 
 // ---- attention ----
 
+namespace {
+
+void check_attention(const char* op, std::span<const float> qkv, std::span<const float> att,
+                     const AttentionShape& s) {
+  ops::detail::check_attention_shape(op, s.T, s.heads, s.kv_heads, s.head_size);
+  ops::detail::check_size(op, "qkv", qkv, s.B * s.T * s.qkv_width(),
+                          "[B, T, (NH + 2 NKV) hs] = " + ops::detail::dims({s.B, s.T, s.qkv_width()}));
+  ops::detail::check_size(op, "att", att, s.B * s.heads * s.T * s.T,
+                          "[B, NH, T, T] = " + ops::detail::dims({s.B, s.heads, s.T, s.T}));
+  if (s.heads / s.kv_heads > s.head_size) {  // where the backward parks its row sums (attention.cu)
+    ops::detail::fail(op, "heads / kv_heads = " + std::to_string(s.heads / s.kv_heads) +
+                              " query heads per key/value head exceed head_size = " + std::to_string(s.head_size) +
+                              ", which the CUDA kernels need");
+  }
+  check_grid(op, "T", s.T, INT_MAX);
+  check_grid(op, "NH", s.heads, 65535);
+  check_grid(op, "B", s.B, 65535);
+}
+
+}  // namespace
+
+void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
+                       const AttentionShape& s) {
+  constexpr const char* op = "attention_forward";
+  check_attention(op, qkv, att, s);
+  ops::detail::check_size(op, "out", out, s.B * s.T * s.out_width(),
+                          "[B, T, NH hs] = " + ops::detail::dims({s.B, s.T, s.out_width()}));
+  ops::detail::check_disjoint(op, "out", out, "qkv", qkv);
+  ops::detail::check_disjoint(op, "att", att, "qkv", qkv);
+  ops::detail::check_disjoint(op, "att", att, "out", out);
+  COSHARD_OPS_CUDA_CHECK(detail::launch_attention_forward(qkv.data(), out.data(), att.data(), s.B, s.T, s.heads,
+                                                          s.kv_heads, s.head_size, as_stream(stream)));
+}
+
+void attention_backward(void* stream, std::span<const float> dout, std::span<const float> qkv,
+                        std::span<const float> att, std::span<float> dqkv, const AttentionShape& s) {
+  constexpr const char* op = "attention_backward";
+  check_attention(op, qkv, att, s);
+  ops::detail::check_size(op, "dout", dout, s.B * s.T * s.out_width(),
+                          "[B, T, NH hs] = " + ops::detail::dims({s.B, s.T, s.out_width()}));
+  ops::detail::check_size(op, "dqkv", dqkv, s.B * s.T * s.qkv_width(),
+                          "[B, T, (NH + 2 NKV) hs] = " + ops::detail::dims({s.B, s.T, s.qkv_width()}));
+  ops::detail::check_disjoint(op, "dqkv", dqkv, "dout", dout);
+  ops::detail::check_disjoint(op, "dqkv", dqkv, "qkv", qkv);
+  ops::detail::check_disjoint(op, "dqkv", dqkv, "att", att);
+  COSHARD_OPS_CUDA_CHECK(detail::launch_attention_backward(dout.data(), qkv.data(), att.data(), dqkv.data(), s.B, s.T,
+                                                           s.heads, s.kv_heads, s.head_size, as_stream(stream)));
+}
+
 void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
                        std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
   constexpr const char* op = "attention_forward";
   ops::detail::check_heads(op, C, NH);
   ops::detail::check_size(op, "qkv", qkv, B * T * 3 * C, "[B, T, 3C] = " + ops::detail::dims({B, T, 3 * C}));
   ops::detail::check_size(op, "out", out, B * T * C, "[B, T, C] = " + ops::detail::dims({B, T, C}));
-  ops::detail::check_size(op, "att", att, B * NH * T * T, "[B, NH, T, T] = " + ops::detail::dims({B, NH, T, T}));
-  ops::detail::check_disjoint(op, "out", out, "qkv", qkv);
-  ops::detail::check_disjoint(op, "att", att, "qkv", qkv);
-  ops::detail::check_disjoint(op, "att", att, "out", out);
-  check_grid(op, "T", T, INT_MAX);
-  check_grid(op, "NH", NH, 65535);
-  check_grid(op, "B", B, 65535);
-  COSHARD_OPS_CUDA_CHECK(
-      detail::launch_attention_forward(qkv.data(), out.data(), att.data(), B, T, C, NH, as_stream(stream)));
+  attention_forward(stream, qkv, out, att, AttentionShape{B, T, NH, NH, C / NH});
 }
 
 void attention_backward(void* stream, std::span<const float> dout, std::span<const float> qkv,
@@ -139,16 +169,8 @@ void attention_backward(void* stream, std::span<const float> dout, std::span<con
   ops::detail::check_heads(op, C, NH);
   ops::detail::check_size(op, "dout", dout, B * T * C, "[B, T, C] = " + ops::detail::dims({B, T, C}));
   ops::detail::check_size(op, "qkv", qkv, B * T * 3 * C, "[B, T, 3C] = " + ops::detail::dims({B, T, 3 * C}));
-  ops::detail::check_size(op, "att", att, B * NH * T * T, "[B, NH, T, T] = " + ops::detail::dims({B, NH, T, T}));
   ops::detail::check_size(op, "dqkv", dqkv, B * T * 3 * C, "[B, T, 3C] = " + ops::detail::dims({B, T, 3 * C}));
-  ops::detail::check_disjoint(op, "dqkv", dqkv, "dout", dout);
-  ops::detail::check_disjoint(op, "dqkv", dqkv, "qkv", qkv);
-  ops::detail::check_disjoint(op, "dqkv", dqkv, "att", att);
-  check_grid(op, "T", T, INT_MAX);
-  check_grid(op, "NH", NH, 65535);
-  check_grid(op, "B", B, 65535);
-  COSHARD_OPS_CUDA_CHECK(detail::launch_attention_backward(dout.data(), qkv.data(), att.data(), dqkv.data(), B, T, C,
-                                                           NH, as_stream(stream)));
+  attention_backward(stream, dout, qkv, att, dqkv, AttentionShape{B, T, NH, NH, C / NH});
 }
 
 // ---- casts ----

@@ -1,4 +1,4 @@
-// Reductions: layernorm forward/backward (a block per row), column sums for parameter gradients
+// Reductions: layernorm and RMSNorm forward/backward (a block per row), column sums for parameter gradients
 // (a fixed split of the rows, so the sums are reproducible), and gradient-norm partials.
 #include "device_utils.cuh"
 #include "launch.hpp"
@@ -96,6 +96,45 @@ __global__ void layernorm_params_kernel(const float* __restrict__ dy, const floa
   if (db != nullptr) add_lanes(tb, db, col, C);
 }
 
+__global__ void rmsnorm_forward_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y,
+                                       float* __restrict__ rstd, std::size_t C, float eps) {
+  const std::size_t r = blockIdx.x;
+  const float* xr = x + r * C;
+  float* yr = y + r * C;
+  float s = 0.0f;
+  for (std::size_t i = threadIdx.x; i < C; i += blockDim.x) s += xr[i] * xr[i];
+  const float rs = 1.0f / sqrtf(block_reduce(s, SumOp{}, 0.0f) / static_cast<float>(C) + eps);
+  for (std::size_t i = threadIdx.x; i < C; i += blockDim.x) yr[i] = w[i] * (xr[i] * rs);
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+__global__ void rmsnorm_backward_dx_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                           const float* __restrict__ w, const float* __restrict__ rstd,
+                                           float* __restrict__ dx, std::size_t C) {
+  const std::size_t r = blockIdx.x;
+  const float* xr = x + r * C;
+  const float* g = dy + r * C;
+  float* dxr = dx + r * C;
+  const float s = rstd[r];
+  float sum_dn_n = 0.0f;
+  for (std::size_t i = threadIdx.x; i < C; i += blockDim.x) sum_dn_n += g[i] * w[i] * (xr[i] * s);
+  const float mean_dn_n = block_reduce(sum_dn_n, SumOp{}, 0.0f) / static_cast<float>(C);
+  for (std::size_t i = threadIdx.x; i < C; i += blockDim.x) dxr[i] = s * (g[i] * w[i] - (xr[i] * s) * mean_dn_n);
+}
+
+__global__ void rmsnorm_weight_kernel(const float* __restrict__ dy, const float* __restrict__ x,
+                                      const float* __restrict__ rstd, float* __restrict__ dw, std::size_t rows,
+                                      std::size_t C) {
+  __shared__ float tile[kLanes][33];
+  const std::size_t col = static_cast<std::size_t>(blockIdx.x) * 32 + threadIdx.x;
+  float sw = 0.0f;
+  if (col < C) {
+    for (std::size_t r = threadIdx.y; r < rows; r += kLanes) sw += dy[r * C + col] * (x[r * C + col] * rstd[r]);
+  }
+  tile[threadIdx.y][threadIdx.x] = sw;
+  add_lanes(tile, dw, col, C);
+}
+
 __global__ void column_sum_kernel(const float* __restrict__ dy, float* __restrict__ db, std::size_t rows,
                                   std::size_t cols) {
   __shared__ float tile[kLanes][33];
@@ -164,6 +203,23 @@ cudaError_t launch_layernorm_backward_params(const float* dy, const float* x, co
   if (rows == 0 || C == 0 || (dw == nullptr && db == nullptr)) return cudaSuccess;
   const auto blocks = static_cast<unsigned int>((C + 31) / 32);
   layernorm_params_kernel<<<blocks, dim3(32, kLanes), 0, s>>>(dy, x, mean, rstd, dw, db, rows, C);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::size_t rows,
+                                   std::size_t C, float eps, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_forward_kernel<<<static_cast<unsigned int>(rows), kRowBlock, 0, s>>>(x, w, y, rstd, C, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                    float* dw, std::size_t rows, std::size_t C, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned int>(rows), kRowBlock, 0, s>>>(dy, x, w, rstd, dx, C);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess || dw == nullptr || C == 0) return e;
+  rmsnorm_weight_kernel<<<static_cast<unsigned int>((C + 31) / 32), dim3(32, kLanes), 0, s>>>(dy, x, rstd, dw, rows, C);
   return cudaGetLastError();
 }
 

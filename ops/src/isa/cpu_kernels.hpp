@@ -44,6 +44,21 @@ struct CpuKernels {
   // may be null (not wanted).
   void (*layernorm_param_grads)(const float* dy, const float* x, const float* mean, const float* rstd, float* dw,
                                 float* db, std::size_t rows, std::size_t cols, std::size_t ld);
+  // RMSNorm (Llama's): y = w (x rstd), rstd = 1 / sqrt(mean(x^2) + eps) per row, saved.
+  void (*rmsnorm_forward)(const float* x, const float* w, float* y, float* rstd, std::size_t rows, std::size_t C,
+                          float eps);
+  void (*rmsnorm_backward)(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                           std::size_t rows, std::size_t C);
+  // dw[i] += sum_r dy[r, i] x[r, i] rstd[r], the rows in order, over `cols` columns of rows `ld` apart.
+  void (*rmsnorm_weight_grad)(const float* dy, const float* x, const float* rstd, float* dw, std::size_t rows,
+                              std::size_t cols, std::size_t ld);
+  // SwiGLU: y = silu(gate) up; dgate = dy up silu'(gate), dup = dy silu(gate).
+  void (*swiglu_forward)(const float* gate, const float* up, float* y, std::size_t n);
+  void (*swiglu_backward)(const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                          std::size_t n);
+  // Rotates `heads` heads of hs elements at x in place, Hugging Face's rotate_half pairs (i, i + hs/2)
+  // by the angles whose cos and sin [hs/2] are given: sign -1 rotates back (the backward).
+  void (*rope_rotate)(float* x, const float* cos, const float* sin, std::size_t heads, std::size_t hs, float sign);
   // Per row of logits [N, V]: lse[n] = log sum exp z; returns sum_n (lse[n] - z[n, target[n]]) in double.
   double (*cross_entropy_forward)(const float* z, const std::int32_t* targets, float* lse, std::size_t N,
                                   std::size_t V);

@@ -78,6 +78,70 @@ void layernorm_param_grads(const float* __restrict dy, const float* __restrict x
   }
 }
 
+void rmsnorm_forward(const float* __restrict x, const float* __restrict w, float* __restrict y, float* __restrict rstd,
+                     std::size_t rows, std::size_t C, float eps) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    float* __restrict yr = y + r * C;
+    const float ms = lane_sum(C, [&](std::size_t i) { return xr[i] * xr[i]; }) * inv_c;
+    const float s = 1.0f / __builtin_sqrtf(ms + eps);
+    for (std::size_t i = 0; i < C; ++i) yr[i] = w[i] * (xr[i] * s);  // Hugging Face's order
+    rstd[r] = s;
+  }
+}
+
+void rmsnorm_backward(const float* __restrict dy, const float* __restrict x, const float* __restrict w,
+                      const float* __restrict rstd, float* __restrict dx, std::size_t rows, std::size_t C) {
+  const float inv_c = 1.0f / static_cast<float>(C);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    const float* __restrict g = dy + r * C;
+    float* __restrict dxr = dx + r * C;
+    const float s = rstd[r];
+    // With n = x s and dn = dy w: dx = s (dn - n mean(dn n)).
+    const float mean_dn_n = lane_sum(C, [&](std::size_t i) { return g[i] * w[i] * (xr[i] * s); }) * inv_c;
+    for (std::size_t i = 0; i < C; ++i) dxr[i] = s * (g[i] * w[i] - (xr[i] * s) * mean_dn_n);
+  }
+}
+
+void rmsnorm_weight_grad(const float* __restrict dy, const float* __restrict x, const float* __restrict rstd,
+                         float* __restrict dw, std::size_t rows, std::size_t cols, std::size_t ld) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * ld;
+    const float* __restrict g = dy + r * ld;
+    const float s = rstd[r];
+    for (std::size_t i = 0; i < cols; ++i) dw[i] += g[i] * (xr[i] * s);
+  }
+}
+
+void swiglu_forward(const float* __restrict gate, const float* __restrict up, float* __restrict y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = kernels::silu(gate[i]) * up[i];
+}
+
+void swiglu_backward(const float* __restrict dy, const float* __restrict gate, const float* __restrict up,
+                     float* __restrict dgate, float* __restrict dup, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    dgate[i] = dy[i] * up[i] * kernels::silu_grad(gate[i]);
+    dup[i] = dy[i] * kernels::silu(gate[i]);
+  }
+}
+
+void rope_rotate(float* __restrict x, const float* __restrict cos, const float* __restrict sin, std::size_t heads,
+                 std::size_t hs, float sign) {
+  const std::size_t half = hs / 2;
+  for (std::size_t h = 0; h < heads; ++h) {
+    float* __restrict a = x + h * hs;
+    float* __restrict b = a + half;
+    for (std::size_t i = 0; i < half; ++i) {
+      const float c = cos[i], s = sign * sin[i];
+      const float ai = a[i], bi = b[i];
+      a[i] = ai * c - bi * s;
+      b[i] = bi * c + ai * s;
+    }
+  }
+}
+
 double cross_entropy_forward(const float* __restrict z, const std::int32_t* targets, float* __restrict lse,
                              std::size_t N, std::size_t V) {
   // The mean of N per-position losses is summed in double: with N in the tens of thousands a
@@ -134,6 +198,8 @@ void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, 
 const CpuKernels& table() {
   static constexpr CpuKernels k{COSHARD_ISA_NAME,       gelu_forward,          gelu_backward,
                                 layernorm_forward,      layernorm_backward,    layernorm_param_grads,
+                                rmsnorm_forward,        rmsnorm_backward,      rmsnorm_weight_grad,
+                                swiglu_forward,         swiglu_backward,       rope_rotate,
                                 cross_entropy_forward,
                                 cross_entropy_backward, attention_online_softmax, attention_probabilities,
                                 attention_score_grad,

@@ -1,7 +1,7 @@
 #pragma once
 // Element-wise rules shared by the CPU kernels (ops/src/isa, ops/src/optim.cpp) and the CUDA
-// kernels (ops/src/cuda): the fast exp behind softmax and GELU, GELU and its derivative, and one
-// element of the AdamW and SGD updates. Each rule is written once, so both paths compute the same
+// kernels (ops/src/cuda): the fast exp behind softmax, GELU and SiLU, GELU and SiLU and their
+// derivatives, and one element of the AdamW and SGD updates. Each rule is written once, so both paths compute the same
 // thing; tests/kernels/elementwise_test.cpp checks them on the CPU against float64.
 //
 // Internal linkage and builtins only (no std:: templates): the CPU kernels are compiled once per
@@ -100,6 +100,15 @@ COSHARD_HD inline float gelu_grad(float x) noexcept {
   const float s = sigmoid_approx(2.0f * u);
   const float du = kGeluSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
   return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+/// SiLU (torch.nn.functional.silu, Llama's MLP activation): x sigmoid(x).
+COSHARD_HD inline float silu(float x) noexcept { return x * sigmoid_approx(x); }
+
+/// d silu(x) / dx = s (1 + x (1 - s)), with s = sigmoid(x).
+COSHARD_HD inline float silu_grad(float x) noexcept {
+  const float s = sigmoid_approx(x);
+  return s * (1.0f + x * (1.0f - s));
 }
 
 /// One element of torch's single-tensor AdamW: decoupled decay, moments, then the step.

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <span>
 
+#include "coshard/ops/attention.hpp"
 #include "coshard/ops/grad_norm.hpp"
 #include "coshard/ops/layernorm.hpp"
 #include "coshard/ops/linear.hpp"
@@ -124,6 +125,30 @@ void layernorm_backward(void* stream, std::span<const float> dy, std::span<const
                         std::span<float> dx, std::span<float> dweight, std::span<float> dbias, std::size_t rows,
                         std::size_t C);
 
+// ---- RMSNorm ----
+/// ops::rmsnorm_forward on `stream`: y and rstd written.
+void rmsnorm_forward(void* stream, std::span<const float> x, std::span<const float> weight, std::span<float> y,
+                     std::span<float> rstd, std::size_t rows, std::size_t C, float eps);
+/// ops::rmsnorm_backward on `stream`: dx written; dweight accumulated (it may be empty).
+void rmsnorm_backward(void* stream, std::span<const float> dy, std::span<const float> x, std::span<const float> weight,
+                      std::span<const float> rstd, std::span<float> dx, std::span<float> dweight, std::size_t rows,
+                      std::size_t C);
+
+// ---- SwiGLU ----
+/// ops::swiglu_forward on `stream`: y = silu(gate) * up.
+void swiglu_forward(void* stream, std::span<const float> gate, std::span<const float> up, std::span<float> y);
+/// ops::swiglu_backward on `stream`: dgate and dup written.
+void swiglu_backward(void* stream, std::span<const float> dy, std::span<const float> gate, std::span<const float> up,
+                     std::span<float> dgate, std::span<float> dup);
+
+// ---- rotary position embeddings (the table is ops::rope_table's, copied to the device) ----
+/// ops::rope_forward on `stream`: qkv's query and key heads rotated in place.
+void rope_forward(void* stream, std::span<float> qkv, std::span<const float> cos, std::span<const float> sin,
+                  const AttentionShape& shape);
+/// ops::rope_backward on `stream`: dqkv's query and key heads rotated back in place.
+void rope_backward(void* stream, std::span<float> dqkv, std::span<const float> cos, std::span<const float> sin,
+                   const AttentionShape& shape);
+
 // ---- GELU (tanh approximation) ----
 /// ops::gelu_forward on `stream`.
 void gelu_forward(void* stream, std::span<const float> x, std::span<float> y);
@@ -136,7 +161,14 @@ void residual_forward(void* stream, std::span<const float> a, std::span<const fl
 /// acc += x on `stream`; joins gradients on the residual stream.
 void accumulate(void* stream, std::span<float> acc, std::span<const float> x);
 
-// ---- causal attention (att [B, NH, T, T] kept, as on the CPU) ----
+// ---- causal attention (att [B, NH, T, T] kept; the CPU keeps a log-sum-exp per query) ----
+/// ops::attention_forward on `stream`, grouped-query or multi-head: out and the probabilities att
+/// [B, NH, T, T] written. NH / NKV may not exceed hs (where the backward parks its row sums).
+void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
+                       const AttentionShape& shape);
+/// ops::attention_backward on `stream`: dqkv written.
+void attention_backward(void* stream, std::span<const float> dout, std::span<const float> qkv,
+                        std::span<const float> att, std::span<float> dqkv, const AttentionShape& shape);
 /// ops::attention_forward on `stream`: out and the probabilities att written.
 void attention_forward(void* stream, std::span<const float> qkv, std::span<float> out, std::span<float> att,
                        std::size_t B, std::size_t T, std::size_t C, std::size_t NH);

@@ -26,11 +26,14 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "coshard/ops/attention.hpp"
 #include "coshard/ops/linear.hpp"
+#include "coshard/ops/rope.hpp"
 #include "coshard/runtime/stream.hpp"
 #include "coshard/runtime/tensor.hpp"
 
@@ -117,6 +120,26 @@ class Kernels {
   /// dqkv written; qkv, out and saved as the forward left them.
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& saved,
                           const Tensor& dqkv, std::size_t B, std::size_t T, std::size_t C, std::size_t NH);
+  /// Grouped-query or multi-head attention (ops/attention.hpp): saved holds
+  /// attention_saved_numel(B, T, NH) elements.
+  void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& saved, const AttentionShape& shape);
+  /// dqkv written; qkv, out and saved as the forward left them.
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& saved,
+                          const Tensor& dqkv, const AttentionShape& shape);
+  /// y and rstd written (ops/rmsnorm.hpp).
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, std::size_t rows,
+                       std::size_t C, float eps);
+  /// dx written; dweight accumulated (it may be undefined).
+  void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dx,
+                        const Tensor& dweight, std::size_t rows, std::size_t C);
+  /// y = silu(gate) * up (ops/swiglu.hpp).
+  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y);
+  /// dgate and dup written.
+  void swiglu_backward(const Tensor& dy, const Tensor& gate, const Tensor& up, const Tensor& dgate, const Tensor& dup);
+  /// qkv's query and key heads rotated in place (ops/rope.hpp); cos and sin a table of the device's.
+  void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const AttentionShape& shape);
+  /// dqkv's query and key heads rotated back in place.
+  void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, const AttentionShape& shape);
   /// y = gelu(x) (tanh approximation).
   void gelu_forward(const Tensor& x, const Tensor& y);
   /// dx = dy * gelu'(x), written.
@@ -131,6 +154,8 @@ class Kernels {
   void zero(const Tensor& dst);
   /// dst (i32) = values, copied from the host in stream order.
   void upload(const Tensor& dst, std::vector<std::int32_t> values);
+  /// dst (f32) = values, copied from the host in stream order (a RoPE table, say).
+  void upload(const Tensor& dst, std::vector<float> values);
   /// host (host memory, e.g. pinned on CUDA) = src, copied in stream order: what a host callback
   /// or a Readback published after submit() may read.
   void to_host(const Tensor& host, const Tensor& src);
@@ -151,6 +176,7 @@ class Kernels {
   // Host work: now (no stream) or gathered for submit().
   void host(std::function<void()> work);
   void native_stream_used(std::initializer_list<const Tensor*> tensors);
+  void upload_bytes(const Tensor& dst, DType dtype, std::vector<std::byte> bytes);
   void* native() const noexcept;
   cuda::Blas& blas() const noexcept;  // the launcher's cuBLAS handle (defined in CUDA builds)
 
