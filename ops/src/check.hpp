@@ -136,6 +136,24 @@ void check_rope(const char* op, const char* name, std::span<X> x, std::span<cons
   if (cos.size() != sin.size()) fail(op, "cos and sin hold different numbers of positions");
 }
 
+// A column block [first, first + cols) of a [rows, ld] matrix, and its [rows, cols] copy.
+inline void check_columns(const char* op, std::size_t narrow_size, std::size_t wide_size, std::size_t rows,
+                          std::size_t cols, std::size_t ld, std::size_t first) {
+  check_positive(op, "cols", cols);
+  if (first > ld || cols > ld - first) {
+    fail(op, "columns [" + std::to_string(first) + ", " + std::to_string(first + cols) + ") lie outside the " +
+                 std::to_string(ld) + " columns of wide");
+  }
+  if (narrow_size != rows * cols) {
+    fail(op, "narrow has " + std::to_string(narrow_size) + " elements, expected " + std::to_string(rows * cols) +
+                 " ([rows, cols] = " + dims({rows, cols}) + ")");
+  }
+  if (wide_size != rows * ld) {
+    fail(op, "wide has " + std::to_string(wide_size) + " elements, expected " + std::to_string(rows * ld) +
+                 " ([rows, ld] = " + dims({rows, ld}) + ")");
+  }
+}
+
 // Embedding sizes (the ids are checked apart: on a device the host cannot read them). `optional`
 // is the backward: the names are dout/dwte/dwpe and dwte/dwpe may be empty.
 inline void check_embedding_shapes(const char* op, std::size_t tokens_size, std::size_t wte_size, std::size_t wpe_size,

@@ -8,6 +8,7 @@
 
 #include "coshard/ops/attention.hpp"
 #include "coshard/ops/cast.hpp"
+#include "coshard/ops/columns.hpp"
 #include "coshard/ops/cross_entropy.hpp"
 #include "coshard/ops/embedding.hpp"
 #include "coshard/ops/gelu.hpp"
@@ -341,6 +342,24 @@ void Kernels::rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor&
     return native_stream_used({&dqkv, &cos, &sin});
   }
   host([=] { ops::rope_backward(out(dqkv), in(cos), in(sin), s); });
+}
+
+void Kernels::put_columns(const Tensor& narrow, const Tensor& wide, std::size_t rows, std::size_t cols, std::size_t ld,
+                          std::size_t first) {
+  if (on_cuda("put_columns", {&narrow, &wide})) {
+    COSHARD_CUDA_OP(cuda::put_columns(native(), in(narrow), out(wide), rows, cols, ld, first));
+    return native_stream_used({&narrow, &wide});
+  }
+  host([=] { ops::put_columns(in(narrow), out(wide), rows, cols, ld, first); });
+}
+
+void Kernels::get_columns(const Tensor& wide, const Tensor& narrow, std::size_t rows, std::size_t cols, std::size_t ld,
+                          std::size_t first) {
+  if (on_cuda("get_columns", {&wide, &narrow})) {
+    COSHARD_CUDA_OP(cuda::get_columns(native(), in(wide), out(narrow), rows, cols, ld, first));
+    return native_stream_used({&wide, &narrow});
+  }
+  host([=] { ops::get_columns(in(wide), out(narrow), rows, cols, ld, first); });
 }
 
 void Kernels::gelu_forward(const Tensor& x, const Tensor& y) {

@@ -29,6 +29,7 @@
 
 #include "coshard/ops/attention.hpp"
 #include "coshard/ops/cast.hpp"
+#include "coshard/ops/columns.hpp"
 #include "coshard/ops/cross_entropy.hpp"
 #include "coshard/ops/cuda_ops.hpp"
 #include "coshard/ops/embedding.hpp"
@@ -504,7 +505,7 @@ TEST_F(OpsCuda, GroupedQueryAttentionMatchesCpu) {
                  {"attention_forward", "8 query heads per key/value head exceed head_size = 2"});
 }
 
-TEST_F(OpsCuda, RmsnormSwigluAndRopeMatchCpu) {
+TEST_F(OpsCuda, RmsnormSwigluRopeAndColumnsMatchCpu) {
   const std::size_t rows = 10, C = 768;
   auto x = random_floats(rows * C, 1, -2.0f, 3.0f), w = random_floats(C, 2), dy = random_floats(rows * C, 3);
   auto dw0 = random_floats(C, 4);
@@ -544,6 +545,18 @@ TEST_F(OpsCuda, RmsnormSwigluAndRopeMatchCpu) {
   gpu::rope_backward(st(), gq2.s(), gcos.c(), gsin.c(), s);
   expect_bitwise(gq.host(), fwd, "rope_forward");
   expect_bitwise(gq2.host(), back, "rope_backward");
+
+  const std::size_t cols = 5, ld = 11, first = 3;
+  auto narrow = random_floats(rows * cols, 9), wide = random_floats(rows * ld, 10);
+  auto put = wide;
+  std::vector<float> got(rows * cols);
+  cpu::put_columns(narrow, put, rows, cols, ld, first);
+  cpu::get_columns(wide, got, rows, cols, ld, first);
+  Dev<float> gn(narrow), gwide(wide), gwide2(wide), gout(rows * cols);
+  gpu::put_columns(st(), gn.c(), gwide.s(), rows, cols, ld, first);
+  gpu::get_columns(st(), gwide2.c(), gout.s(), rows, cols, ld, first);
+  expect_bitwise(gwide.host(), put, "put_columns");
+  expect_bitwise(gout.host(), got, "get_columns");
 }
 
 // ---- cross-entropy ----

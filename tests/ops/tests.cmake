@@ -1,7 +1,7 @@
 # ops suites: every kernel's forward against a float64 reference and its backward against float64
 # central differences; optimizers against float64 reimplementations of the torch formulas. Suite
 # names start with "Ops" (ctest -R Ops). ops_cast_test is registered in tests/CMakeLists.txt.
-foreach(suite linear layernorm rmsnorm gelu swiglu cross_entropy embedding attention attention_gqa rope optim grad_norm
+foreach(suite linear layernorm rmsnorm gelu swiglu columns cross_entropy embedding attention attention_gqa rope optim grad_norm
               threads thread_team kernels)
   coshard_test(ops_${suite}_test unit ops/${suite}_test.cpp LIBS coshard::ops)
 endforeach()

@@ -149,6 +149,14 @@ void rope_forward(void* stream, std::span<float> qkv, std::span<const float> cos
 void rope_backward(void* stream, std::span<float> dqkv, std::span<const float> cos, std::span<const float> sin,
                    const AttentionShape& shape);
 
+// ---- column blocks (cudaMemcpy2DAsync, device to device) ----
+/// ops::put_columns on `stream`.
+void put_columns(void* stream, std::span<const float> narrow, std::span<float> wide, std::size_t rows, std::size_t cols,
+                 std::size_t ld, std::size_t first);
+/// ops::get_columns on `stream`.
+void get_columns(void* stream, std::span<const float> wide, std::span<float> narrow, std::size_t rows, std::size_t cols,
+                 std::size_t ld, std::size_t first);
+
 // ---- GELU (tanh approximation) ----
 /// ops::gelu_forward on `stream`.
 void gelu_forward(void* stream, std::span<const float> x, std::span<float> y);

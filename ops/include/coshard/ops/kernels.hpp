@@ -140,6 +140,12 @@ class Kernels {
   void rope_forward(const Tensor& qkv, const Tensor& cos, const Tensor& sin, const AttentionShape& shape);
   /// dqkv's query and key heads rotated back in place.
   void rope_backward(const Tensor& dqkv, const Tensor& cos, const Tensor& sin, const AttentionShape& shape);
+  /// wide[r, first .. first + cols) = narrow[r, :] (ops/columns.hpp).
+  void put_columns(const Tensor& narrow, const Tensor& wide, std::size_t rows, std::size_t cols, std::size_t ld,
+                   std::size_t first);
+  /// narrow[r, :] = wide[r, first .. first + cols).
+  void get_columns(const Tensor& wide, const Tensor& narrow, std::size_t rows, std::size_t cols, std::size_t ld,
+                   std::size_t first);
   /// y = gelu(x) (tanh approximation).
   void gelu_forward(const Tensor& x, const Tensor& y);
   /// dx = dy * gelu'(x), written.
