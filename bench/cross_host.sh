@@ -159,7 +159,7 @@ if [[ $only == all || $only == gpt2 ]]; then
     [[ $schedule == flat ]] && label="$strategy (flat)"
     hierarchy=1
     [[ $schedule == flat ]] && hierarchy=0
-    two_hosts COSHARD_UCX_HIERARCHY=$hierarchy -- "$build/examples/gpt2/train/gpt2-train" --model 10M --seq 128 \
+    two_hosts COSHARD_UCX_HIERARCHY=$hierarchy -- "$build/tools/train/gpt2-train" --model 10M --seq 128 \
       --steps 8 --samples 0 --log-json - --metrics-port 0 --strategy "$strategy" >"$out/$variant"
     steps=$(grep -c '^{"step"' "$out/$variant" || true)
     ((steps == 8)) || { echo "$label: $steps of 8 steps ran:"; cat "$out/$variant"; exit 1; }

@@ -22,7 +22,7 @@ while (($#)); do
   esac
   shift
 done
-run=$build/tools/coshard-run/coshard-run train=$build/examples/gpt2/train/gpt2-train
+run=$build/tools/coshard-run/coshard-run train=$build/tools/train/gpt2-train
 gpus=1
 command -v nvidia-smi >/dev/null && gpus=$(nvidia-smi -L | grep -c '^GPU ' || true)
 ((gpus > 0)) || { echo "bench/gpu_gpt2.sh: no GPU visible (nvidia-smi -L lists none)" >&2; exit 1; }

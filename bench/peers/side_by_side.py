@@ -72,7 +72,7 @@ def common(a, model, batch, seq, steps):
 
 def coshard(a, strategy, ranks, model, batch, seq, steps):
     cmd = [str(a.build / "tools/coshard-run/coshard-run"), "--nproc-per-node", str(ranks), "--",
-           str(a.build / "examples/gpt2/train/gpt2-train"), "--metrics-port", "0", "--samples", "0",
+           str(a.build / "tools/train/gpt2-train"), "--metrics-port", "0", "--samples", "0",
            "--threads", str(a.threads), "--strategy", strategy, *common(a, model, batch, seq, steps)]
     out, rss = run(cmd, what=f"coshard {strategy} on {ranks} ranks")
     return records(out), rss

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-# GPT-2 in PyTorch eager beside bench_gpt2: the same model (examples/gpt2/ref/gpt2_ref.py's
+# GPT-2 in PyTorch eager beside bench_gpt2: the same model (models/gpt2/ref/gpt2_ref.py's
 # loss_of, plain ops with the unfused attention that eager GPT-2 runs), the same shapes and batch,
 # forward + backward + AdamW per step, one process. attention=sdpa (torch >= 2.0) runs attention as
 # F.scaled_dot_product_attention instead, as nanoGPT does where it exists.

@@ -16,7 +16,7 @@ import sys
 
 from cxx import strip
 
-DIRS = ["runtime", "kernels", "transport", "ops", "fsdp", "metrics", "examples", "tools", "tests", "bench"]
+DIRS = ["runtime", "kernels", "transport", "ops", "fsdp", "metrics", "models", "examples", "tools", "tests", "bench"]
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 TASK = re.compile(r"(?<![\w:<,])(?:coshard::)?Task<")
 

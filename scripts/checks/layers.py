@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that layers point down only (docs/architecture.md):
 
-    kernels < core < device < {transport, ops} < fsdp < metrics < apps (examples, tools)
+    kernels < core < device < {transport, ops} < fsdp < metrics < models < apps (tools, examples)
 
 A file of a layer may include coshard headers of its own layer and of the layers below it, never
 of a layer above or beside it (transport and ops are side by side: neither includes the other).
@@ -16,15 +16,15 @@ import os
 import re
 import sys
 
-ORDER = ["kernels", "core", "device", "transport", "ops", "fsdp", "metrics", "apps"]
+ORDER = ["kernels", "core", "device", "transport", "ops", "fsdp", "metrics", "models", "apps"]
 SIDE_BY_SIDE = {frozenset({"transport", "ops"})}
 FOLDERS = {"kernels": "kernels", "runtime": None, "transport": "transport", "ops": "ops", "fsdp": "fsdp",
-           "metrics": "metrics", "examples": "apps", "tools": "apps"}
+           "metrics": "metrics", "models": "models", "examples": "apps", "tools": "apps"}
 # runtime headers (and sources of the same name) in the core layer; every other runtime file is device.
 CORE = {"asio_await", "channel", "error", "file_io", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
         "waiter", "when_all"}
 TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
-                "metrics": "metrics", "coshard": "apps"}
+                "metrics": "metrics", "gpt2": "models", "coshard": "apps"}
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
@@ -40,7 +40,8 @@ def header_layer(path):
     folder, name = m.groups()
     if folder == "runtime":
         return runtime_layer(name)
-    return {"kernels": "kernels", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics"}.get(folder)
+    return {"kernels": "kernels", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics",
+            "gpt2": "models"}.get(folder)
 
 
 def allowed(own, other):
@@ -83,17 +84,21 @@ def check_includes(root):
 def check_links(root):
     found = []
     for folder, layer in FOLDERS.items():
-        cm = os.path.join(root, folder, "CMakeLists.txt")
-        if layer in (None, "apps") and folder != "runtime" or not os.path.exists(cm):
+        if layer in (None, "apps") and folder != "runtime":
             continue
         own = layer or "device"
-        text = re.sub(r"#.*", "", open(cm).read())
-        for m in re.finditer(r"target_link_libraries\(\s*coshard_\w+([^)]*)\)", text):
-            for dep in re.findall(r"coshard::(\w+)", m.group(1)):
-                other = TARGET_LAYER.get(dep)
-                if other and not allowed(own, other):
-                    found.append(f"{os.path.relpath(cm, root)}: coshard_{folder} links coshard::{dep} of the {other} "
-                                 f"layer, which is not below the {own} layer")
+        for dirpath, dirs, names in os.walk(os.path.join(root, folder)):  # a layer's libraries may nest (models/*)
+            dirs[:] = [d for d in dirs if d != "tests"]
+            if "CMakeLists.txt" not in names:
+                continue
+            cm = os.path.join(dirpath, "CMakeLists.txt")
+            text = re.sub(r"#.*", "", open(cm).read())
+            for m in re.finditer(r"target_link_libraries\(\s*(coshard_\w+)([^)]*)\)", text):
+                for dep in re.findall(r"coshard::(\w+)", m.group(2)):
+                    other = TARGET_LAYER.get(dep)
+                    if other and not allowed(own, other):
+                        found.append(f"{os.path.relpath(cm, root)}: {m.group(1)} links coshard::{dep} of the {other} "
+                                     f"layer, which is not below the {own} layer")
     return found
 
 

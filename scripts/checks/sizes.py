@@ -15,7 +15,7 @@ import sys
 
 from cxx import strip
 
-SOURCE_DIRS = ["runtime", "transport", "ops", "kernels", "fsdp", "metrics", "examples", "tools"]
+SOURCE_DIRS = ["runtime", "transport", "ops", "kernels", "fsdp", "metrics", "models", "examples", "tools"]
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 
 

@@ -1,5 +1,5 @@
 // coshard's GPT-2 against PyTorch (Debian's python3-torch, run as /usr/bin/python3 on
-// examples/gpt2/ref/gpt2_ref.py): the same safetensors weights and tokens in, loss and every
+// models/gpt2/ref/gpt2_ref.py): the same safetensors weights and tokens in, loss and every
 // parameter's gradient compared (norm-wise relative error under 1e-4 in fp32). The weights make
 // the trip coshard -> PyTorch (its own safetensors parser) and the gradients PyTorch -> coshard.
 // Skips, saying why, when torch cannot be imported.
