@@ -23,7 +23,8 @@ def skipped(path):
         if case.find("skipped") is None:
             continue
         out = case.findtext("system-out") or ""
-        reason = re.search(r": Skipped\n(.*)", out)
+        # GoogleTest's GTEST_SKIP, or a script's own "skip: why" line (tests/peers).
+        reason = re.search(r": Skipped\n(.*)", out) or re.search(r"^skip: (.*)", out, re.M)
         yield case.get("name"), (reason.group(1).strip() if reason and reason.group(1).strip() else "(no reason given)")
 
 
