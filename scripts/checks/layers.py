@@ -24,7 +24,7 @@ FOLDERS = {"kernels": "kernels", "runtime": None, "transport": "transport", "ops
 CORE = {"asio_await", "channel", "error", "file_io", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
         "waiter", "when_all"}
 TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
-                "metrics": "metrics", "gpt2": "models", "coshard": "apps"}
+                "metrics": "metrics", "models": "models", "gpt2": "models", "llama": "models", "coshard": "apps"}
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
@@ -41,7 +41,7 @@ def header_layer(path):
     if folder == "runtime":
         return runtime_layer(name)
     return {"kernels": "kernels", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics",
-            "gpt2": "models"}.get(folder)
+            "models": "models", "gpt2": "models", "llama": "models"}.get(folder)
 
 
 def allowed(own, other):

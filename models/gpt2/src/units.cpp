@@ -8,15 +8,6 @@
 
 namespace coshard::gpt2 {
 
-std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, std::uint64_t seed) {
-  std::vector<fsdp::ParamSpec> specs;
-  for (const auto& p : infos) {
-    fsdp::InitFn init = [p, seed](std::span<float> out, std::int64_t first) { init_values(p, seed, out, first); };
-    specs.push_back({p.name, p.shape, std::move(init), p.weight_decay});
-  }
-  return specs;
-}
-
 namespace {
 
 // A unit's parameters as its kernels read them (Scope::param_tensor): f32 (the engine's copy, or

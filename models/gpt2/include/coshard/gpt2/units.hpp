@@ -95,7 +95,6 @@ class Gpt2Units {
   std::vector<std::unique_ptr<fsdp::Unit>> units_;
 };
 
-// The ParamSpecs of a list of parameters (init from (seed, name, index), weight-decay flags).
-std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, std::uint64_t seed);
+using models::param_specs;
 
 }  // namespace coshard::gpt2
