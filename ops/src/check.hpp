@@ -155,7 +155,8 @@ inline void check_columns(const char* op, std::size_t narrow_size, std::size_t w
 }
 
 // Embedding sizes (the ids are checked apart: on a device the host cannot read them). `optional`
-// is the backward: the names are dout/dwte/dwpe and dwte/dwpe may be empty.
+// is the backward: the names are dout/dwte/dwpe and dwte may be empty. An empty wpe is a model
+// without a position table.
 inline void check_embedding_shapes(const char* op, std::size_t tokens_size, std::size_t wte_size, std::size_t wpe_size,
                                    std::size_t out_size, std::size_t B, std::size_t T, std::size_t C, std::size_t V,
                                    bool optional) {
@@ -176,7 +177,7 @@ inline void check_embedding_shapes(const char* op, std::size_t tokens_size, std:
     fail(op, std::string(wte_name) + " has " + std::to_string(wte_size) + " elements, expected " +
                  std::to_string(V * C) + " ([V, C] = " + dims({V, C}) + ")");
   }
-  if (!(optional && wpe_size == 0) && (wpe_size % C != 0 || wpe_size / C < T)) {
+  if (wpe_size != 0 && (wpe_size % C != 0 || wpe_size / C < T)) {  // empty: no position table
     fail(op, std::string(wpe_name) + " has " + std::to_string(wpe_size) + " elements, expected [P, C] with C = " +
                  std::to_string(C) + " and P >= T = " + std::to_string(T));
   }

@@ -32,8 +32,12 @@ void forward(std::span<const std::int32_t> tokens, std::span<const W> wte, std::
     for (std::size_t t = 0; t < T; ++t) {
       const std::size_t n = b * T + t;
       const W* __restrict e = wte.data() + static_cast<std::size_t>(tokens[n]) * C;
-      const W* __restrict p = wpe.data() + t * C;
       float* __restrict o = out.data() + n * C;
+      if (wpe.empty()) {  // no position table (Llama's positions are rotary)
+        for (std::size_t i = 0; i < C; ++i) o[i] = widen(e[i]);
+        continue;
+      }
+      const W* __restrict p = wpe.data() + t * C;
       for (std::size_t i = 0; i < C; ++i) o[i] = widen(e[i]) + widen(p[i]);
     }
   }

@@ -61,6 +61,19 @@ TEST(OpsEmbedding, BackwardMatchesFiniteDifferencesAndAccumulates) {
   for (std::size_t i = T * C; i < P * C; ++i) EXPECT_EQ(dwpe[i], dwpe0[i]);
 }
 
+// Llama's embedding has no position table: an empty wpe gives the token rows alone, exactly.
+TEST(OpsEmbedding, WithoutAPositionTableTheRowsAreTheTokens) {
+  auto wte = random_floats(V * C, 8);
+  std::vector<float> out(B * T * C, 7.0f);
+  embedding_forward(tokens(), wte, {}, out, B, T, C, V);
+  const auto tok = tokens();
+  for (std::size_t n = 0; n < B * T; ++n)
+    for (std::size_t i = 0; i < C; ++i) ASSERT_EQ(out[n * C + i], wte[static_cast<std::size_t>(tok[n]) * C + i]);
+  std::vector<float> dwte(V * C, 0.0f);
+  embedding_backward(out, tokens(), dwte, {}, B, T, C, V);
+  EXPECT_NE(dwte, std::vector<float>(V * C, 0.0f));
+}
+
 TEST(OpsEmbedding, TokenOutOfRangeNamesThePosition) {
   std::vector<float> wte(V * C), wpe(P * C), out(B * T * C);
   auto tok = tokens();

@@ -45,7 +45,8 @@ __global__ void embedding_forward_kernel(const std::int32_t* __restrict__ tokens
       out[i] = 0.0f;
       continue;
     }
-    out[i] = table_value(wte[static_cast<std::size_t>(id) * C + c]) + table_value(wpe[(n % T) * C + c]);
+    const float e = table_value(wte[static_cast<std::size_t>(id) * C + c]);
+    out[i] = wpe == nullptr ? e : e + table_value(wpe[(n % T) * C + c]);  // no position table: Llama
   }
 }
 

@@ -131,7 +131,7 @@ void embedding_forward(void* stream, std::span<const std::int32_t> tokens, std::
   if (B * T == 0) return;
   const cudaStream_t s = as_stream(stream);
   IdFlag flag(s);
-  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.data(), wte.data(), wpe.data(), out.data(), B, T, C,
+  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.data(), wte.data(), wpe.empty() ? nullptr : wpe.data(), out.data(), B, T, C,
                                                           V, flag.get(), s));
   IdFlag::Bad bad{};
   if (flag.first_bad(tokens.data(), bad)) ops::detail::fail_token(op, bad.id, bad.position, T, V);
@@ -146,7 +146,7 @@ void embedding_forward_checked(void* stream, CheckedIds tokens, std::span<const 
   if (B * T == 0) return;
   const cudaStream_t s = as_stream(stream);
   IdFlag unread(s);  // the kernel reports bad ids; these were checked before they were uploaded
-  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.ids.data(), wte.data(), wpe.data(), out.data(), B, T,
+  COSHARD_OPS_CUDA_CHECK(detail::launch_embedding_forward(tokens.ids.data(), wte.data(), wpe.empty() ? nullptr : wpe.data(), out.data(), B, T,
                                                           C, V, unread.get(), s));
 }
 

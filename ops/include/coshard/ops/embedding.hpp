@@ -1,5 +1,6 @@
 #pragma once
-// Token plus position embedding: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
+// Token plus position embedding: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :], or the token's
+// row alone where the model has no position table (Llama: wpe empty).
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -7,7 +8,7 @@
 namespace coshard::ops {
 
 /// tokens [B, T] with ids in [0, V) (else Errc::invalid_argument naming the position);
-/// wte [V, C]; wpe [P, C] with P >= T (the model's context length; rows past T are unused);
+/// wte [V, C]; wpe [P, C] with P >= T (the model's context length; rows past T are unused), or empty;
 /// out [B, T, C].
 void embedding_forward(std::span<const std::int32_t> tokens, std::span<const float> wte, std::span<const float> wpe,
                        std::span<float> out, std::size_t B, std::size_t T, std::size_t C, std::size_t V);
