@@ -44,6 +44,7 @@ std::span<float> out(const Tensor& t) {
 }
 
 std::span<const std::uint16_t> bits(const Tensor& t) {
+  if (!t.defined()) return {};
   return {static_cast<const std::uint16_t*>(t.data()), static_cast<std::size_t>(t.numel())};
 }
 

@@ -1,9 +1,7 @@
 #include "coshard/gpt2/config.hpp"
 
-#include <set>
-
+#include "coshard/models/spec.hpp"
 #include "coshard/runtime/error.hpp"
-#include "coshard/runtime/parse_whole.hpp"
 
 namespace coshard::gpt2 {
 namespace {
@@ -14,12 +12,6 @@ void check_range(const char* key, std::int64_t v, std::int64_t hi) {
   if (v < 1 || v > hi) {
     throw bad(std::string(key) + "=" + std::to_string(v) + " is out of range: it must be in [1, " + std::to_string(hi) + "]");
   }
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
 }
 
 }  // namespace
@@ -70,48 +62,25 @@ Config named_config(std::string_view name) {
 }
 
 Config parse_config(std::string_view spec) {
+  const std::string what = "GPT-2 config: ";
+  const models::Spec parsed = models::parse_spec(spec, what, "tiny, 10M, 124M or key=value pairs");
   Config c;
-  std::set<std::string> seen;
-  bool named = false;
-  std::size_t index = 0;
-  std::string_view rest = spec;
-  if (trim(spec).empty()) throw bad("empty config: use tiny, 10M, 124M or key=value pairs");
-  while (true) {
-    const auto comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
-    const auto eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      if (index != 0) {
-        throw bad("'" + std::string(item) + "' in '" + std::string(spec) + "' is not key=value (a config name may only come first)");
-      }
-      c = named_config(item);
-      named = true;
-    } else {
-      const std::string key(trim(item.substr(0, eq)));
-      const std::string_view value = trim(item.substr(eq + 1));
-      if (!seen.insert(key).second) throw bad("key '" + key + "' given twice in '" + std::string(spec) + "'");
-      if (key == "tie_head") {
-        if (value == "true" || value == "1") c.tie_head = true;
-        else if (value == "false" || value == "0") c.tie_head = false;
-        else throw bad("tie_head='" + std::string(value) + "' is not a boolean (true, false, 1, 0)");
-      } else {
-        std::int64_t* field = key == "vocab" ? &c.vocab : key == "context" ? &c.context : key == "layers" ? &c.layers
-                            : key == "heads" ? &c.heads : key == "width" ? &c.width : nullptr;
-        if (!field) {
-          throw bad("unknown key '" + key + "' in '" + std::string(spec) + "': keys are layers, heads, width, vocab, context, tie_head");
-        }
-        const std::optional<std::int64_t> v = parse_whole<std::int64_t>(value);
-        if (!v) throw bad(key + "='" + std::string(value) + "' is not an integer");
-        *field = *v;
-      }
+  if (!parsed.name.empty()) c = named_config(parsed.name);
+  for (const auto& [key, value] : parsed.values) {
+    if (key == "tie_head") {
+      c.tie_head = models::spec_bool(what, key, value);
+      continue;
     }
-    ++index;
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
+    std::int64_t* field = key == "vocab" ? &c.vocab : key == "context" ? &c.context : key == "layers" ? &c.layers
+                        : key == "heads" ? &c.heads : key == "width" ? &c.width : nullptr;
+    if (!field) {
+      throw bad("unknown key '" + key + "' in '" + std::string(spec) + "': keys are layers, heads, width, vocab, context, tie_head");
+    }
+    *field = models::spec_int(what, key, value);
   }
-  if (!named) {
+  if (parsed.name.empty()) {
     for (const char* k : {"layers", "heads", "width", "vocab", "context"}) {
-      if (!seen.count(k)) {
+      if (!parsed.has(k)) {
         throw bad("'" + std::string(spec) + "' lacks " + k + ": give all of layers, heads, width, vocab, context, or start "
                   "from a named config (e.g. tiny,width=128)");
       }

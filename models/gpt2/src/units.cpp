@@ -3,34 +3,16 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::gpt2 {
 
 namespace {
 
-// A unit's parameters as its kernels read them (Scope::param_tensor): f32 (the engine's copy, or
-// no mixed precision) or bf16 (Compute::bf16).
 std::vector<Tensor> phase_params(const fsdp::Scope& scope, std::size_t count, const std::string& unit) {
-  std::vector<Tensor> p;
-  for (std::size_t i = 0; i < count; ++i) {
-    p.push_back(scope.param_tensor(i));
-    const DType d = p.back().dtype();
-    if (d != DType::f32 && d != DType::bf16) {
-      throw Error(Errc::invalid_argument, "GPT-2 unit " + unit + " computes in f32 or bf16, but its parameters are " +
-                                              std::string(to_string(d)) +
-                                              ": use gpt2::Compute::f32 with this mixed precision");
-    }
-  }
-  return p;
+  return models::phase_params(scope, count, "GPT-2 unit " + unit, "use gpt2::Compute::f32 with this mixed precision");
 }
-
-std::vector<Tensor> phase_grads(const fsdp::Scope& scope, std::size_t count) {
-  std::vector<Tensor> g;
-  for (std::size_t i = 0; i < count; ++i) g.push_back(scope.grad_tensor(i));
-  return g;
-}
+using models::phase_grads;
 
 }  // namespace
 
@@ -185,32 +167,15 @@ void Gpt2Units::set_batch(std::vector<std::int32_t> tokens, std::vector<std::int
 ops::Kernels Gpt2Units::kernels(fsdp::Scope& scope, std::string span) {
   // The engine's compute stream and allocator, taken on the first phase: the buffers are device
   // memory, the ops kernels (or host work) on that stream.
-  if (!launch_ || launch_->stream() != &scope.compute()) launch_ = std::make_unique<ops::Launcher>(scope.compute());
   if (!acts_) acts_ = std::make_unique<Activations>(c_, scope.runtime().allocator());
-  return launch_->begin(std::move(span));
+  return launch_.begin(scope, std::move(span));
 }
 
 void Gpt2Units::head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias,
                              const Tensor& head) {
   ops::Kernels k = kernels(scope, "forward head");
   acts_->head_forward(k, ln_f_weight, ln_f_bias, head);
-  if (!acts_->has_targets()) return;
-  // The loss goes to host memory in stream order (pinned on CUDA), where the Readback's host work,
-  // queued after it, may read it: no host access to device memory, no synchronisation.
-  if (!host_) {
-    host_ = std::make_shared<Allocator>(scope.runtime().device().kind == DeviceKind::cuda ? cuda::pinned_host_memory()
-                                                                                          : cpu_memory());
-  }
-  // The work keeps the allocator as long as the tensor (declared after it, destroyed before it):
-  // the units may go first, with this work still queued, when a step fails.
-  struct HostLoss {
-    std::shared_ptr<Allocator> memory;
-    Tensor value;
-  };
-  auto loss = std::make_shared<const HostLoss>(HostLoss{host_, Tensor::empty(*host_, DType::f32, {1})});
-  k.to_host(loss->value, acts_->loss());
-  k.submit();
-  loss_.publish(scope.compute(), [loss] { return *loss->value.data_as<float>(); });
+  if (acts_->has_targets()) loss_.publish(scope, k, acts_->loss());
 }
 
 Task<void> Gpt2Units::forward(fsdp::Engine& engine) { co_await engine.forward(); }

@@ -30,6 +30,7 @@
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/gpt2/model.hpp"
+#include "coshard/models/unit_io.hpp"
 #include "coshard/ops/kernels.hpp"
 #include "coshard/runtime/readback.hpp"
 
@@ -86,12 +87,11 @@ class Gpt2Units {
   Config c_;
   std::uint64_t seed_;
   Compute compute_;
-  std::shared_ptr<Allocator> host_;  // the loss's host copies: pinned on CUDA; shared with the work reading them
-  std::unique_ptr<ops::Launcher> launch_;
+  models::ComputeLauncher launch_;
   std::unique_ptr<Activations> acts_;
   std::shared_ptr<const Batch> pending_;
   float dloss_ = 1.0f;
-  Readback<float> loss_;  // published by the head's forward
+  models::HostLoss loss_;  // published by the head's forward
   std::vector<std::unique_ptr<fsdp::Unit>> units_;
 };
 
