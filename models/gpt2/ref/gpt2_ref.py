@@ -11,58 +11,15 @@ usage: gpt2_ref.py --config layers=2,heads=4,width=96,vocab=256,context=64[,tie_
                    --weights w.safetensors --tokens t.bin --batch B --seq T --out out.safetensors
 """
 import argparse
-import json
 import math
-import struct
+import os
+import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        raw = bytearray(data[base + b:base + end])
-        t = torch.frombuffer(raw, dtype=DTYPES[e["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[e["dtype"]])
-        if name.startswith("transformer."):
-            name = name[len("transformer."):]
-        out[name] = t.reshape(e["shape"]).float()
-    return out
-
-
-def write_safetensors(path, tensors):
-    header, blobs, at = {}, [], 0
-    for name, t in tensors.items():
-        b = t.detach().contiguous().float().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [at, at + len(b)]}
-        blobs.append(b)
-        at += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
-def read_tokens(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    magic, version, count = struct.unpack("<3i", data[:12])
-    assert magic == 20240520 and version == 1, "not an llm.c token file"
-    return torch.from_numpy(np.frombuffer(data[1024:1024 + 2 * count], dtype="<u2").astype(np.int64))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common", "ref"))
+from ref_io import read_safetensors, read_tokens, write_safetensors  # noqa: E402
 
 
 def parse_config(spec):

@@ -5,14 +5,12 @@ coshard_test(gpt2_model_test unit ${_gpt2_tests}/model_test.cpp LIBS coshard::gp
 coshard_test(gpt2_files_test unit ${_gpt2_tests}/files_test.cpp LIBS coshard::gpt2)
 coshard_test(gpt2_interop_test unit ${_gpt2_tests}/interop_test.cpp LIBS coshard::gpt2 nlohmann_json::nlohmann_json)
 
-# Multi-process: GPT-2 on the FSDP engine against the unsharded model (ranks by coshard-run).
-add_executable(gpt2_fsdp_check ${_gpt2_tests}/fsdp_check.cpp)
-target_link_libraries(gpt2_fsdp_check PRIVATE coshard::gpt2 coshard::transport)
-coshard_executable_defaults(gpt2_fsdp_check)
+# Multi-process: GPT-2 on the FSDP engine against the unsharded model (ranks by coshard-run; the
+# rank program is the models' models_fsdp_check, models/tests/tests.cmake).
 coshard_test(gpt2_fsdp_test mp ${_gpt2_tests}/fsdp_test.cpp)
 target_compile_definitions(gpt2_fsdp_test PRIVATE COSHARD_RUN_BIN="$<TARGET_FILE:coshard-run>"
-  GPT2_FSDP_CHECK_BIN="$<TARGET_FILE:gpt2_fsdp_check>")
-add_dependencies(gpt2_fsdp_test coshard-run gpt2_fsdp_check)
+  GPT2_FSDP_CHECK_BIN="$<TARGET_FILE:models_fsdp_check>")
+add_dependencies(gpt2_fsdp_test coshard-run models_fsdp_check)
 
 # Against PyTorch (Debian's python3-torch through /usr/bin/python3); skips when torch is missing.
 coshard_test(gpt2_ref_test ref ${_gpt2_tests}/ref_test.cpp LIBS coshard::gpt2)
