@@ -21,7 +21,6 @@
 #include "coshard/gpt2/data.hpp"
 #include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/safetensors.hpp"
-#include "coshard/gpt2/units.hpp"
 #include "coshard/metrics/rank_metrics.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/ops/blas.hpp"
@@ -42,10 +41,10 @@ namespace {
 
 // The token stream: --data, or the embedded corpus (kept for the samples at the end).
 std::vector<std::uint16_t> load_tokens(const train::TrainOptions& o, train::Inputs& in) {
-  if (!o.data.empty()) return gpt2::read_tokens(o.data, o.config.vocab);
-  if (o.config.vocab < 256) {
+  if (!o.data.empty()) return gpt2::read_tokens(o.data, o.config.vocab());
+  if (o.config.vocab() < 256) {
     throw Error(Errc::bad_config, "the embedded corpus is byte text and needs --model vocab >= 256 (it is " +
-                                      std::to_string(o.config.vocab) + "); give --data or a larger vocab");
+                                      std::to_string(o.config.vocab()) + "); give --data or a larger vocab");
   }
   in.corpus = std::make_unique<train::AdditionCorpus>(o.seed);
   return in.corpus->tokens();
@@ -62,7 +61,7 @@ void split_validation(std::vector<std::uint16_t> tokens, const train::TrainOptio
                                        std::to_string(o.seq) + " + 1; " + fix);
   };
   if (!o.val_data.empty()) {
-    auto val = gpt2::read_tokens(o.val_data, o.config.vocab);
+    auto val = gpt2::read_tokens(o.val_data, o.config.vocab());
     if (val.size() < need) throw too_few("--val-data " + o.val_data, val.size(), "give more data or a smaller --seq");
     in.val = std::make_shared<const std::vector<std::uint16_t>>(std::move(val));
   } else if (o.val_fraction > 0) {
@@ -123,15 +122,15 @@ void probe_output(const std::string& path, const std::string& what, bool make_pa
 train::Inputs prepare(const train::TrainOptions& o) {
   train::Inputs in;
   split_validation(load_tokens(o, in), o, in);
-  if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config);
+  if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config.gpt2());  // Llama's: refused by parse
   if (!o.tokenizer.empty()) {
     in.tokenizer = gpt2::Tokenizer::from_file(o.tokenizer);
-    if (static_cast<std::int64_t>(in.tokenizer->size()) != o.config.vocab) {
+    if (static_cast<std::int64_t>(in.tokenizer->size()) != o.config.vocab()) {
       throw Error(Errc::bad_config, "--tokenizer " + o.tokenizer + " has " + std::to_string(in.tokenizer->size()) +
-                                        " tokens but the model's vocab is " + std::to_string(o.config.vocab) +
+                                        " tokens but the model's vocab is " + std::to_string(o.config.vocab()) +
                                         "; give --model ...,vocab=" + std::to_string(in.tokenizer->size()));
     }
-  } else if (!in.corpus && o.config.vocab == 256) {
+  } else if (!in.corpus && o.config.vocab() == 256) {
     in.tokenizer = gpt2::Tokenizer::bytes();
   }
   if (!o.save.empty()) probe_output(o.save, "--save " + o.save, false);
@@ -147,10 +146,10 @@ train::Inputs prepare(const train::TrainOptions& o) {
 // GEMM kernel. Elsewhere that path would round and widen both operands of every GEMM into f32
 // copies, so they read the engine's f32 copy, made once per unshard, instead. A GPU multiplies
 // bf16 natively (cuBLAS), as PyTorch FSDP's param_dtype does there.
-gpt2::Compute compute_of(const train::TrainOptions& o) {
-  if (o.param_dtype != DType::bf16 || o.f32_compute) return gpt2::Compute::f32;
-  if (o.device == "cuda") return gpt2::Compute::bf16;
-  return std::string_view(ops::cpu_bf16_gemm()) == "avx512_bf16" ? gpt2::Compute::bf16 : gpt2::Compute::f32;
+bool bf16_compute(const train::TrainOptions& o) {
+  if (o.param_dtype != DType::bf16 || o.f32_compute) return false;
+  if (o.device == "cuda") return true;
+  return std::string_view(ops::cpu_bf16_gemm()) == "avx512_bf16";
 }
 
 fsdp::Options engine_options(const train::TrainOptions& o, int world) {
@@ -174,8 +173,8 @@ Task<int> run(Runtime& rt, train::Job& job) {
   po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
   po.rendezvous.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.rendezvous_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
-  gpt2::Gpt2Units model(job.o.config, job.o.seed, compute_of(job.o));
-  auto engine = co_await fsdp::Engine::create(rt, *pg, model.units(), engine_options(job.o, pg->size()));
+  const auto model = train::make_units(job.o.config, job.o.seed, bf16_compute(job.o));
+  auto engine = co_await fsdp::Engine::create(rt, *pg, model->units(), engine_options(job.o, pg->size()));
   if (job.in.init) {
     // The whole model in float32 on every rank (500 MB for 124M): moved in, not needed again.
     co_await engine->load_full_state_dict(std::move(*job.in.init));
@@ -183,7 +182,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
   }
   const int first_step = co_await train::resume(rt, job, *engine, *pg);
 
-  train::TrainLoop loop(rt, job, *pg, model, *engine, first_step);
+  train::TrainLoop loop(rt, job, *pg, *model, *engine, first_step);
   const train::TrainSummary summary = co_await loop.run();
   if (summary.stopped_after) {
     if (pg->rank() == 0) {
@@ -225,7 +224,7 @@ void choose_threads(const train::Job& job) {
     std::printf("rank %d: %d BLAS thread(s) per rank (%s), %s element-wise kernels\n", job.env.rank,
                 ops::blas_threads(), why.c_str(), ops::cpu_isa());
     if (job.o.param_dtype == DType::bf16) {
-      const bool bf16 = compute_of(job.o) == gpt2::Compute::bf16;
+      const bool bf16 = bf16_compute(job.o);
       std::printf("rank %d: bf16 mixed precision computes %s\n", job.env.rank,
                   bf16 ? "on the bf16 parameters (avx512_bf16 GEMM kernel)"
                   : job.o.f32_compute ? "on an f32 copy of the parameters (--f32-compute)"

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "coshard/gpt2/data.hpp"
-#include "coshard/gpt2/model.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/parse_whole.hpp"
 
@@ -124,12 +123,12 @@ std::optional<HostMemory> cgroup_memory() {
 
 MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
   const auto& c = o.config;
-  const double C = static_cast<double>(c.width), V = static_cast<double>(c.vocab);
   const double P = static_cast<double>(c.num_params());
-  // Units as gpt2's plan makes them: the root (embeddings, ln_f, and an untied head kept like it) and
-  // the blocks; full_shard has the root and two blocks open at once (one computes, one is fetched).
-  const double root = V * C + static_cast<double>(c.context) * C + 2 * C + (c.tie_head ? 0 : V * C);
-  const double block = 12 * C * C + 13 * C, layers = static_cast<double>(c.layers);
+  // Units as the plan makes them: the root (embeddings, the final norm, and an untied head kept
+  // like it) and the layers; full_shard has the root and two layers open at once (one computes,
+  // one is fetched).
+  const double root = c.root_params();
+  const double block = c.layer_params(), layers = static_cast<double>(c.layers());
   // Without prefetch one block is open at a time; gradients of two are (one computes, one reduces).
   const bool prefetch = o.forward_prefetch > 0 || o.backward_prefetch != fsdp::BackwardPrefetch::none;
   const double open = root + std::min(prefetch ? 2.0 : 1.0, layers) * block;
@@ -139,7 +138,7 @@ MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
   double gathered = p * (keeps_all ? P : open);
   if (o.strategy == fsdp::Strategy::no_shard) gathered = o.param_dtype == DType::f32 ? 0 : p * P;  // else the master
   MemoryNeed n;
-  n.activations = gpt2::Activations::bytes_for(c, o.batch, o.seq);
+  n.activations = c.activation_bytes(o.batch, o.seq);
   n.state = 16 * P / shard_group_size(o, env);
   // With --grad-accum every unit's gradient is a lasting accumulator, and the open ones are those.
   n.unsharded = gathered + (o.grad_accum > 1 ? 0 : 4 * open_grads);
@@ -187,7 +186,7 @@ double check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
                       bytes_text(need.state) + ", unsharded units " + bytes_text(need.unsharded);
   if (need.accumulators > 0) terms += ", --grad-accum gradients " + bytes_text(need.accumulators);
   if (need.data > 0) terms += ", token data " + bytes_text(need.data);
-  const double per_sequence = gpt2::Activations::bytes_for(o.config, 1, o.seq);
+  const double per_sequence = o.config.activation_bytes(1, o.seq);
   const double room = kHeadroom * host->available / local - need.fixed();
   const double fits = room > 0 ? std::floor(room / per_sequence) : 0;
   const std::string advice =

@@ -7,8 +7,7 @@
 #include <vector>
 
 #include "coshard/gpt2/hf_dir.hpp"
-#include "coshard/gpt2/model.hpp"
-#include "coshard/gpt2/safetensors.hpp"
+#include "model.hpp"
 #include "coshard/metrics/trace_merge.hpp"
 
 namespace coshard::train {
@@ -16,12 +15,12 @@ namespace {
 
 // Greedy completion of `tokens` by up to max_new tokens (fewer at the context or at `stop`), on
 // the whole model in this process. Returns the new tokens.
-std::vector<std::int32_t> greedy(gpt2::Gpt2& model, std::vector<std::int32_t> tokens, int max_new, std::int32_t stop = -1) {
+std::vector<std::int32_t> greedy(FullModel& model, const ModelConfig& c, std::vector<std::int32_t> tokens, int max_new,
+                                 std::int32_t stop = -1) {
   std::vector<std::int32_t> out;
-  const auto V = static_cast<std::size_t>(model.config().vocab);
-  for (int i = 0; i < max_new && static_cast<std::int64_t>(tokens.size()) < model.config().context; ++i) {
-    model.forward(tokens, {}, 1, tokens.size());
-    auto logits = model.logits();
+  const auto V = static_cast<std::size_t>(c.vocab());
+  for (int i = 0; i < max_new && static_cast<std::int64_t>(tokens.size()) < c.context(); ++i) {
+    auto logits = model.logits(tokens);
     auto last = logits.subspan((tokens.size() - 1) * V, V);
     auto next = static_cast<std::int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
     if (next == stop) break;
@@ -32,8 +31,8 @@ std::vector<std::int32_t> greedy(gpt2::Gpt2& model, std::vector<std::int32_t> to
 }
 
 // The embedded corpus's completion of "a+b=" (bytes) up to a newline.
-std::string complete(gpt2::Gpt2& model, const std::string& prompt, int max_new) {
-  const auto out = greedy(model, std::vector<std::int32_t>(prompt.begin(), prompt.end()), max_new, '\n');
+std::string complete(FullModel& model, const ModelConfig& c, const std::string& prompt, int max_new) {
+  const auto out = greedy(model, c, std::vector<std::int32_t>(prompt.begin(), prompt.end()), max_new, '\n');
   return std::string(out.begin(), out.end());
 }
 
@@ -46,10 +45,10 @@ std::string one_line(const std::string& s) {
 
 // Up to three greedy completions of prompts taken from the validation data (or the training data
 // without it), decoded with --tokenizer or as bytes.
-void print_text_samples(const TrainOptions& o, const Inputs& in, gpt2::Gpt2& model) {
+void print_text_samples(const TrainOptions& o, const Inputs& in, FullModel& model) {
   const auto& src = in.val ? *in.val : *in.train;
-  const std::size_t prompt = std::min<std::size_t>(16, static_cast<std::size_t>(o.config.context) / 2);
-  const int n = std::min(o.samples, 3), new_tokens = static_cast<int>(std::min<std::int64_t>(32, o.config.context - prompt));
+  const std::size_t prompt = std::min<std::size_t>(16, static_cast<std::size_t>(o.config.context()) / 2);
+  const int n = std::min(o.samples, 3), new_tokens = static_cast<int>(std::min<std::int64_t>(32, o.config.context() - prompt));
   if (prompt == 0 || src.size() < prompt) return;  // a context of 1 leaves no room for a prompt
   std::printf("samples: greedy, %d tokens after a %zu-token prompt from the %s data\n", new_tokens, prompt,
               in.val ? "validation" : "training");
@@ -57,12 +56,12 @@ void print_text_samples(const TrainOptions& o, const Inputs& in, gpt2::Gpt2& mod
     const std::size_t at = (src.size() - prompt) * static_cast<std::size_t>(i) / static_cast<std::size_t>(n);
     const std::vector<std::int32_t> p(src.begin() + static_cast<std::ptrdiff_t>(at),
                                       src.begin() + static_cast<std::ptrdiff_t>(at + prompt));
-    const auto out = greedy(model, p, new_tokens);
+    const auto out = greedy(model, o.config, p, new_tokens);
     std::printf("  %s -> %s\n", one_line(in.tokenizer->decode(p)).c_str(), one_line(in.tokenizer->decode(out)).c_str());
   }
 }
 
-void load_weights(gpt2::Gpt2& model, const fsdp::StateDict& state) {
+void load_weights(FullModel& model, const fsdp::StateDict& state) {
   for (std::size_t i = 0; i < model.params().size(); ++i) {
     const auto& name = model.params().infos()[i].name;
     auto dst = model.params().at(i);
@@ -72,10 +71,10 @@ void load_weights(gpt2::Gpt2& model, const fsdp::StateDict& state) {
 }
 
 void print_samples(const TrainOptions& o, const Inputs& in, const fsdp::StateDict& state) {
-  gpt2::Gpt2 full(o.config, o.seed);
-  load_weights(full, state);
+  const auto full = make_full_model(o.config, o.seed);
+  load_weights(*full, state);
   if (!in.corpus) {
-    print_text_samples(o, in, full);
+    print_text_samples(o, in, *full);
     return;
   }
   const AdditionCorpus& corpus = *in.corpus;
@@ -83,7 +82,7 @@ void print_samples(const TrainOptions& o, const Inputs& in, const fsdp::StateDic
   std::string shown;
   const auto probes = corpus.probes(static_cast<std::size_t>(o.samples));
   for (std::size_t i = 0; i < probes.size(); ++i) {
-    const auto got = complete(full, probes[i].prompt(), 4);
+    const auto got = complete(*full, o.config, probes[i].prompt(), 4);
     const bool ok = got == probes[i].answer();
     right += ok ? 1 : 0;
     if (i < 6) shown += "  " + probes[i].prompt() + got + (ok ? "   right" : "   wrong (" + probes[i].answer() + ")") + "\n";
@@ -122,11 +121,11 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   auto state = co_await engine.full_state_dict(true);
   if (rank != 0) co_return;
   if (!o.save.empty()) {
-    gpt2::save_state_dict(o.save, o.config, state);
+    save_state_dict(o.save, o.config, state);
     std::printf("saved the model to %s\n", o.save.c_str());
   }
   if (!o.save_hf.empty()) {
-    gpt2::save_hf_dir(o.save_hf, o.config, state);
+    gpt2::save_hf_dir(o.save_hf, o.config.gpt2(), state);  // Llama's: refused by parse
     std::printf("saved the model to %s (Hugging Face: GPT2LMHeadModel.from_pretrained)\n", o.save_hf.c_str());
   }
   if (want_samples) print_samples(o, job.in, state);

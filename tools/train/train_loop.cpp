@@ -164,7 +164,7 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
   co_return step;
 }
 
-TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine,
+TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, Units& model, fsdp::Engine& engine,
                      int first_step)
     : rt_(rt),
       o_(job.o),
@@ -253,8 +253,8 @@ Task<float> TrainLoop::forward_backward(gpt2::Batch b, bool sync, bool last) {
   engine_.set_requires_gradient_sync(sync);
   engine_.set_is_last_backward(last);
   model_.set_batch(std::move(b.inputs), std::move(b.targets), b.B, b.T);
-  co_await model_.forward(engine_);
-  co_await model_.backward(engine_);
+  co_await engine_.forward();
+  co_await engine_.backward();
   co_return co_await model_.loss();
 }
 
@@ -321,7 +321,7 @@ bool TrainLoop::validation_due(int step) const {
 Task<float> TrainLoop::validation_loss() {
   auto b = val_loader_->batch(0);  // --eval-every is refused without validation data
   model_.set_batch(std::move(b.inputs), std::move(b.targets), b.B, b.T);
-  co_await model_.forward(engine_);
+  co_await engine_.forward();
   co_await engine_.finish_backward();  // releases what forward left unsharded
   const float local = co_await model_.loss();
   co_return (co_await mean_over_ranks(local, 0)).first;

@@ -9,7 +9,7 @@
 
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/gpt2/data.hpp"
-#include "coshard/gpt2/units.hpp"
+#include "model.hpp"
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/process_group.hpp"
 #include "job.hpp"
@@ -76,7 +76,7 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
 
 class TrainLoop {
  public:
-  TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, gpt2::Gpt2Units& model, fsdp::Engine& engine,
+  TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, Units& model, fsdp::Engine& engine,
             int first_step);
 
   // The whole run; the JSON log is complete when it returns.
@@ -103,7 +103,7 @@ class TrainLoop {
   const TrainOptions& o_;
   metrics::Timeline* timeline_;
   transport::ProcessGroup& pg_;
-  gpt2::Gpt2Units& model_;
+  Units& model_;
   fsdp::Engine& engine_;
   gpt2::DataLoader loader_;
   std::optional<gpt2::DataLoader> val_loader_;  // with --val-data or --val-fraction

@@ -77,8 +77,10 @@ void integers_are_decimal(CLI::App& app) {
 
 void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--model", w.model,
-                 "tiny | 10M | 124M (GPT-2 small as released), or a shape: layers=2,heads=3,width=48,vocab=97,context=32 "
-                 "(a name may be followed by overrides: 10M,vocab=512)")
+                 "GPT-2: tiny | 10M | 124M (GPT-2 small as released; gpt2-124M too), or a shape: "
+                 "layers=2,heads=3,width=48,vocab=97,context=32. Llama: llama-tiny | llama-60M | llama-150M | "
+                 "llama3.2-1B | llama3.1-8B, or a shape with kv_heads, ffn and head_dim. A name may be followed by "
+                 "overrides: 10M,vocab=512")
       ->capture_default_str();
   app.add_option("--data", o.data, "token file: llm.c .bin (uint16 tokens), or any other file read as bytes "
                                    "(vocab 256); default: an embedded corpus of integer additions")
@@ -231,9 +233,9 @@ std::string conflicts(const TrainOptions& o) {
     return "gpt2-train: --warmup-steps " + std::to_string(o.warmup_steps) + " is more than --steps " +
            std::to_string(o.steps) + ": the learning rate would never reach --lr; lower --warmup-steps";
   }
-  if (o.seq > o.config.context) {
+  if (o.seq > o.config.context()) {
     return "gpt2-train: --seq " + std::to_string(o.seq) + " is longer than the model's context (" +
-           std::to_string(o.config.context) + "); lower --seq or pick a larger --model context";
+           std::to_string(o.config.context()) + "); lower --seq or pick a larger --model context";
   }
   if (o.f32_compute && o.param_dtype != DType::bf16) {
     return "gpt2-train: --f32-compute goes with --mixed-precision bf16 (every other precision computes in f32)";
@@ -246,6 +248,12 @@ std::string conflicts(const TrainOptions& o) {
   }
   if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
     return "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2";
+  }
+  if (o.config.is_llama() && (!o.init.empty() || !o.save_hf.empty())) {
+    return std::string("gpt2-train: ") + (o.init.empty() ? "--save-hf" : "--init") + " reads and writes GPT-2's "
+           "files (a .safetensors of GPT-2's names, a Hugging Face GPT2LMHeadModel directory); Llama's Hugging Face "
+           "directories are not implemented yet: train --model " + o.model + " from its initialisation, keep it with "
+           "--save or --checkpoint-dir";
   }
   if (!o.resume.empty() && !o.init.empty()) {
     return "gpt2-train: --resume and --init both say where the model starts; give one";
@@ -297,7 +305,7 @@ ParseResult parse_train_options(int argc, char** argv) {
   }
   try {
     o.model = w.model;
-    o.config = gpt2::parse_config(w.model);
+    o.config = ModelConfig::parse(w.model);
   } catch (const Error& e) {
     return {std::nullopt, 2, "gpt2-train: --model: " + e.message()};
   }

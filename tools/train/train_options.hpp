@@ -1,18 +1,19 @@
 #pragma once
 // gpt2-train's command line: every flag, its default, and the checks that need no other rank.
+// (The trainer trains GPT-2 and Llama; its name is the first family's.)
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "coshard/fsdp/options.hpp"
-#include "coshard/gpt2/config.hpp"
+#include "model.hpp"
 
 namespace coshard::train {
 
 struct TrainOptions {
   std::string model = "tiny";
-  gpt2::Config config;
+  ModelConfig config;
   std::string data;  // empty: the embedded corpus
   std::string val_data;      // validation tokens (--eval-every); empty: none, or --val-fraction
   double val_fraction = 0;   // the last fraction of --data held out for validation (0: none)
@@ -33,7 +34,7 @@ struct TrainOptions {
   int forward_prefetch = 1;
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::pre;
   DType param_dtype = DType::f32;
-  bool f32_compute = false;  // bf16: the units read an f32 copy (gpt2::Compute::f32) instead of bf16
+  bool f32_compute = false;  // bf16: the units read an f32 copy (Compute::f32) instead of bf16
   bool offload = false;
   double collective_timeout = 300;  // seconds a collective may wait for its peers
   double rendezvous_timeout = 120;  // seconds to reach the store and for every rank to arrive

@@ -276,4 +276,16 @@ void save_params(const std::filesystem::path& path, const ParamStore& params, DT
   write_safetensors(path, refs, dtype, metadata);
 }
 
+void save_state_dict(const std::filesystem::path& path, const std::vector<ParamInfo>& infos,
+                     const std::map<std::string, std::vector<float>>& state, DType dtype,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorRef> refs;
+  for (const auto& p : infos) {
+    auto it = state.find(p.name);
+    if (it == state.end()) throw Error(Errc::invalid_argument, "save_state_dict: the state has no '" + p.name + "'");
+    refs.push_back({p.name, p.shape, it->second});
+  }
+  write_safetensors(path, refs, dtype, metadata);
+}
+
 }  // namespace coshard::models

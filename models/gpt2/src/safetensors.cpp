@@ -22,13 +22,7 @@ void save_model(const std::filesystem::path& path, const ParamStore& params, DTy
 
 void save_state_dict(const std::filesystem::path& path, const Config& config, const StateDict& state, DType dtype,
                      const std::map<std::string, std::string>& metadata) {
-  std::vector<TensorRef> refs;
-  for (const auto& p : all_params(config)) {
-    auto it = state.find(p.name);
-    if (it == state.end()) throw Error(Errc::invalid_argument, "save_state_dict: the state has no '" + p.name + "'");
-    refs.push_back({p.name, p.shape, it->second});
-  }
-  write_safetensors(path, refs, dtype, metadata);
+  models::save_state_dict(path, all_params(config), state, dtype, metadata);
 }
 
 StateDict read_model(const std::filesystem::path& path, const Config& config) {

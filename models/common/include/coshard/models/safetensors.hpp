@@ -70,6 +70,12 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
 void save_params(const std::filesystem::path& path, const ParamStore& params, DType dtype = DType::f32,
                  const std::map<std::string, std::string>& metadata = {});
 
+// Writes the state's tensors named by `infos`, in their order and shapes, atomically; a name the
+// state lacks is Errc::invalid_argument.
+void save_state_dict(const std::filesystem::path& path, const std::vector<ParamInfo>& infos,
+                     const std::map<std::string, std::vector<float>>& state, DType dtype = DType::f32,
+                     const std::map<std::string, std::string>& metadata = {});
+
 // "[2, 3]", and the corrupt_file error of a safetensors file, for the models' checkpoint readers.
 std::string shape_str(const Shape& s);
 Error safetensors_error(const std::filesystem::path& path, const std::string& msg);
