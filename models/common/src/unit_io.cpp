@@ -1,5 +1,7 @@
 #include "coshard/models/unit_io.hpp"
 
+#include "coshard/models/unit_set.hpp"
+
 #include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/error.hpp"
 
@@ -45,6 +47,26 @@ void HostLoss::publish(fsdp::Scope& scope, ops::Kernels& k, const Tensor& device
   k.to_host(loss->value, device_loss);
   k.submit();
   loss_.publish(scope.compute(), [loss] { return *loss->value.data_as<float>(); });
+}
+
+void check_batch(const std::string& what, const std::vector<std::int32_t>& tokens,
+                 const std::vector<std::int32_t>& targets, std::size_t B, std::size_t T, std::int64_t vocab,
+                 std::int64_t context, bool targets_optional) {
+  const bool no_targets = targets_optional && targets.empty();
+  if (B == 0 || T == 0 || T > static_cast<std::size_t>(context) || tokens.size() != B * T ||
+      (!no_targets && targets.size() != B * T)) {
+    throw Error(Errc::invalid_argument, what + "[" + std::to_string(B) + ", " + std::to_string(T) +
+                                            "] needs 1 <= T <= context (" + std::to_string(context) + ") and " +
+                                            std::to_string(B * T) + " tokens and targets, got " +
+                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  }
+  // Checked here, on the host, so that no kernel has to check them (CUDA would synchronise).
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab || (!no_targets && (targets[i] < 0 || targets[i] >= vocab))) {
+      throw Error(Errc::invalid_argument, what + "token or target at position " + std::to_string(i) +
+                                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
 }
 
 }  // namespace coshard::models

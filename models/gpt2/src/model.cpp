@@ -3,6 +3,7 @@
 #include <limits>
 #include <string>
 
+#include "coshard/models/unit_set.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::gpt2 {
@@ -39,23 +40,7 @@ Tensor Activations::f32(ops::Kernels& k, const Tensor& p) {
 
 void Activations::set_batch(ops::Kernels& k, std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets,
                             std::size_t B, std::size_t T) {
-  if (B == 0 || T == 0 || T > static_cast<std::size_t>(c_.context)) {
-    throw Error(Errc::invalid_argument, "GPT-2: batch [" + std::to_string(B) + ", " + std::to_string(T) +
-                                            "] needs B >= 1 and 1 <= T <= context (" + std::to_string(c_.context) + ")");
-  }
-  if (tokens.size() != B * T || (!targets.empty() && targets.size() != B * T)) {
-    throw Error(Errc::invalid_argument, "GPT-2: batch [" + std::to_string(B) + ", " + std::to_string(T) + "] needs " +
-                                            std::to_string(B * T) + " tokens and targets, got " +
-                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  }
-  // Checked here, on the host, so that no kernel has to check them (CUDA would synchronise).
-  const auto V = static_cast<std::int64_t>(c_.vocab);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V || (!targets.empty() && (targets[i] < 0 || targets[i] >= V))) {
-      throw Error(Errc::invalid_argument, "GPT-2: token or target at position " + std::to_string(i) +
-                                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    }
-  }
+  models::check_batch("GPT-2: ", tokens, targets, B, T, c_.vocab, c_.context, true);
   B_ = B;
   T_ = T;
   has_targets_ = !targets.empty();

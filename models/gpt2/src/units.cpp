@@ -34,9 +34,9 @@ class EmbeddingUnit final : public fsdp::Unit {
   Task<void> forward(fsdp::Scope& scope) override {
     const auto p = phase_params(scope, m_.c_.tie_head ? 4 : 2, name());
     if (scope.phase() == 0) {
-      if (!m_.pending_) throw Error(Errc::invalid_argument, "GPT-2 forward without a batch: call set_batch() first");
+      const auto& b = m_.pending();
       ops::Kernels k = m_.kernels(scope, "forward " + name());
-      m_.acts_->set_batch(k, m_.pending_->tokens, m_.pending_->targets, m_.pending_->B, m_.pending_->T);
+      m_.acts_->set_batch(k, b.tokens, b.targets, b.B, b.T);
       m_.acts_->embedding_forward(k, p[0], p[1]);
     } else {
       m_.head_forward(scope, p[2], p[3], p[0]);
@@ -120,8 +120,7 @@ class HeadUnit final : public fsdp::Unit {
 };
 
 Gpt2Units::Gpt2Units(Config config, std::uint64_t seed, Compute compute)
-    : c_(config), seed_(seed), compute_(compute) {
-  c_.validate();
+    : UnitSet(config, "GPT-2"), seed_(seed), compute_(compute) {
   units_.push_back(std::make_unique<EmbeddingUnit>(*this));
   for (std::int64_t l = 0; l < c_.layers; ++l) units_.push_back(std::make_unique<BlockUnit>(*this, static_cast<std::size_t>(l)));
   if (!c_.tie_head) units_.push_back(std::make_unique<HeadUnit>(*this));
@@ -129,53 +128,11 @@ Gpt2Units::Gpt2Units(Config config, std::uint64_t seed, Compute compute)
 
 Gpt2Units::~Gpt2Units() = default;
 
-std::vector<fsdp::Unit*> Gpt2Units::units() {
-  std::vector<fsdp::Unit*> v;
-  for (auto& u : units_) v.push_back(u.get());
-  return v;
-}
-
-std::vector<std::string> Gpt2Units::unit_names() const {
-  std::vector<std::string> v;
-  for (const auto& u : units_) v.push_back(u->name());
-  return v;
-}
-
-void Gpt2Units::set_batch(std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, std::size_t B,
-                          std::size_t T) {
-  // Validate here, on the caller's thread, so that a bad batch fails where it was given.
-  if (B == 0 || T == 0 || T > static_cast<std::size_t>(c_.context) || tokens.size() != B * T || targets.size() != B * T) {
-    throw Error(Errc::invalid_argument, "GPT-2 set_batch: [" + std::to_string(B) + ", " + std::to_string(T) +
-                                            "] needs 1 <= T <= context (" + std::to_string(c_.context) + ") and " +
-                                            std::to_string(B * T) + " tokens and targets, got " +
-                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  }
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab || targets[i] < 0 || targets[i] >= c_.vocab) {
-      throw Error(Errc::invalid_argument, "GPT-2 set_batch: token or target at position " + std::to_string(i) +
-                                              " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")");
-    }
-  }
-  auto b = std::make_shared<Batch>();
-  b->tokens = std::move(tokens);
-  b->targets = std::move(targets);
-  b->B = B;
-  b->T = T;
-  pending_ = std::move(b);
-}
-
-ops::Kernels Gpt2Units::kernels(fsdp::Scope& scope, std::string span) {
-  // The engine's compute stream and allocator, taken on the first phase: the buffers are device
-  // memory, the ops kernels (or host work) on that stream.
-  if (!acts_) acts_ = std::make_unique<Activations>(c_, scope.runtime().allocator());
-  return launch_.begin(scope, std::move(span));
-}
-
 void Gpt2Units::head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias,
                              const Tensor& head) {
   ops::Kernels k = kernels(scope, "forward head");
   acts_->head_forward(k, ln_f_weight, ln_f_bias, head);
-  if (acts_->has_targets()) loss_.publish(scope, k, acts_->loss());
+  publish_loss(scope, k);
 }
 
 Task<void> Gpt2Units::forward(fsdp::Engine& engine) { co_await engine.forward(); }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "coshard/ops/rope.hpp"
+#include "coshard/models/unit_set.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace coshard::llama {
@@ -51,23 +52,7 @@ ops::AttentionShape Activations::shape() const noexcept {
 
 void Activations::set_batch(ops::Kernels& k, std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets,
                             std::size_t B, std::size_t T) {
-  if (B == 0 || T == 0 || T > z(c_.context)) {
-    throw Error(Errc::invalid_argument, "Llama: batch [" + std::to_string(B) + ", " + std::to_string(T) +
-                                            "] needs B >= 1 and 1 <= T <= context (" + std::to_string(c_.context) + ")");
-  }
-  if (tokens.size() != B * T || (!targets.empty() && targets.size() != B * T)) {
-    throw Error(Errc::invalid_argument, "Llama: batch [" + std::to_string(B) + ", " + std::to_string(T) + "] needs " +
-                                            std::to_string(B * T) + " tokens and targets, got " +
-                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  }
-  // Checked here, on the host, so that no kernel has to check them (CUDA would synchronise).
-  const auto V = static_cast<std::int64_t>(c_.vocab);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= V || (!targets.empty() && (targets[i] < 0 || targets[i] >= V))) {
-      throw Error(Errc::invalid_argument, "Llama: token or target at position " + std::to_string(i) +
-                                              " is outside the vocabulary [0, " + std::to_string(V) + ")");
-    }
-  }
+  models::check_batch("Llama: ", tokens, targets, B, T, c_.vocab, c_.context, true);
   const bool new_length = T != T_;
   B_ = B;
   T_ = T;

@@ -33,9 +33,9 @@ class EmbeddingUnit final : public fsdp::Unit {
   Task<void> forward(fsdp::Scope& scope) override {
     const auto p = phase_params(scope, m_.c_.tie_head ? 2 : 1, name());
     if (scope.phase() == 0) {
-      if (!m_.pending_) throw Error(Errc::invalid_argument, "Llama forward without a batch: call set_batch() first");
+      const auto& b = m_.pending();
       ops::Kernels k = m_.kernels(scope, "forward " + name());
-      m_.acts_->set_batch(k, m_.pending_->tokens, m_.pending_->targets, m_.pending_->B, m_.pending_->T);
+      m_.acts_->set_batch(k, b.tokens, b.targets, b.B, b.T);
       m_.acts_->embedding_forward(k, p[0]);
     } else {
       m_.head_forward(scope, p[1], p[0]);
@@ -117,8 +117,8 @@ class HeadUnit final : public fsdp::Unit {
   LlamaUnits& m_;
 };
 
-LlamaUnits::LlamaUnits(Config config, std::uint64_t seed, Compute compute) : c_(config), seed_(seed), compute_(compute) {
-  c_.validate();
+LlamaUnits::LlamaUnits(Config config, std::uint64_t seed, Compute compute)
+    : UnitSet(config, "Llama"), seed_(seed), compute_(compute) {
   units_.push_back(std::make_unique<EmbeddingUnit>(*this));
   for (std::int64_t l = 0; l < c_.layers; ++l) units_.push_back(std::make_unique<BlockUnit>(*this, static_cast<std::size_t>(l)));
   if (!c_.tie_head) units_.push_back(std::make_unique<HeadUnit>(*this));
@@ -126,50 +126,10 @@ LlamaUnits::LlamaUnits(Config config, std::uint64_t seed, Compute compute) : c_(
 
 LlamaUnits::~LlamaUnits() = default;
 
-std::vector<fsdp::Unit*> LlamaUnits::units() {
-  std::vector<fsdp::Unit*> v;
-  for (auto& u : units_) v.push_back(u.get());
-  return v;
-}
-
-std::vector<std::string> LlamaUnits::unit_names() const {
-  std::vector<std::string> v;
-  for (const auto& u : units_) v.push_back(u->name());
-  return v;
-}
-
-void LlamaUnits::set_batch(std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, std::size_t B,
-                           std::size_t T) {
-  // Validated here, on the caller's thread, so that a bad batch fails where it was given.
-  if (B == 0 || T == 0 || T > static_cast<std::size_t>(c_.context) || tokens.size() != B * T || targets.size() != B * T) {
-    throw Error(Errc::invalid_argument, "Llama set_batch: [" + std::to_string(B) + ", " + std::to_string(T) +
-                                            "] needs 1 <= T <= context (" + std::to_string(c_.context) + ") and " +
-                                            std::to_string(B * T) + " tokens and targets, got " +
-                                            std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  }
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab || targets[i] < 0 || targets[i] >= c_.vocab) {
-      throw Error(Errc::invalid_argument, "Llama set_batch: token or target at position " + std::to_string(i) +
-                                              " is outside the vocabulary [0, " + std::to_string(c_.vocab) + ")");
-    }
-  }
-  auto b = std::make_shared<Batch>();
-  b->tokens = std::move(tokens);
-  b->targets = std::move(targets);
-  b->B = B;
-  b->T = T;
-  pending_ = std::move(b);
-}
-
-ops::Kernels LlamaUnits::kernels(fsdp::Scope& scope, std::string span) {
-  if (!acts_) acts_ = std::make_unique<Activations>(c_, scope.runtime().allocator());
-  return launch_.begin(scope, std::move(span));
-}
-
 void LlamaUnits::head_forward(fsdp::Scope& scope, const Tensor& norm_weight, const Tensor& head) {
   ops::Kernels k = kernels(scope, "forward head");
   acts_->head_forward(k, norm_weight, head);
-  if (acts_->has_targets()) loss_.publish(scope, k, acts_->loss());
+  publish_loss(scope, k);
 }
 
 }  // namespace coshard::llama

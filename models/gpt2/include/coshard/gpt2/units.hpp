@@ -21,7 +21,8 @@
 // devices, none of it touching device memory from the host.
 //
 // The batch goes in with set_batch() before forward(); the loss comes back with
-// co_await units.loss(), which waits for the kernel that computed it and its copy to the host.
+// co_await units.loss(), which waits for the kernel that computed it and its copy to the host
+// (models::UnitSet, which Llama's units share).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,7 +31,7 @@
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/gpt2/model.hpp"
-#include "coshard/models/unit_io.hpp"
+#include "coshard/models/unit_set.hpp"
 #include "coshard/ops/kernels.hpp"
 #include "coshard/runtime/readback.hpp"
 
@@ -46,53 +47,23 @@ namespace coshard::gpt2 {
 //    with f16 it is an error.
 enum class Compute { f32, bf16 };
 
-class Gpt2Units {
+class Gpt2Units : public models::UnitSet<Config, Activations> {
  public:
   Gpt2Units(Config config, std::uint64_t seed, Compute compute = Compute::f32);
   ~Gpt2Units();
-  Gpt2Units(const Gpt2Units&) = delete;
-  Gpt2Units& operator=(const Gpt2Units&) = delete;
-
-  const Config& config() const noexcept { return c_; }
-  // In engine order (pass to Engine::create).
-  std::vector<fsdp::Unit*> units();
-  std::vector<std::string> unit_names() const;
-
-  // The next iteration's batch ([B, T] tokens and targets). Installed on the compute stream when
-  // the embedding runs, so it may be called while the previous iteration's work is in flight.
-  void set_batch(std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, std::size_t B, std::size_t T);
-  // Gradient scale of the mean loss (1/k for k accumulated micro-batches); default 1.
-  void set_loss_scale(float dloss) noexcept { dloss_ = dloss; }
 
   // engine.forward() / engine.backward() (the units' order is the model's).
   Task<void> forward(fsdp::Engine& engine);
   Task<void> backward(fsdp::Engine& engine);
-  // The last forward's mean loss, once the compute stream has computed it.
-  Task<float> loss() const { return loss_.get(); }
-
-  struct Batch {
-    std::vector<std::int32_t> tokens, targets;
-    std::size_t B = 0, T = 0;
-  };
 
  private:
   friend class EmbeddingUnit;
   friend class BlockUnit;
   friend class HeadUnit;
-  // The kernels of a phase on scope's compute stream; makes the launcher and the activations (in
-  // the runtime's device memory) on the first phase.
-  ops::Kernels kernels(fsdp::Scope& scope, std::string span);
   // ln_f, logits and loss, and the loss's copy to the host for loss().
   void head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias, const Tensor& head);
-  Config c_;
   std::uint64_t seed_;
   Compute compute_;
-  models::ComputeLauncher launch_;
-  std::unique_ptr<Activations> acts_;
-  std::shared_ptr<const Batch> pending_;
-  float dloss_ = 1.0f;
-  models::HostLoss loss_;  // published by the head's forward
-  std::vector<std::unique_ptr<fsdp::Unit>> units_;
 };
 
 using models::param_specs;

@@ -19,7 +19,7 @@
 #include "coshard/fsdp/engine.hpp"
 #include "coshard/fsdp/unit.hpp"
 #include "coshard/llama/model.hpp"
-#include "coshard/models/unit_io.hpp"
+#include "coshard/models/unit_set.hpp"
 
 namespace coshard::llama {
 
@@ -27,43 +27,18 @@ namespace coshard::llama {
 // the bf16 parameters themselves (GEMMs with bf16 weights and f32 sums; norms widened).
 enum class Compute { f32, bf16 };
 
-class LlamaUnits {
+class LlamaUnits : public models::UnitSet<Config, Activations> {
  public:
   LlamaUnits(Config config, std::uint64_t seed, Compute compute = Compute::f32);
   ~LlamaUnits();
-  LlamaUnits(const LlamaUnits&) = delete;
-  LlamaUnits& operator=(const LlamaUnits&) = delete;
-
-  const Config& config() const noexcept { return c_; }
-  std::vector<fsdp::Unit*> units();  // in engine order (pass to Engine::create)
-  std::vector<std::string> unit_names() const;
-
-  // The next iteration's batch ([B, T] tokens and targets), validated here; installed on the
-  // compute stream when the embedding runs.
-  void set_batch(std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets, std::size_t B, std::size_t T);
-  void set_loss_scale(float dloss) noexcept { dloss_ = dloss; }
-  Task<float> loss() const { return loss_.get(); }
-
-  struct Batch {
-    std::vector<std::int32_t> tokens, targets;
-    std::size_t B = 0, T = 0;
-  };
 
  private:
   friend class EmbeddingUnit;
   friend class BlockUnit;
   friend class HeadUnit;
-  ops::Kernels kernels(fsdp::Scope& scope, std::string span);
   void head_forward(fsdp::Scope& scope, const Tensor& norm_weight, const Tensor& head);
-  Config c_;
   std::uint64_t seed_;
   Compute compute_;
-  models::ComputeLauncher launch_;
-  std::unique_ptr<Activations> acts_;
-  std::shared_ptr<const Batch> pending_;
-  float dloss_ = 1.0f;
-  models::HostLoss loss_;
-  std::vector<std::unique_ptr<fsdp::Unit>> units_;
 };
 
 }  // namespace coshard::llama
