@@ -16,9 +16,9 @@ namespace coshard::ops {
 /// wavelength exceeds original_context / low_freq_factor are divided by factor, those under
 /// original_context / high_freq_factor kept, the ones between interpolated smoothly.
 struct RopeScaling {
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double factor = 8.0;            ///< long wavelengths' frequencies are divided by this
+  double low_freq_factor = 1.0;   ///< wavelengths over original_context / this are scaled
+  double high_freq_factor = 4.0;  ///< wavelengths under original_context / this are kept
   double original_context = 8192.0;  ///< original_max_position_embeddings
 };
 
