@@ -44,7 +44,7 @@ struct Config {
   bool operator==(const Config& o) const noexcept;
 };
 
-// llama-tiny: L2 NH4 NKV2 C64 F176 hs16 V256 T64 (~133k parameters; byte-level, for tests).
+// llama-tiny: L2 NH4 NKV2 C64 F176 hs16 V256 T64 (125k parameters; byte-level, for tests).
 // llama-60M: L8 NH8 NKV4 C512 F1408 hs64 V32000 T1024 (Llama 2's vocabulary).
 // llama-150M: L12 NH12 NKV4 C768 F2816 hs64 V32000 T1024.
 // llama3.2-1B, llama3.1-8B: the released shapes (theta 500000, llama3 rope scaling; 1B ties its head).
