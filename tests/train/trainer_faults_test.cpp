@@ -127,7 +127,9 @@ std::vector<double> losses_in(const fs::path& path) {
 // them). Resumed, the run logs the uninterrupted run's losses.
 TEST(TrainerStop, Sigusr2ToOneNodeStopsEveryRankAfterACheckpointThatTheRunContinuesFrom) {
   auto d = temp_dir("sigusr2");
-  const std::string common = "--steps 50 --seq 32 --collective-timeout 30 --log-json ";
+  // One thread per rank in both runs: a rank alone on its node would take both CPUs, and the
+  // GEMMs' bits depend on the thread count (docs/ops.md, threads).
+  const std::string common = "--steps 50 --seq 32 --threads 1 --collective-timeout 30 --log-json ";
   auto whole = run_command(launch(2, common + (d / "whole.jsonl").string()));
   ASSERT_EQ(whole.rc, 0) << whole.output;
   const std::string ckpt = " --checkpoint-dir " + (d / "ckpt").string() + " --resume auto";
