@@ -47,14 +47,6 @@ std::vector<ParamInfo> head_params(const Config& c) {
   return v;
 }
 
-std::vector<ParamInfo> all_params(const Config& c) {
-  c.validate();
-  auto v = embedding_params(c);
-  for (std::int64_t l = 0; l < c.layers; ++l) {
-    for (auto& p : block_params(c, l)) v.push_back(std::move(p));
-  }
-  for (auto& p : head_params(c)) v.push_back(std::move(p));
-  return v;
-}
+std::vector<ParamInfo> all_params(const Config& c) { return models::model_params(c); }
 
 }  // namespace coshard::gpt2

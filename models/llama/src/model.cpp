@@ -213,15 +213,11 @@ Llama::Llama(Config config, std::uint64_t seed)
 }
 
 BlockWeights Llama::block_weights(std::size_t layer) const {
-  BlockWeights w;
-  for (std::size_t k = 0; k < block_param_count; ++k) w[k] = params_.tensor(block_offset(layer) + k);
-  return w;
+  return params_.tensors<block_param_count>(block_offset(layer));
 }
 
 BlockGrads Llama::block_grads(std::size_t layer) {
-  BlockGrads g;
-  for (std::size_t k = 0; k < block_param_count; ++k) g[k] = grads_.tensor(block_offset(layer) + k);
-  return g;
+  return grads_.tensors<block_param_count>(block_offset(layer));
 }
 
 float Llama::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, std::size_t B,

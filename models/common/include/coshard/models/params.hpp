@@ -3,6 +3,7 @@
 // initialisation, counter-based initial values (a pure function of (seed, name, element), so that
 // each FSDP rank initialises only its own shard and every sharding gives the same model bit for
 // bit), the fsdp::ParamSpecs of a list of them, and a flat f32 store of them in host memory.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -44,6 +45,19 @@ std::uint64_t hash_name(std::string_view name) noexcept;
 // The ParamSpecs of a list of parameters (init from (seed, name, index), weight-decay flags).
 std::vector<fsdp::ParamSpec> param_specs(const std::vector<ParamInfo>& infos, std::uint64_t seed);
 
+/// Every parameter of a model in its order, from the builders of the config's namespace:
+/// embedding_params(c), block_params(c, l) for each layer, head_params(c). Validates c first.
+template <class Config>
+std::vector<ParamInfo> model_params(const Config& c) {
+  c.validate();
+  auto v = embedding_params(c);
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    for (auto& p : block_params(c, l)) v.push_back(std::move(p));
+  }
+  for (auto& p : head_params(c)) v.push_back(std::move(p));
+  return v;
+}
+
 // Named fp32 parameters in one flat buffer of host memory (each parameter 16-float aligned within
 // it), zeroed when made. Move-only: the buffer is a tensor, which tensor() views for ops::Kernels.
 class ParamStore {
@@ -61,6 +75,13 @@ class ParamStore {
   // Parameter i as a tensor of its shape, sharing the buffer: a view that must not outlive the
   // store (nor a move-assignment to it), whose allocator it came from.
   Tensor tensor(std::size_t i) const;
+  // Parameters [first, first + N) as tensor() views.
+  template <std::size_t N>
+  std::array<Tensor, N> tensors(std::size_t first) const {
+    std::array<Tensor, N> v;
+    for (std::size_t k = 0; k < N; ++k) v[k] = tensor(first + k);
+    return v;
+  }
   // By name; throws Errc::invalid_argument naming it when unknown.
   std::span<float> operator[](std::string_view name);
   std::span<const float> operator[](std::string_view name) const;

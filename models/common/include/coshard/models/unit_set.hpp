@@ -3,7 +3,8 @@
 // derive from it): the units in engine order, the next batch (validated on the caller's thread,
 // installed on the compute stream when the embedding runs), the compute-stream launcher, the
 // activations (made on the first phase, in the runtime's device memory), the loss scale and the
-// loss on its way to the host.
+// loss on its way to the host; and the decoder layer's unit, which is the same for every model.
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +15,16 @@
 #include "coshard/models/unit_io.hpp"
 
 namespace coshard::models {
+
+/// What a model's units compute with under bf16 mixed precision (fsdp::Options::mixed_precision.param).
+///  - f32: an f32 copy of each resident unit's parameters, which the engine makes (the values are
+///    bf16-rounded; GEMMs in f32).
+///  - bf16: the all-gathered bf16 parameters themselves (Unit::computes_in_f32() false): no f32
+///    copy, GEMMs with bf16 weights and f32 sums (ops/linear.hpp), as PyTorch FSDP's param_dtype
+///    computes (cuBLAS's bf16 GEMM on CUDA); norms and biases are widened to f32 by the phase's
+///    kernels. Without mixed precision the parameters are f32 and this is the same as f32; with
+///    f16 it is an error.
+enum class Compute { f32, bf16 };
 
 /// Throws Errc::invalid_argument, beginning with `what`, unless tokens (and targets, unless empty
 /// and optional) hold B x T ids in [0, vocab) with 1 <= T <= context.
@@ -55,8 +66,19 @@ class UnitSet {
   Task<float> loss() const { return loss_.get(); }
 
  protected:
-  UnitSet(Config c, std::string model) : c_(std::move(c)), model_(std::move(model)) { c_.validate(); }
+  /// `model` names it in messages ("GPT-2"), `ns` is its namespace ("gpt2").
+  UnitSet(Config c, std::uint64_t seed, Compute compute, std::string model, std::string ns)
+      : c_(std::move(c)), seed_(seed), compute_(compute), model_(std::move(model)), ns_(std::move(ns)) {
+    c_.validate();
+  }
   ~UnitSet() = default;
+
+  bool computes_in_f32() const noexcept { return compute_ == Compute::f32; }
+  /// The phase's first `count` parameters as the unit's kernels read them (models::phase_params).
+  std::vector<Tensor> phase_params(const fsdp::Scope& scope, std::size_t count, const std::string& unit) const {
+    return models::phase_params(scope, count, model_ + " unit " + unit,
+                                "use " + ns_ + "::Compute::f32 with this mixed precision");
+  }
 
   /// The kernels of a phase on the scope's compute stream; makes the activations on the first.
   ops::Kernels kernels(fsdp::Scope& scope, std::string span) {
@@ -71,7 +93,9 @@ class UnitSet {
   const Batch& pending() const;
 
   Config c_;
-  std::string model_;  // in messages: "GPT-2", "Llama"
+  std::uint64_t seed_;
+  Compute compute_;
+  std::string model_, ns_;
   std::unique_ptr<Activations> acts_;
   std::shared_ptr<const Batch> pending_;
   float dloss_ = 1.0f;
@@ -87,5 +111,45 @@ const typename UnitSet<Config, Activations>::Batch& UnitSet<Config, Activations>
   if (!pending_) throw Error(Errc::invalid_argument, model_ + " forward without a batch: call set_batch() first");
   return *pending_;
 }
+
+/// Decoder layer `layer` of a model: the unit `prefix<layer>` holding the layer's N parameters
+/// (block_params(config, layer) of the config's namespace), whose phases are the activations'
+/// block_forward and block_backward. Set is a UnitSet that befriends it.
+template <class Set, std::size_t N>
+class LayerUnit final : public fsdp::Unit {
+ public:
+  LayerUnit(Set& m, std::size_t layer, const std::string& prefix) : m_(m), l_(layer), name_(prefix + std::to_string(layer)) {}
+  std::string name() const override { return name_; }
+  std::vector<fsdp::ParamSpec> params() const override {
+    return param_specs(block_params(m_.c_, static_cast<std::int64_t>(l_)), m_.seed_);
+  }
+  bool computes_in_f32() const override { return m_.computes_in_f32(); }
+  Task<void> forward(fsdp::Scope& scope) override {
+    const auto w = weights(scope);
+    ops::Kernels k = m_.kernels(scope, "forward " + name_);
+    m_.acts_->block_forward(k, l_, w);
+    co_return;
+  }
+  Task<void> backward(fsdp::Scope& scope) override {
+    const auto w = weights(scope);
+    std::array<Tensor, N> g;
+    for (std::size_t i = 0; i < N; ++i) g[i] = scope.grad_tensor(i);
+    ops::Kernels k = m_.kernels(scope, "backward " + name_);
+    m_.acts_->block_backward(k, l_, w, g);
+    co_return;
+  }
+
+ private:
+  std::array<Tensor, N> weights(const fsdp::Scope& scope) const {
+    const auto p = m_.phase_params(scope, N, name_);
+    std::array<Tensor, N> w;
+    for (std::size_t i = 0; i < N; ++i) w[i] = p[i];
+    return w;
+  }
+
+  Set& m_;
+  std::size_t l_;
+  std::string name_;
+};
 
 }  // namespace coshard::models

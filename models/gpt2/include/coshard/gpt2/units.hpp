@@ -37,15 +37,8 @@
 
 namespace coshard::gpt2 {
 
-// What the units compute with under bf16 mixed precision (fsdp::Options::mixed_precision.param).
-//  - f32: an f32 copy of each resident unit's parameters, which the engine makes (the values are
-//    bf16-rounded; GEMMs in f32).
-//  - bf16: the all-gathered bf16 parameters themselves (Unit::computes_in_f32() false): no f32
-//    copy, GEMMs with bf16 weights and f32 sums (ops/linear.hpp), as PyTorch FSDP's param_dtype
-//    computes (cuBLAS's bf16 GEMM on CUDA); layernorms and biases are widened to f32 by the
-//    phase's kernels. Without mixed precision the parameters are f32 and this is the same as f32;
-//    with f16 it is an error.
-enum class Compute { f32, bf16 };
+// What the units compute with under bf16 mixed precision (models::Compute).
+using models::Compute;
 
 class Gpt2Units : public models::UnitSet<Config, Activations> {
  public:
@@ -58,12 +51,11 @@ class Gpt2Units : public models::UnitSet<Config, Activations> {
 
  private:
   friend class EmbeddingUnit;
-  friend class BlockUnit;
+  template <class, std::size_t>
+  friend class models::LayerUnit;
   friend class HeadUnit;
   // ln_f, logits and loss, and the loss's copy to the host for loss().
   void head_forward(fsdp::Scope& scope, const Tensor& ln_f_weight, const Tensor& ln_f_bias, const Tensor& head);
-  std::uint64_t seed_;
-  Compute compute_;
 };
 
 using models::param_specs;

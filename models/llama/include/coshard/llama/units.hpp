@@ -23,9 +23,8 @@
 
 namespace coshard::llama {
 
-// What the units compute with under bf16 mixed precision: f32 (an f32 copy the engine makes) or
-// the bf16 parameters themselves (GEMMs with bf16 weights and f32 sums; norms widened).
-enum class Compute { f32, bf16 };
+// What the units compute with under bf16 mixed precision (models::Compute).
+using models::Compute;
 
 class LlamaUnits : public models::UnitSet<Config, Activations> {
  public:
@@ -34,11 +33,10 @@ class LlamaUnits : public models::UnitSet<Config, Activations> {
 
  private:
   friend class EmbeddingUnit;
-  friend class BlockUnit;
+  template <class, std::size_t>
+  friend class models::LayerUnit;
   friend class HeadUnit;
   void head_forward(fsdp::Scope& scope, const Tensor& norm_weight, const Tensor& head);
-  std::uint64_t seed_;
-  Compute compute_;
 };
 
 }  // namespace coshard::llama
