@@ -64,7 +64,9 @@ TEST(OpsRmsNorm, EpsComesFromTheConfigAndKeepsAZeroRowFinite) {
 }
 
 TEST(OpsRmsNorm, BackwardMatchesFiniteDifferences) {
-  for (const auto [rows, C] : {Dims{10, 12}, Dims{3, 33}}) {
+  for (const Dims d : {Dims{10, 12}, Dims{3, 33}}) {
+    // Named copies, not a structured binding: clang 14 cannot capture a binding in a lambda.
+    const std::size_t rows = d.rows, C = d.C;
     auto x = random_floats(rows * C, 5, -2.0f, 2.0f);
     auto w = random_floats(C, 6, 0.5f, 1.5f);
     auto r = random_floats(rows * C, 8);
