@@ -1,6 +1,8 @@
 """The reference scripts' file I/O: safetensors (json + struct + torch.frombuffer: F32, BF16 and
-F16; a "transformer." prefix is dropped) and llm.c token files, in plain Python and Debian's torch.
+F16; a "transformer." prefix is dropped) and llm.c token files, in plain Python and Debian's torch;
+and their one command line (run_reference).
 """
+import argparse
 import json
 import struct
 
@@ -51,3 +53,32 @@ def read_tokens(path):
     magic, version, count = struct.unpack("<3i", data[:12])
     assert magic == 20240520 and version == 1, "not an llm.c token file"
     return torch.from_numpy(np.frombuffer(data[1024:1024 + 2 * count], dtype="<u2").astype(np.int64))
+
+
+def run_reference(parse_config, loss_of, dtype, label):
+    """The reference scripts' main: --config, --weights, --tokens (B*T inputs, then B*T targets),
+    --batch, --seq, --out. Computes loss_of(params, config, inputs, targets) in `dtype` and writes
+    "loss", "param.<name>" and "grad.<name>" (F32) to --out."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--tokens", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    c = parse_config(a.config)
+    params = read_safetensors(a.weights)
+    toks = read_tokens(a.tokens)
+    n = a.batch * a.seq
+    idx, tgt = toks[:n].view(a.batch, a.seq), toks[n:2 * n].view(a.batch, a.seq)
+    p = {k: v.to(dtype).clone().requires_grad_(True) for k, v in params.items()}
+    loss = loss_of(p, c, idx, tgt)
+    loss.backward()
+    out = {"loss": loss.detach().reshape(1)}
+    for k, v in params.items():
+        out["param." + k] = v
+        out["grad." + k] = p[k].grad if p[k].grad is not None else torch.zeros_like(v)
+    write_safetensors(a.out, out)
+    print(f"torch {torch.__version__} ({label}): loss {loss.item():.9f}")

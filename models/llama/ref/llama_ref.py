@@ -11,7 +11,6 @@ F32 stored) to a safetensors file: "loss" [1], "param.<name>" and "grad.<name>".
 usage: llama_ref.py --config layers=2,heads=4,kv_heads=2,...(llama::Config::to_string())
                     --weights w.safetensors --tokens t.bin --batch B --seq T --out out.safetensors
 """
-import argparse
 import math
 import os
 import sys
@@ -20,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common", "ref"))
-from ref_io import read_safetensors, read_tokens, write_safetensors  # noqa: E402
+from ref_io import run_reference  # noqa: E402
 
 
 def parse_config(spec):
@@ -95,29 +94,7 @@ def loss_of(p, c, idx, tgt):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--weights", required=True)
-    ap.add_argument("--tokens", required=True)
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(1)
-    c = parse_config(a.config)
-    params = read_safetensors(a.weights)
-    toks = read_tokens(a.tokens)
-    n = a.batch * a.seq
-    idx, tgt = toks[:n].view(a.batch, a.seq), toks[n:2 * n].view(a.batch, a.seq)
-    p = {k: v.double().clone().requires_grad_(True) for k, v in params.items()}
-    loss = loss_of(p, c, idx, tgt)
-    loss.backward()
-    out = {"loss": loss.detach().reshape(1)}
-    for k, v in params.items():
-        out["param." + k] = v
-        out["grad." + k] = p[k].grad if p[k].grad is not None else torch.zeros_like(v)
-    write_safetensors(a.out, out)
-    print(f"torch {torch.__version__} (float64): loss {loss.item():.9f}")
+    run_reference(parse_config, loss_of, torch.float64, "float64")
 
 
 if __name__ == "__main__":
