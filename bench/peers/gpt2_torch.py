@@ -151,9 +151,11 @@ def read_tokens(path, vocab):
         data = f.read()
     if path.endswith(".bin"):
         magic, version, count = struct.unpack("<3i", data[:12])
-        if magic != 20240520 or version != 1:
+        formats = {(20240520, 1): "<u2", (20240801, 7): "<u4"}  # llm.c's GPT-2 and Llama 3 files
+        if (magic, version) not in formats:
             sys.exit(f"gpt2_torch.py: {path} is not an llm.c token file")
-        toks = np.frombuffer(data[1024:1024 + 2 * count], dtype="<u2").astype(np.int64)
+        dtype = np.dtype(formats[(magic, version)])
+        toks = np.frombuffer(data[1024:1024 + dtype.itemsize * count], dtype=dtype).astype(np.int64)
     else:
         toks = np.frombuffer(data, dtype=np.uint8).astype(np.int64)
     if toks.max(initial=0) >= vocab:

@@ -104,9 +104,9 @@ Task<int> run(Runtime& rt, Args a) {
     ops::AdamWState state(ref.params().flat().size());
     const auto ranges = ref.params().ranges();
 
-    auto tokens = std::make_shared<std::vector<std::uint16_t>>();
+    auto tokens = std::make_shared<gpt2::Tokens>();
     for (std::size_t i = 0; i < 4096; ++i) {
-      tokens->push_back(static_cast<std::uint16_t>(gpt2::splitmix64(i) % static_cast<std::uint64_t>(cfg.vocab)));
+      tokens->push_back(static_cast<gpt2::Token>(gpt2::splitmix64(i) % static_cast<std::uint64_t>(cfg.vocab)));
     }
     gpt2::DataLoader mine(tokens, {.batch = a.batch, .seq_len = a.seq, .rank = rank, .world = world});
     gpt2::DataLoader global(tokens, {.batch = a.batch * static_cast<std::size_t>(world), .seq_len = a.seq});

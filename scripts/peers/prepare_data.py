@@ -10,7 +10,9 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 20240520, 1
+# llm.c's two formats (its dev/data/data_common.py): GPT-2's uint16 tokens and Llama 3's uint32.
+U16 = (20240520, 1, "H")
+U32 = (20240801, 7, "I")
 EOT = "<|endoftext|>"
 
 
@@ -19,12 +21,15 @@ def fail(msg):
     sys.exit(2)
 
 
-def write_llmc(path, tokens):
-    """llm.c's format: 256 int32 header (magic, version, count), then uint16 tokens; atomic."""
-    body = array.array("H", tokens)
+def write_llmc(path, tokens, vocab):
+    """llm.c's format: 256 int32 header (magic, version, count), then the tokens, uint16 when the
+    vocabulary's ids fit them, else uint32; atomic."""
+    magic, version, code = U16 if vocab <= 1 << 16 else U32
+    body = array.array(code, tokens)
+    assert body.itemsize == (2 if code == "H" else 4)
     if sys.byteorder != "little":
         body.byteswap()
-    header = struct.pack("<3i", MAGIC, VERSION, len(tokens)) + bytes(4 * 253)
+    header = struct.pack("<3i", magic, version, len(tokens)) + bytes(4 * 253)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(header)
@@ -61,8 +66,8 @@ def main():
     a = ap.parse_args()
     if not 0 <= a.val_fraction < 1:
         fail(f"--val-fraction {a.val_fraction} is not in [0, 1)")
-    if a.tokenizer == "bpe" and not 257 <= a.vocab_size <= 65535:
-        fail(f"--vocab-size {a.vocab_size} is not in [257, 65535] (token files hold uint16 ids)")
+    if a.tokenizer == "bpe" and not 257 <= a.vocab_size <= 1 << 24:
+        fail(f"--vocab-size {a.vocab_size} is not in [257, 16777216]")
     texts = []
     for f in a.files:
         try:
@@ -80,10 +85,10 @@ def main():
     train, val = tokens[:len(tokens) - n_val], tokens[len(tokens) - n_val:]
     if len(train) < 2:
         fail(f"{len(tokens)} tokens in all: too few to train on")
-    write_llmc(os.path.join(a.out, "train.bin"), train)
+    write_llmc(os.path.join(a.out, "train.bin"), train, vocab)
     flags = f"--model tiny,vocab={vocab} --data {a.out}/train.bin"
     if val:
-        write_llmc(os.path.join(a.out, "val.bin"), val)
+        write_llmc(os.path.join(a.out, "val.bin"), val, vocab)
         flags += f" --val-data {a.out}/val.bin --eval-every 100"
     if a.tokenizer == "bpe":
         flags += f" --tokenizer {a.out}/tokenizer.json"

@@ -25,8 +25,8 @@ const std::string kModel = " --model layers=1,heads=2,width=32,vocab=64,context=
 
 // n tokens of a fixed pseudo-random sequence in [0, 64).
 std::string token_file(const fs::path& dir, const std::string& name, std::size_t n, std::uint32_t seed) {
-  std::vector<std::uint16_t> t(n);
-  for (auto& v : t) v = static_cast<std::uint16_t>((seed = seed * 1664525u + 1013904223u) >> 26);
+  coshard::gpt2::Tokens t(n);
+  for (auto& v : t) v = static_cast<coshard::gpt2::Token>((seed = seed * 1664525u + 1013904223u) >> 26);
   const auto path = dir / name;
   coshard::gpt2::write_llmc_tokens(path, t);
   return path.string();
@@ -124,6 +124,48 @@ TEST(TrainerData, TokenizersThatCannotDecodeAreNamedBeforeTraining) {
     EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained: " << r.output;
   }
+}
+
+// llm.c's uint32 files (its Llama 3 format) train as uint16 files do: the same tokens in either
+// give the same losses, a uint32 file feeds a vocabulary above 65,536, and a uint16 file given to
+// one is refused before the first step.
+TEST(TrainerData, Uint32TokenFilesTrainAndFeedVocabulariesAboveUint16s) {
+  auto d = temp_dir("data-u32");
+  namespace gpt2 = coshard::gpt2;
+  const auto u16 = token_file(d, "u16.bin", 300, 31);
+  const auto same = gpt2::read_llmc_tokens(u16, 64);
+  const auto u32 = (d / "u32.bin").string();
+  gpt2::write_llmc_tokens(u32, same, gpt2::kLlmcU32);
+  const auto losses = [&](const std::string& data) {
+    auto r = run_command(launch(kRanks, "--steps 3 --log-json - --data " + data + kModel));
+    EXPECT_EQ(r.rc, 0) << r.output;
+    std::vector<double> out;
+    for (const auto& s : step_records(r.output)) out.push_back(s["loss"].get<double>());
+    return out;
+  };
+  const auto a = losses(u16), b = losses(u32);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+
+  // Ids across the whole of a vocabulary of 70,001, most of them above what uint16 holds.
+  constexpr std::int64_t kVocab = 70001;
+  gpt2::Tokens wide(300);
+  for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = static_cast<gpt2::Token>((i * 7919u) % kVocab);
+  const auto big = (d / "big.bin").string();
+  gpt2::write_llmc_tokens(big, wide, gpt2::llmc_format_for(kVocab));
+  const std::string llama = " --model llama-tiny,vocab=" + std::to_string(kVocab) + " --seq 16 --batch 2 ";
+  auto r = run_command(launch(kRanks, "--steps 2 --log-json - --data " + big + llama));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto s = step_records(r.output);
+  ASSERT_EQ(s.size(), 2u) << r.output;
+  EXPECT_NEAR(s[0]["loss"].get<double>(), std::log(static_cast<double>(kVocab)), 0.3) << r.output;
+
+  r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 --data " + u16 + llama);
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("holds uint16 tokens, which cannot hold the ids of the model's vocabulary of 70001"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained: " << r.output;
 }
 
 }  // namespace

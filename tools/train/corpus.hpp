@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "coshard/gpt2/data.hpp"
+
 namespace coshard::train {
 
 struct Addition {
@@ -19,12 +21,12 @@ class AdditionCorpus {
   static constexpr int kMaxOperand = 10;  // a, b in [0, 10): 100 facts
   explicit AdditionCorpus(std::uint64_t seed, std::size_t lines = 60000);
   // The text as byte tokens.
-  const std::vector<std::uint16_t>& tokens() const noexcept { return tokens_; }
+  const gpt2::Tokens& tokens() const noexcept { return tokens_; }
   // `n` prompts spread over the facts, deterministic.
   std::vector<Addition> probes(std::size_t n) const;
 
  private:
-  std::vector<std::uint16_t> tokens_;
+  gpt2::Tokens tokens_;
 };
 
 }  // namespace coshard::train

@@ -40,7 +40,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // The token stream: --data, or the embedded corpus (kept for the samples at the end).
-std::vector<std::uint16_t> load_tokens(const train::TrainOptions& o, train::Inputs& in) {
+gpt2::Tokens load_tokens(const train::TrainOptions& o, train::Inputs& in) {
   if (!o.data.empty()) return gpt2::read_tokens(o.data, o.config.vocab());
   if (o.config.vocab() < 256) {
     throw Error(Errc::bad_config, "the embedded corpus is byte text and needs --model vocab >= 256 (it is " +
@@ -54,7 +54,7 @@ std::string data_name(const train::TrainOptions& o) { return o.data.empty() ? "t
 
 // Every token is training data unless validation is asked for: --val-data names its own file,
 // --val-fraction holds out the end of --data (at least one sequence).
-void split_validation(std::vector<std::uint16_t> tokens, const train::TrainOptions& o, train::Inputs& in) {
+void split_validation(gpt2::Tokens tokens, const train::TrainOptions& o, train::Inputs& in) {
   const std::size_t need = static_cast<std::size_t>(o.seq + 1);
   const auto too_few = [&](const std::string& what, std::size_t n, const std::string& fix) {
     return Error(Errc::bad_config, what + " has " + std::to_string(n) + " tokens, fewer than one sequence of --seq " +
@@ -63,18 +63,18 @@ void split_validation(std::vector<std::uint16_t> tokens, const train::TrainOptio
   if (!o.val_data.empty()) {
     auto val = gpt2::read_tokens(o.val_data, o.config.vocab());
     if (val.size() < need) throw too_few("--val-data " + o.val_data, val.size(), "give more data or a smaller --seq");
-    in.val = std::make_shared<const std::vector<std::uint16_t>>(std::move(val));
+    in.val = std::make_shared<const gpt2::Tokens>(std::move(val));
   } else if (o.val_fraction > 0) {
     const auto val = std::max(need, static_cast<std::size_t>(static_cast<double>(tokens.size()) * o.val_fraction));
     if (tokens.size() < val + need) {
       throw too_few(data_name(o) + " less the validation split (--val-fraction)", tokens.size() - std::min(val, tokens.size()),
                     "give more data, a smaller --val-fraction or --val-data");
     }
-    in.val = std::make_shared<const std::vector<std::uint16_t>>(tokens.end() - static_cast<std::ptrdiff_t>(val), tokens.end());
+    in.val = std::make_shared<const gpt2::Tokens>(tokens.end() - static_cast<std::ptrdiff_t>(val), tokens.end());
     tokens.resize(tokens.size() - val);
   }
   if (tokens.size() < need) throw too_few(data_name(o), tokens.size(), "give more data or a smaller --seq");
-  in.train = std::make_shared<const std::vector<std::uint16_t>>(std::move(tokens));
+  in.train = std::make_shared<const gpt2::Tokens>(std::move(tokens));
 }
 
 // What the run trains and validates on, said once.

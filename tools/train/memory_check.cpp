@@ -42,14 +42,9 @@ int shard_group_size(const TrainOptions& o, const transport::LaunchEnv& env) {
   }
 }
 
-// What a token file takes loaded: an llm.c file its size; text, read a byte a token, two bytes a byte.
+// What a token file takes loaded: its tokens, 32 bits each whatever the file holds.
 double data_bytes(const std::string& path) {
-  std::error_code ec;
-  const auto n = path.empty() ? 0 : fs::file_size(path, ec);
-  if (ec || n == 0) return 0;  // an unreadable file is named when it is loaded
-  std::int32_t magic = 0;
-  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(&magic), sizeof magic);
-  return static_cast<double>(n) * (magic == gpt2::kLlmcMagic ? 1 : 2);
+  return path.empty() ? 0 : static_cast<double>(gpt2::tokens_in(path) * sizeof(gpt2::Token));
 }
 
 std::optional<double> number_in(const fs::path& file) {

@@ -1,6 +1,6 @@
 """The reference scripts' file I/O: safetensors (json + struct + torch.frombuffer: F32, BF16 and
-F16; a "transformer." prefix is dropped) and llm.c token files, in plain Python and Debian's torch;
-and their one command line (run_reference).
+F16; a "transformer." prefix is dropped) and llm.c token files (uint16 or uint32 tokens), in plain
+Python and Debian's torch; and their one command line (run_reference).
 """
 import argparse
 import json
@@ -51,8 +51,10 @@ def read_tokens(path):
     with open(path, "rb") as f:
         data = f.read()
     magic, version, count = struct.unpack("<3i", data[:12])
-    assert magic == 20240520 and version == 1, "not an llm.c token file"
-    return torch.from_numpy(np.frombuffer(data[1024:1024 + 2 * count], dtype="<u2").astype(np.int64))
+    formats = {(20240520, 1): "<u2", (20240801, 7): "<u4"}  # llm.c's GPT-2 and Llama 3 files
+    assert (magic, version) in formats, "not an llm.c token file"
+    dtype = np.dtype(formats[(magic, version)])
+    return torch.from_numpy(np.frombuffer(data[1024:1024 + dtype.itemsize * count], dtype=dtype).astype(np.int64))
 
 
 def run_reference(parse_config, loss_of, dtype, label):

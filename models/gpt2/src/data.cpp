@@ -1,5 +1,6 @@
 #include "coshard/gpt2/data.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstring>
@@ -19,7 +20,7 @@ Error corrupt(const std::filesystem::path& path, const std::string& msg) {
   return Error(Errc::corrupt_file, "token file '" + path.string() + "': " + msg);
 }
 
-void check_vocab(const std::filesystem::path& path, std::span<const std::uint16_t> tokens, std::int64_t vocab,
+void check_vocab(const std::filesystem::path& path, std::span<const Token> tokens, std::int64_t vocab,
                  std::uint64_t first_byte, std::uint64_t bytes_per_token) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab) {
@@ -32,66 +33,132 @@ void check_vocab(const std::filesystem::path& path, std::span<const std::uint16_
 
 constexpr std::size_t kHeaderInts = 256;
 constexpr std::uint64_t kHeaderBytes = kHeaderInts * 4;
+constexpr std::int64_t kU16Vocab = std::int64_t{1} << 16;
+
+std::string format_name(const LlmcFormat& f) {
+  return "uint" + std::to_string(8 * f.token_bytes) + " tokens (magic " + std::to_string(f.magic) + ", version " +
+         std::to_string(f.version) + ")";
+}
+
+template <typename Word>
+void read_words(const std::filesystem::path& path, Tokens& tokens) {
+  std::vector<Word> words(tokens.size());
+  read_at(path, kHeaderBytes, std::as_writable_bytes(std::span<Word>(words)));
+  std::copy(words.begin(), words.end(), tokens.begin());
+}
+
+template <typename Word>
+void write_words(const std::filesystem::path& path, std::span<const std::byte> header, std::span<const Token> tokens) {
+  const std::vector<Word> words(tokens.begin(), tokens.end());
+  const std::array<std::span<const std::byte>, 2> parts{header, std::as_bytes(std::span<const Word>(words))};
+  write_atomic(path, parts);
+}
 
 }  // namespace
 
-std::vector<std::uint16_t> read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+const LlmcFormat& llmc_format_for(std::int64_t vocab) { return vocab <= kU16Vocab ? kLlmcU16 : kLlmcU32; }
+
+TokenFileInfo read_llmc_header(const std::filesystem::path& path) {
   const std::uint64_t size = coshard::file_size(path);
   if (size < kHeaderBytes) {
     throw corrupt(path, "the file has " + std::to_string(size) + " bytes, less than llm.c's 1024-byte header (truncated?)");
   }
   std::array<std::int32_t, kHeaderInts> header{};
   read_at(path, 0, std::as_writable_bytes(std::span<std::int32_t>(header)));
-  if (header[0] != kLlmcMagic) {
-    throw corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcMagic) +
-                            " (not an llm.c token file)");
+  const LlmcFormat* format = nullptr;
+  for (const LlmcFormat* f : {&kLlmcU16, &kLlmcU32}) {
+    if (header[0] == f->magic) format = f;
   }
-  if (header[1] != kLlmcVersion) {
-    throw corrupt(path, "version " + std::to_string(header[1]) + " at byte 4, expected " + std::to_string(kLlmcVersion));
+  if (format == nullptr) {
+    throw corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcU16.magic) +
+                            " (uint16 tokens) or " + std::to_string(kLlmcU32.magic) + " (uint32 tokens) (not an llm.c token file)");
+  }
+  if (header[1] != format->version) {
+    throw corrupt(path, "version " + std::to_string(header[1]) + " at byte 4, expected " + std::to_string(format->version) +
+                            " for magic " + std::to_string(format->magic));
   }
   if (header[2] < 0) throw corrupt(path, "negative token count " + std::to_string(header[2]) + " at byte 8");
   const auto count = static_cast<std::uint64_t>(header[2]);
-  if (size != kHeaderBytes + 2 * count) {
-    throw corrupt(path, "the header announces " + std::to_string(count) + " tokens (" + std::to_string(kHeaderBytes + 2 * count) +
-                            " bytes) but the file has " + std::to_string(size) + " bytes" +
-                            (size < kHeaderBytes + 2 * count ? " (truncated)" : ""));
+  const std::uint64_t expected = kHeaderBytes + format->token_bytes * count;
+  if (size != expected) {
+    throw corrupt(path, "the header announces " + std::to_string(count) + " uint" + std::to_string(8 * format->token_bytes) +
+                            " tokens (" + std::to_string(expected) + " bytes) but the file has " + std::to_string(size) +
+                            " bytes" + (size < expected ? " (truncated)" : ""));
   }
-  std::vector<std::uint16_t> tokens(count);
-  read_at(path, kHeaderBytes, std::as_writable_bytes(std::span<std::uint16_t>(tokens)));
-  check_vocab(path, tokens, vocab, kHeaderBytes, 2);
+  return {*format, count};
+}
+
+Tokens read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+  const TokenFileInfo info = read_llmc_header(path);
+  if (info.format.token_bytes == 2 && vocab > kU16Vocab) {
+    throw corrupt(path, "it holds uint16 tokens, which cannot hold the ids of the model's vocabulary of " +
+                            std::to_string(vocab) + " (above 65,536): tokenize the data again into " + format_name(kLlmcU32) +
+                            ", llm.c's Llama 3 format, which scripts/prepare-data writes when the vocabulary needs it");
+  }
+  Tokens tokens(info.count);
+  if (info.format.token_bytes == 2) {
+    read_words<std::uint16_t>(path, tokens);
+  } else {
+    read_words<std::uint32_t>(path, tokens);
+  }
+  check_vocab(path, tokens, vocab, kHeaderBytes, info.format.token_bytes);
   return tokens;
 }
 
-void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+void write_llmc_tokens(const std::filesystem::path& path, std::span<const Token> tokens, const LlmcFormat& format) {
   if (tokens.size() > static_cast<std::size_t>(INT32_MAX)) {
     throw Error(Errc::invalid_argument, "write_llmc_tokens: " + std::to_string(tokens.size()) +
                                             " tokens do not fit llm.c's int32 count");
   }
+  if (format.token_bytes != 2 && format.token_bytes != 4) {
+    throw Error(Errc::invalid_argument, "write_llmc_tokens: tokens of " + std::to_string(format.token_bytes) +
+                                            " bytes; llm.c's files hold 2 or 4");
+  }
+  if (format.token_bytes == 2) {
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] >= kU16Vocab) {
+        throw Error(Errc::invalid_argument, "write_llmc_tokens '" + path.string() + "': token " + std::to_string(i) + " is " +
+                                                std::to_string(tokens[i]) + ", too large for uint16 tokens; write " +
+                                                format_name(kLlmcU32) + " (llmc_format_for(vocab) picks it)");
+      }
+    }
+  }
   std::array<std::int32_t, kHeaderInts> header{};
-  header[0] = kLlmcMagic;
-  header[1] = kLlmcVersion;
+  header[0] = format.magic;
+  header[1] = format.version;
   header[2] = static_cast<std::int32_t>(tokens.size());
-  const std::array<std::span<const std::byte>, 2> parts{std::as_bytes(std::span<const std::int32_t>(header)),
-                                                        std::as_bytes(tokens)};
-  write_atomic(path, parts);
+  const auto head = std::as_bytes(std::span<const std::int32_t>(header));
+  if (format.token_bytes == 2) {
+    write_words<std::uint16_t>(path, head, tokens);
+  } else {
+    write_words<std::uint32_t>(path, head, tokens);
+  }
 }
 
-std::vector<std::uint16_t> read_text_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+Tokens read_text_tokens(const std::filesystem::path& path, std::int64_t vocab) {
   const std::uint64_t size = coshard::file_size(path);
   std::vector<unsigned char> bytes(size);
   read_at(path, 0, std::as_writable_bytes(std::span<unsigned char>(bytes)));
-  std::vector<std::uint16_t> tokens(bytes.begin(), bytes.end());
+  Tokens tokens(bytes.begin(), bytes.end());
   check_vocab(path, tokens, vocab, 0, 1);
   return tokens;
 }
 
-std::vector<std::uint16_t> read_tokens(const std::filesystem::path& path, std::int64_t vocab) {
+Tokens read_tokens(const std::filesystem::path& path, std::int64_t vocab) {
   return path.extension() == ".bin" ? read_llmc_tokens(path, vocab) : read_text_tokens(path, vocab);
+}
+
+std::uint64_t tokens_in(const std::filesystem::path& path) noexcept {
+  try {
+    return path.extension() == ".bin" ? read_llmc_header(path).count : coshard::file_size(path);
+  } catch (...) {
+    return 0;
+  }
 }
 
 // ---- DataLoader ----
 
-DataLoader::DataLoader(std::shared_ptr<const std::vector<std::uint16_t>> tokens, LoaderOptions options)
+DataLoader::DataLoader(std::shared_ptr<const Tokens> tokens, LoaderOptions options)
     : tokens_(std::move(tokens)), o_(options) {
   if (!tokens_) throw Error(Errc::invalid_argument, "DataLoader: no tokens");
   if (o_.batch == 0 || o_.seq_len == 0) throw Error(Errc::invalid_argument, "DataLoader: batch and seq_len must be >= 1");
@@ -149,8 +216,8 @@ Batch DataLoader::batch(std::int64_t step) const {
     const std::int64_t g = first + static_cast<std::int64_t>(i);
     const auto start = static_cast<std::size_t>(sequence_start(g));
     for (std::size_t t = 0; t < b.T; ++t) {
-      b.inputs[i * b.T + t] = tok[start + t];
-      b.targets[i * b.T + t] = tok[start + t + 1];
+      b.inputs[i * b.T + t] = static_cast<std::int32_t>(tok[start + t]);
+      b.targets[i * b.T + t] = static_cast<std::int32_t>(tok[start + t + 1]);
     }
   }
   return b;

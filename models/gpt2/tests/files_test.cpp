@@ -220,16 +220,17 @@ TEST_F(Gpt2Files, BadCheckpointsLeaveTheModelUntouched) {
 }
 
 TEST_F(Gpt2Files, LlmcTokensRoundTripAndBadFiles) {
-  const std::vector<std::uint16_t> toks = {0, 1, 50256, 7, 65535, 3};
+  const Tokens toks = {0, 1, 50256, 7, 65535, 3};
   const auto p = file("t.bin");
   write_llmc_tokens(p, toks);
   EXPECT_EQ(fs::file_size(p), 1024u + 2 * toks.size());
   EXPECT_EQ(read_llmc_tokens(p, 65536), toks);
   EXPECT_EQ(read_tokens(p, 65536), toks);
+  EXPECT_EQ(tokens_in(p), toks.size());
   EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 50257); }), "token 4 (byte 1032) is 65535, outside the vocabulary [0, 50257)");
   std::string bytes = read_bytes(p);
   write_bytes(p, bytes.substr(0, bytes.size() - 1));
-  EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 65536); }), "announces 6 tokens (1036 bytes) but the file has 1035 bytes (truncated)");
+  EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 65536); }), "announces 6 uint16 tokens (1036 bytes) but the file has 1035 bytes (truncated)");
   write_bytes(p, bytes.substr(0, 100));
   EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 65536); }), "less than llm.c's 1024-byte header");
   std::string bad = bytes;
@@ -244,10 +245,45 @@ TEST_F(Gpt2Files, LlmcTokensRoundTripAndBadFiles) {
   EXPECT_EQ(error_of([&] { read_llmc_tokens(file("none.bin"), 10); }, Errc::io).find("none.bin") != std::string::npos, true);
 }
 
+// llm.c's Llama 3 format: uint32 tokens, for ids a uint16 file cannot hold.
+TEST_F(Gpt2Files, LlmcUint32TokensRoundTripAndAreChecked) {
+  const Tokens toks = {0, 65536, 128255, 7};
+  const auto p = file("t32.bin");
+  EXPECT_EQ(&llmc_format_for(65536), &kLlmcU16);
+  EXPECT_EQ(&llmc_format_for(65537), &kLlmcU32);
+  EXPECT_EQ(&llmc_format_for(128256), &kLlmcU32);
+  EXPECT_HAS(error_of([&] { write_llmc_tokens(p, toks, kLlmcU16); }, Errc::invalid_argument),
+             "token 1 is 65536, too large for uint16 tokens");
+  write_llmc_tokens(p, toks, llmc_format_for(128256));
+  EXPECT_EQ(fs::file_size(p), 1024u + 4 * toks.size());
+  const std::string bytes = read_bytes(p);
+  std::int32_t head[3];
+  std::memcpy(head, bytes.data(), sizeof head);
+  EXPECT_EQ(head[0], 20240801);  // llm.c's dev/data/data_common.py, "llama-3"
+  EXPECT_EQ(head[1], 7);
+  EXPECT_EQ(head[2], 4);
+  EXPECT_EQ(read_llmc_tokens(p, 128256), toks);
+  EXPECT_EQ(tokens_in(p), toks.size());
+  EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 100000); }), "token 2 (byte 1032) is 128255, outside the vocabulary [0, 100000)");
+  write_bytes(p, bytes.substr(0, bytes.size() - 2));
+  EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 128256); }),
+             "announces 4 uint32 tokens (1040 bytes) but the file has 1038 bytes (truncated)");
+  EXPECT_EQ(tokens_in(p), 0u);
+  std::string bad = bytes;
+  bad[4] = 1;  // GPT-2's version under Llama 3's magic
+  write_bytes(p, bad);
+  EXPECT_HAS(error_of([&] { read_llmc_tokens(p, 128256); }), "version 1 at byte 4, expected 7 for magic 20240801");
+  // A uint16 file cannot have been written by a tokenizer of a vocabulary above 65,536.
+  const auto p16 = file("t16.bin");
+  write_llmc_tokens(p16, Tokens{1, 2, 3});
+  EXPECT_HAS(error_of([&] { read_llmc_tokens(p16, 128256); }), "uint16 tokens, which cannot hold the ids of the model's vocabulary of 128256");
+}
+
 TEST_F(Gpt2Files, TextIsBytes) {
   const auto p = file("t.txt");
   write_bytes(p, std::string("hi\n\xff", 4));
-  EXPECT_EQ(read_tokens(p, 256), (std::vector<std::uint16_t>{'h', 'i', '\n', 255}));
+  EXPECT_EQ(read_tokens(p, 256), (Tokens{'h', 'i', '\n', 255}));
+  EXPECT_EQ(tokens_in(p), 4u);
   EXPECT_HAS(error_of([&] { read_text_tokens(p, 200); }), "token 3 (byte 3) is 255, outside the vocabulary [0, 200)");
 }
 
@@ -258,8 +294,8 @@ std::vector<std::vector<std::int32_t>> rows(const Batch& b) {
 }
 
 TEST(Gpt2Loader, GlobalBatchIsTheSameForAnyRankCount) {
-  auto toks = std::make_shared<std::vector<std::uint16_t>>();
-  for (int i = 0; i < 1000; ++i) toks->push_back(static_cast<std::uint16_t>(i));
+  auto toks = std::make_shared<Tokens>();
+  for (int i = 0; i < 1000; ++i) toks->push_back(static_cast<Token>(i));
   for (bool shuffle : {false, true}) {
     DataLoader one(toks, {.batch = 6, .seq_len = 8, .rank = 0, .world = 1, .shuffle = shuffle, .seed = 9});
     for (std::int64_t step : {0, 1, 2, 20, 21, 40}) {  // 124 sequences: steps past 20 wrap
@@ -275,8 +311,8 @@ TEST(Gpt2Loader, GlobalBatchIsTheSameForAnyRankCount) {
 }
 
 TEST(Gpt2Loader, SequentialLayoutTargetsAndWrap) {
-  auto toks = std::make_shared<std::vector<std::uint16_t>>();
-  for (int i = 0; i < 50; ++i) toks->push_back(static_cast<std::uint16_t>(i));
+  auto toks = std::make_shared<Tokens>();
+  for (int i = 0; i < 50; ++i) toks->push_back(static_cast<Token>(i));
   DataLoader l(toks, {.batch = 2, .seq_len = 10, .rank = 0, .world = 1});
   EXPECT_EQ(l.sequences(), 4);  // (50 - 1) / 10
   auto b = l.next();
@@ -307,7 +343,7 @@ TEST(Gpt2Loader, SequentialLayoutTargetsAndWrap) {
 }
 
 TEST(Gpt2Loader, ShuffleIsASeededPermutationPerEpoch) {
-  auto toks = std::make_shared<std::vector<std::uint16_t>>(1001, 0);
+  auto toks = std::make_shared<Tokens>(1001, 0);
   DataLoader a(toks, {.batch = 1, .seq_len = 10, .shuffle = true, .seed = 1});
   DataLoader b(toks, {.batch = 1, .seq_len = 10, .shuffle = true, .seed = 1});
   DataLoader c(toks, {.batch = 1, .seq_len = 10, .shuffle = true, .seed = 2});

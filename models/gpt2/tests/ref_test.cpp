@@ -49,8 +49,8 @@ Compared compare_with_torch(const std::string& spec, DType weights_dtype, std::s
   }
   save_model(dir / "w.safetensors", m.params(), weights_dtype);
   load_model(dir / "w.safetensors", m.params(), c);  // the values PyTorch sees (rounded when bf16/f16)
-  std::vector<std::uint16_t> toks(2 * B * T);
-  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint16_t>(splitmix64(77 + i) % static_cast<std::uint64_t>(c.vocab));
+  Tokens toks(2 * B * T);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<Token>(splitmix64(77 + i) % static_cast<std::uint64_t>(c.vocab));
   write_llmc_tokens(dir / "t.bin", toks);
   std::vector<std::int32_t> x(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(B * T)),
       y(toks.begin() + static_cast<std::ptrdiff_t>(B * T), toks.end());

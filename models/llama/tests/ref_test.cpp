@@ -39,9 +39,9 @@ void compare_with_torch(const std::string& spec, std::size_t B, std::size_t T) {
     }
   }
   models::save_params(dir / "w.safetensors", m.params());
-  std::vector<std::uint16_t> toks(2 * B * T);
+  gpt2::Tokens toks(2 * B * T);
   for (std::size_t i = 0; i < toks.size(); ++i) {
-    toks[i] = static_cast<std::uint16_t>(models::splitmix64(77 + i) % static_cast<std::uint64_t>(c.vocab));
+    toks[i] = static_cast<gpt2::Token>(models::splitmix64(77 + i) % static_cast<std::uint64_t>(c.vocab));
   }
   gpt2::write_llmc_tokens(dir / "t.bin", toks);
   const std::vector<std::int32_t> x(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(B * T)),

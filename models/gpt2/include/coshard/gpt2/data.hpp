@@ -1,10 +1,12 @@
 #pragma once
 // Token data and the data loader.
 //
-// llm.c's token files (.bin): a header of 256 little-endian int32 (magic 20240520, version 1,
-// token count, the rest zero), then the tokens as uint16. Plain text: each byte is a token
-// (vocabulary 256). Errors name the file and the position: bad magic or version, a size that
-// does not match the count (truncated), a token id >= vocab.
+// llm.c's token files (.bin): a header of 256 little-endian int32 (magic, version, token count,
+// the rest zero), then the tokens, in one of llm.c's two formats: GPT-2's (magic 20240520,
+// version 1, uint16 tokens) and Llama 3's (magic 20240801, version 7, uint32 tokens, for a
+// vocabulary above 65,536). Plain text: each byte is a token (vocabulary 256). Errors name the
+// file and the position: bad magic or version, a size that does not match the count (truncated),
+// a token id >= vocab, a uint16 file given to a model whose vocabulary it cannot hold.
 //
 // The loader cuts the tokens into sequences of T + 1 tokens starting every T tokens (llm.c's
 // layout; inputs are the first T, targets the last T). Step s's global batch is the sequences
@@ -21,17 +23,38 @@
 
 namespace coshard::gpt2 {
 
-inline constexpr std::int32_t kLlmcMagic = 20240520;
-inline constexpr std::int32_t kLlmcVersion = 1;
+// Tokens in memory are 32-bit whatever the file holds, so one loader serves every vocabulary.
+using Token = std::uint32_t;
+using Tokens = std::vector<Token>;
 
-// Reads an llm.c token file; every token must be < vocab.
-std::vector<std::uint16_t> read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab);
-// Writes one atomically (tokens < 65536).
-void write_llmc_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
+struct LlmcFormat {
+  std::int32_t magic = 0, version = 0;
+  std::uint32_t token_bytes = 0;  // 2 or 4
+};
+inline constexpr LlmcFormat kLlmcU16{20240520, 1, 2};  // GPT-2's
+inline constexpr LlmcFormat kLlmcU32{20240801, 7, 4};  // llm.c's Llama 3 files
+// The narrowest format that holds every id of a vocabulary.
+const LlmcFormat& llmc_format_for(std::int64_t vocab);
+
+struct TokenFileInfo {
+  LlmcFormat format;
+  std::uint64_t count = 0;
+};
+// An llm.c file's header, checked against its size.
+TokenFileInfo read_llmc_header(const std::filesystem::path& path);
+// Reads an llm.c token file of either format; every token must be < vocab, and a uint16 file
+// cannot feed a vocabulary above 65,536 (its ids would have been cut to 16 bits when written).
+Tokens read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab);
+// Writes one atomically; every token must fit the format.
+void write_llmc_tokens(const std::filesystem::path& path, std::span<const Token> tokens,
+                       const LlmcFormat& format = kLlmcU16);
 // A file's bytes as tokens (vocab must be >= 256).
-std::vector<std::uint16_t> read_text_tokens(const std::filesystem::path& path, std::int64_t vocab);
+Tokens read_text_tokens(const std::filesystem::path& path, std::int64_t vocab);
 // ".bin": read_llmc_tokens, anything else: read_text_tokens.
-std::vector<std::uint16_t> read_tokens(const std::filesystem::path& path, std::int64_t vocab);
+Tokens read_tokens(const std::filesystem::path& path, std::int64_t vocab);
+// The tokens read_tokens would load from a file, from its header or size; 0 when it cannot tell
+// (read_tokens names the problem).
+std::uint64_t tokens_in(const std::filesystem::path& path) noexcept;
 
 struct LoaderOptions {
   std::size_t batch = 4;     // B: sequences per rank per step
@@ -51,7 +74,7 @@ struct Batch {
 class DataLoader {
  public:
   // Needs at least T + 1 tokens. Throws Errc::invalid_argument on bad options.
-  DataLoader(std::shared_ptr<const std::vector<std::uint16_t>> tokens, LoaderOptions options);
+  DataLoader(std::shared_ptr<const Tokens> tokens, LoaderOptions options);
 
   // This rank's batch of `step` (random access, deterministic).
   Batch batch(std::int64_t step) const;
@@ -66,7 +89,7 @@ class DataLoader {
   const LoaderOptions& options() const noexcept { return o_; }
 
  private:
-  std::shared_ptr<const std::vector<std::uint16_t>> tokens_;
+  std::shared_ptr<const Tokens> tokens_;
   LoaderOptions o_;
   std::int64_t sequences_ = 0;
   std::int64_t step_ = 0;
