@@ -10,6 +10,7 @@
 usage: <peer venv>/bin/python hf_interop_test.py GPT2_TRAIN_BIN
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,15 +21,13 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-B, T, TOL = 2, 32, 1e-5
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop  # noqa: E402
+from interop import close, write_tokens  # noqa: E402
+
+B, T = 2, 32
 SHAPE = dict(n_layer=2, n_head=4, n_embd=96, vocab_size=256, n_positions=64)
 MODEL = "layers=2,heads=4,width=96,vocab=256,context=64"
-
-
-def write_tokens(path, tokens):
-    header = np.zeros(256, dtype="<i4")
-    header[:3] = [20240520, 1, len(tokens)]
-    path.write_bytes(header.tobytes() + np.asarray(tokens, dtype="<u2").tobytes())
 
 
 def hf_loss(model_dir, tokens):
@@ -42,17 +41,7 @@ def hf_loss(model_dir, tokens):
 
 
 def coshard_loss(train, data, *args):
-    r = subprocess.run([train, "--model", MODEL, "--data", str(data), "--steps", "1", "--batch", str(B), "--seq", str(T),
-                        "--metrics-port", "0", "--samples", "0", "--threads", "1", "--log-json", "-", *args],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, f"gpt2-train {' '.join(args)} failed:\n{r.stdout}{r.stderr}"
-    return json.loads(next(l for l in r.stdout.splitlines() if l.startswith('{"step"')))["loss"], r.stdout
-
-
-def close(a, b, what):
-    rel = abs(a - b) / abs(b)
-    print(f"{what}: coshard {a:.9f}, transformers {b:.9f}, relative difference {rel:.1e}")
-    assert rel <= TOL, f"{what}: relative difference {rel:.2e} over {TOL}"
+    return interop.coshard_loss(train, data, B, T, "--model", MODEL, *args)
 
 
 def main():

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,14 +104,51 @@ TEST(TrainerLlama, AKilledRankIsRestartedAndTheRunContinuesFromItsCheckpoint) {
   }
 }
 
-// Reading and writing Hugging Face Llama directories is not written yet: said before any step.
-TEST(TrainerLlama, HuggingFaceFilesAreRefusedByName) {
+// --save-hf writes a LlamaForCausalLM directory, and --init DIR reads it back with no --model: the
+// directory says what model it is. Its first loss is that of the same weights from --save's file
+// under the --model spec; a --model that disagrees with the directory names both.
+TEST(TrainerLlama, HuggingFaceDirectoriesBothWaysGiveTheModel) {
   auto d = temp_dir("llama-hf");
-  for (const std::string& flag : {"--init " + d.string(), "--save-hf " + (d / "out").string()}) {
-    auto r = run_command(kTrain + " --model llama-tiny " + flag);
-    EXPECT_EQ(r.rc, 2) << r.output;
-    EXPECT_NE(r.output.find("Llama's Hugging Face directories are not implemented yet"), std::string::npos) << r.output;
-  }
+  const std::string spec = "llama-tiny,kv_heads=1,vocab=300,ffn=100";
+  const auto hf = (d / "hf").string(), file = (d / "w.safetensors").string();
+  auto r = run_command(launch(2, "--model " + spec + " --steps 3 --seq 32 --save " + file + " --save-hf " + hf));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("(Hugging Face: LlamaForCausalLM.from_pretrained)"), std::string::npos) << r.output;
+  const auto first_loss = [&](const std::string& args) {
+    auto run = run_command(launch(2, "--steps 1 --seq 32 --log-json - " + args));
+    EXPECT_EQ(run.rc, 0) << run.output;
+    const auto s = step_records(run.output);
+    return s.empty() ? -1.0 : s[0]["loss"].get<double>();
+  };
+  const double from_dir = first_loss("--init " + hf), from_file = first_loss("--model " + spec + " --init " + file);
+  EXPECT_GT(from_dir, 0.0);
+  EXPECT_EQ(from_dir, from_file);
+  EXPECT_EQ(first_loss("--model " + spec + " --init " + hf), from_file);  // a --model that agrees
+
+  r = run_command(kTrain + " --model llama-tiny --init " + hf);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--model llama-tiny is llama layers=2,heads=4,kv_heads=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("holds llama layers=2,heads=4,kv_heads=1,width=64,ffn=100"), std::string::npos) << r.output;
+}
+
+// GPT-2's directories say what they are too: --init DIR trains without --model; another
+// model_type is refused naming it.
+TEST(TrainerLlama, AGpt2DirectoryGivesItsModelAndOtherTypesAreNamed) {
+  auto d = temp_dir("gpt2-hf");
+  const auto hf = (d / "hf").string();
+  auto r = run_command(kTrain + " --metrics-port 0 --samples 0 --model layers=1,heads=2,width=32,vocab=256,context=32 "
+                       "--steps 1 --seq 16 --save-hf " + hf);
+  ASSERT_EQ(r.rc, 0) << r.output;
+  r = run_command(kTrain + " --metrics-port 0 --samples 0 --steps 1 --seq 16 --init " + hf);
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("trained 1 steps"), std::string::npos) << r.output;
+  std::ofstream(d / "hf" / "config.json") << R"({"model_type": "mistral", "hidden_size": 32})";
+  r = run_command(kTrain + " --steps 1 --init " + hf);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("describes a model of type \"mistral\": gpt2-train trains gpt2 (GPT2LMHeadModel) and "
+                          "llama (LlamaForCausalLM)"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

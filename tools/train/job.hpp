@@ -20,7 +20,7 @@ namespace coshard::train {
 struct Inputs {
   std::shared_ptr<const gpt2::Tokens> train, val;
   std::unique_ptr<AdditionCorpus> corpus;  // the embedded default
-  std::optional<gpt2::StateDict> init;
+  std::optional<StateDict> init;
   std::optional<gpt2::Tokenizer> tokenizer;  // decodes samples of --data: --tokenizer, or bytes for vocab 256
 };
 

@@ -122,7 +122,7 @@ void probe_output(const std::string& path, const std::string& what, bool make_pa
 train::Inputs prepare(const train::TrainOptions& o) {
   train::Inputs in;
   split_validation(load_tokens(o, in), o, in);
-  if (!o.init.empty()) in.init = gpt2::read_init(o.init, o.config.gpt2());  // Llama's: refused by parse
+  if (!o.init.empty()) in.init = train::read_init(o.init, o.config);
   if (!o.tokenizer.empty()) {
     in.tokenizer = gpt2::Tokenizer::from_file(o.tokenizer);
     if (static_cast<std::int64_t>(in.tokenizer->size()) != o.config.vocab()) {

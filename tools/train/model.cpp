@@ -1,9 +1,12 @@
 #include "model.hpp"
 
+#include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/model.hpp"
 #include "coshard/gpt2/units.hpp"
+#include "coshard/llama/hf_dir.hpp"
 #include "coshard/llama/model.hpp"
 #include "coshard/llama/units.hpp"
+#include "coshard/models/hf_dir.hpp"
 #include "coshard/models/safetensors.hpp"
 #include "coshard/runtime/error.hpp"
 
@@ -15,6 +18,14 @@ ModelConfig ModelConfig::parse(std::string_view spec) {
   if (spec.starts_with("llama") || llama_keys) return ModelConfig(llama::parse_config(spec));
   if (spec.starts_with("gpt2-")) spec.remove_prefix(5);  // gpt2-124M: the family named
   return ModelConfig(gpt2::parse_config(spec));
+}
+
+ModelConfig ModelConfig::from_hf_dir(const std::filesystem::path& dir) {
+  const std::string type = models::hf_model_type(dir);
+  if (type == "gpt2") return ModelConfig(gpt2::read_hf_config(dir / "config.json"));
+  if (type == "llama") return ModelConfig(llama::read_hf_config(dir / "config.json"));
+  throw Error(Errc::bad_config, "'" + (dir / "config.json").string() + "' describes a model of type \"" + type +
+                                    "\": gpt2-train trains gpt2 (GPT2LMHeadModel) and llama (LlamaForCausalLM)");
 }
 
 std::int64_t ModelConfig::vocab() const noexcept {
@@ -116,6 +127,18 @@ std::unique_ptr<FullModel> make_full_model(const ModelConfig& c, std::uint64_t s
 
 void save_state_dict(const std::filesystem::path& path, const ModelConfig& c, const StateDict& state) {
   models::save_state_dict(path, c.all_params(), state);
+}
+
+StateDict read_init(const std::filesystem::path& path, const ModelConfig& c) {
+  return c.is_llama() ? llama::read_init(path, c.llama()) : gpt2::read_init(path, c.gpt2());
+}
+
+void save_hf_dir(const std::filesystem::path& dir, const ModelConfig& c, const StateDict& state) {
+  if (c.is_llama()) {
+    llama::save_hf_dir(dir, c.llama(), state);
+  } else {
+    gpt2::save_hf_dir(dir, c.gpt2(), state);
+  }
 }
 
 }  // namespace coshard::train

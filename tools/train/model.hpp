@@ -31,6 +31,9 @@ class ModelConfig {
   explicit ModelConfig(llama::Config c) : c_(c) {}
   // --model's text; Errc::bad_config naming the key or the name.
   static ModelConfig parse(std::string_view spec);
+  // The family and shape a Hugging Face model directory's config.json describes; a model_type
+  // other than gpt2 and llama is Errc::bad_config naming it.
+  static ModelConfig from_hf_dir(const std::filesystem::path& dir);
 
   const char* family() const noexcept { return is_llama() ? "llama" : "gpt2"; }
   bool is_llama() const noexcept { return std::holds_alternative<llama::Config>(c_); }
@@ -49,6 +52,8 @@ class ModelConfig {
   double activation_bytes(double B, double T) const noexcept;
   // Parses back with parse(): GPT-2's key=value form, or Llama's (which has kv_heads).
   std::string to_string() const;
+  // transformers' class of the family: GPT2LMHeadModel, LlamaForCausalLM.
+  const char* hf_class() const noexcept { return is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel"; }
   bool operator==(const ModelConfig&) const = default;
 
  private:
@@ -80,5 +85,9 @@ std::unique_ptr<FullModel> make_full_model(const ModelConfig& c, std::uint64_t s
 
 // --save: the parameters under their Hugging Face names, in one safetensors file.
 void save_state_dict(const std::filesystem::path& path, const ModelConfig& c, const StateDict& state);
+// --init: a .safetensors file of Hugging Face names, or a Hugging Face directory of this model.
+StateDict read_init(const std::filesystem::path& path, const ModelConfig& c);
+// --save-hf: a directory transformers' from_pretrained loads as c.hf_class().
+void save_hf_dir(const std::filesystem::path& dir, const ModelConfig& c, const StateDict& state);
 
 }  // namespace coshard::train

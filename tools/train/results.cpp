@@ -125,8 +125,8 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
     std::printf("saved the model to %s\n", o.save.c_str());
   }
   if (!o.save_hf.empty()) {
-    gpt2::save_hf_dir(o.save_hf, o.config.gpt2(), state);  // Llama's: refused by parse
-    std::printf("saved the model to %s (Hugging Face: GPT2LMHeadModel.from_pretrained)\n", o.save_hf.c_str());
+    save_hf_dir(o.save_hf, o.config, state);
+    std::printf("saved the model to %s (Hugging Face: %s.from_pretrained)\n", o.save_hf.c_str(), o.config.hf_class());
   }
   if (want_samples) print_samples(o, job.in, state);
 }

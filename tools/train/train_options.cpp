@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -160,12 +161,13 @@ void add_sharding_flags(CLI::App& app, TrainOptions& o, Words& w) {
 }
 
 void add_output_flags(CLI::App& app, TrainOptions& o, Words& w) {
-  once_each(app.add_option("--init", w.init, "start from this .safetensors (Hugging Face GPT-2 names), or a Hugging Face model "
-                                   "directory (config.json + model.safetensors, as save_pretrained writes)"))
+  once_each(app.add_option("--init", w.init, "start from this .safetensors (Hugging Face names), or a Hugging Face model "
+                                   "directory (GPT2LMHeadModel or LlamaForCausalLM, as save_pretrained writes), which "
+                                   "gives the model: no --model needed"))
       ->check(CLI::ExistingPath);
   app.add_option("--save", o.save, "write the trained model to this .safetensors (atomically)");
   app.add_option("--save-hf", o.save_hf, "write the trained model to this directory as transformers' "
-                                         "GPT2LMHeadModel.from_pretrained(DIR) loads it");
+                                         "from_pretrained(DIR) loads it (GPT2LMHeadModel or LlamaForCausalLM)");
   app.add_option("--eval-every", o.eval_every, "validation loss every N steps and at the end (0: never; needs --val-data "
                                                   "or --val-fraction)")->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on PORT + local rank; 0 picks free ports")
@@ -227,6 +229,28 @@ std::string apply_words(TrainOptions& o, const Words& w) {
   return {};
 }
 
+// A Hugging Face directory as --init says what model it is: it gives the model when --model was
+// not given, and must agree with one that was.
+std::string model_of_init(TrainOptions& o, bool model_given) {
+  if (o.init.empty() || !std::filesystem::is_directory(o.init)) return {};
+  ModelConfig found;
+  try {
+    found = ModelConfig::from_hf_dir(o.init);
+  } catch (const Error& e) {
+    return "gpt2-train: --init " + o.init + ": " + e.message();
+  }
+  if (model_given && !(found == o.config)) {
+    return "gpt2-train: --model " + o.model + " is " + o.config.family() + " " + o.config.to_string() + ", but --init " +
+           o.init + " holds " + found.family() + " " + found.to_string() + " (its config.json): drop --model, as the "
+           "directory says what it is, or give --model " + found.to_string();
+  }
+  if (!model_given) {
+    o.config = found;
+    o.model = found.to_string();
+  }
+  return {};
+}
+
 // The checks that span several flags; empty when the options go together.
 std::string conflicts(const TrainOptions& o) {
   if (o.warmup_steps > o.steps) {
@@ -248,12 +272,6 @@ std::string conflicts(const TrainOptions& o) {
   }
   if (o.shard_group > 0 && o.strategy != fsdp::Strategy::hybrid_shard && o.strategy != fsdp::Strategy::hybrid_shard_zero2) {
     return "gpt2-train: --shard-group goes with --strategy hybrid_shard or hybrid_shard_zero2";
-  }
-  if (o.config.is_llama() && (!o.init.empty() || !o.save_hf.empty())) {
-    return std::string("gpt2-train: ") + (o.init.empty() ? "--save-hf" : "--init") + " reads and writes GPT-2's "
-           "files (a .safetensors of GPT-2's names, a Hugging Face GPT2LMHeadModel directory); Llama's Hugging Face "
-           "directories are not implemented yet: train --model " + o.model + " from its initialisation, keep it with "
-           "--save or --checkpoint-dir";
   }
   if (!o.resume.empty() && !o.init.empty()) {
     return "gpt2-train: --resume and --init both say where the model starts; give one";
@@ -310,6 +328,7 @@ ParseResult parse_train_options(int argc, char** argv) {
     return {std::nullopt, 2, "gpt2-train: --model: " + e.message()};
   }
   if (auto why = apply_words(o, w); !why.empty()) return {std::nullopt, 2, why};
+  if (auto why = model_of_init(o, app.count("--model") > 0); !why.empty()) return {std::nullopt, 2, why};
   if (auto why = conflicts(o); !why.empty()) return {std::nullopt, 2, why};
   return {o, 0, {}};
 }

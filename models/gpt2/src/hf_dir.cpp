@@ -1,8 +1,8 @@
 #include "coshard/gpt2/hf_dir.hpp"
 
-#include <nlohmann/json.hpp>
 #include <string>
 
+#include "coshard/models/hf_config.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
 
@@ -12,32 +12,18 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-Error bad(const fs::path& file, const std::string& msg) {
-  return Error(Errc::bad_config, "Hugging Face config '" + file.string() + "': " + msg);
-}
-
-std::int64_t shape_key(const json& j, const fs::path& file, const char* key) {
-  if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<std::int64_t>() < 1) {
-    throw bad(file, std::string("\"") + key + "\" is missing or not a positive integer");
-  }
-  return j[key].get<std::int64_t>();
-}
-
 // The keys that change what the model computes: each must hold what coshard computes (or be absent
 // and default to it, as transformers' GPT2Config does).
-void check_computation(const json& j, const fs::path& file, std::int64_t width) {
+void check_computation(const models::HfConfig& j, std::int64_t width) {
   const auto expect = [&](const char* key, const json& want, const char* why) {
-    if (j.contains(key) && !j[key].is_null() && j[key] != want) {
-      throw bad(file, std::string("\"") + key + "\" is " + j[key].dump() + "; coshard's GPT-2 " + why);
-    }
+    j.expect(key, want, std::string("coshard's GPT-2 ") + why);
   };
-  if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
-      j["activation_function"] != "gelu_pytorch_tanh") {
-    throw bad(file, "\"activation_function\" is " + j["activation_function"].dump() +
-                        "; coshard's GPT-2 uses the tanh GELU (gelu_new)");
+  const json& act = j.json().contains("activation_function") ? j.json()["activation_function"] : json("gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    throw j.error("\"activation_function\" is " + act.dump() + "; coshard's GPT-2 uses the tanh GELU (gelu_new)");
   }
-  if (j.contains("layer_norm_epsilon") && j["layer_norm_epsilon"] != 1e-5) {
-    throw bad(file, "\"layer_norm_epsilon\" is " + j["layer_norm_epsilon"].dump() + "; coshard's GPT-2 uses 1e-05");
+  if (j.json().contains("layer_norm_epsilon") && j.json()["layer_norm_epsilon"] != 1e-5) {
+    throw j.error("\"layer_norm_epsilon\" is " + j.json()["layer_norm_epsilon"].dump() + "; coshard's GPT-2 uses 1e-05");
   }
   expect("n_inner", 4 * width, "has an MLP 4 x n_embd wide");
   expect("scale_attn_weights", true, "scales attention scores by 1/sqrt(head size)");
@@ -46,44 +32,31 @@ void check_computation(const json& j, const fs::path& file, std::int64_t width) 
 }
 
 Config parse_hf_config(const fs::path& config_json) {
-  const std::string text = read_text(config_json, "Hugging Face config");
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) throw bad(config_json, "not a JSON object");
-  if (j.value("model_type", std::string()) != "gpt2") {  // first: another model's keys mean other things
-    throw bad(config_json, "\"model_type\" is " +
-                               (j.contains("model_type") ? j["model_type"].dump() : std::string("missing")) +
-                               ", not \"gpt2\"");
-  }
+  const models::HfConfig j(config_json, "gpt2");
   Config c;
-  c.vocab = shape_key(j, config_json, "vocab_size");
-  c.context = shape_key(j, config_json, "n_positions");
-  c.layers = shape_key(j, config_json, "n_layer");
-  c.heads = shape_key(j, config_json, "n_head");
-  c.width = shape_key(j, config_json, "n_embd");
-  c.tie_head = j.value("tie_word_embeddings", true);
+  c.vocab = j.positive_int("vocab_size");
+  c.context = j.positive_int("n_positions");
+  c.layers = j.positive_int("n_layer");
+  c.heads = j.positive_int("n_head");
+  c.width = j.positive_int("n_embd");
+  c.tie_head = j.json().value("tie_word_embeddings", true);
   try {
     c.validate();  // first: the checks below compute with the width (4 x 2^62 overflowed)
   } catch (const Error& e) {
-    throw bad(config_json, e.message());
+    throw j.error(e.message());
   }
-  check_computation(j, config_json, c.width);
+  check_computation(j, c.width);
   return c;
 }
 
 }  // namespace
 
 Config read_hf_config(const fs::path& config_json) {
-  try {
-    return parse_hf_config(config_json);
-  } catch (const json::exception& e) {  // a field of the wrong type
-    throw bad(config_json, std::string("malformed: ") + e.what());
-  }
+  return models::HfConfig::read(config_json, [&] { return parse_hf_config(config_json); });
 }
 
 void save_hf_dir(const fs::path& dir, const Config& config, const StateDict& state) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(Errc::io, "cannot create --save-hf directory '" + dir.string() + "': " + ec.message());
+  models::create_hf_dir(dir);
   json j = {{"architectures", {"GPT2LMHeadModel"}},
             {"model_type", "gpt2"},
             {"vocab_size", config.vocab},

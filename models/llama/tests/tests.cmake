@@ -11,3 +11,6 @@ coshard_test(llama_fsdp_test mp ${_llama_tests}/fsdp_test.cpp)
 target_compile_definitions(llama_fsdp_test PRIVATE COSHARD_RUN_BIN="$<TARGET_FILE:coshard-run>"
   MODELS_FSDP_CHECK_BIN="$<TARGET_FILE:models_fsdp_check>")
 add_dependencies(llama_fsdp_test coshard-run models_fsdp_check)
+
+# Hugging Face directories: config.json both ways, sharded checkpoints, refusals.
+coshard_test(llama_hf_dir_test unit ${_llama_tests}/hf_dir_test.cpp LIBS coshard::llama)
