@@ -80,7 +80,7 @@ Shape shape_of(const json& j) {
   try {
     (void)numel(shape);  // a zero dimension makes any other size empty: only a count past 2^63 throws
   } catch (const Error&) {
-    throw std::runtime_error("\"shape\" " + to_string(shape) + " has more than 2^63 elements");
+    throw std::runtime_error("\"shape\" " + coshard::to_string(shape) + " has more than 2^63 elements");
   }
   return shape;
 }
@@ -139,7 +139,7 @@ void check_pieces(const Manifest& m, const std::string& where) {
   for (const auto& p : m.pieces) {
     const auto [it, fresh] = shapes.emplace(p.param, p.shape);
     if (!fresh && it->second != p.shape) {
-      throw checkpoint_damaged(where, " gives '" + p.param + "' two shapes, " + to_string(it->second) + " and " + to_string(p.shape));
+      throw checkpoint_damaged(where, " gives '" + p.param + "' two shapes, " + coshard::to_string(it->second) + " and " + coshard::to_string(p.shape));
     }
     const auto f = files.find(p.file);
     if (f == files.end() || p.byte_offset > f->second->bytes ||
@@ -321,7 +321,7 @@ void write_checkpoint(const std::filesystem::path& dir, const std::vector<FullTe
     for (const auto& p : params) {
       if (static_cast<std::int64_t>(p.values.size()) != numel(p.shape)) {
         throw Error(Errc::invalid_argument, "write_checkpoint: '" + p.name + "' has " + std::to_string(p.values.size()) +
-                                                " values for shape " + to_string(p.shape));
+                                                " values for shape " + coshard::to_string(p.shape));
       }
       const std::size_t at = data.size();
       if (std::string(kind) == "param") {

@@ -24,7 +24,7 @@ FlatLayout FlatLayout::build(const std::string& unit, std::vector<ParamSpec> spe
     for (auto d : s.shape) {
       if (d <= 0) {
         throw Error(Errc::invalid_argument, "unit '" + unit + "': parameter '" + s.name + "' has shape " +
-                                                to_string(s.shape) + "; every dimension must be positive",
+                                                coshard::to_string(s.shape) + "; every dimension must be positive",
                     ErrorContext{.rank = {}, .op = "create", .unit = unit});
       }
       n *= d;

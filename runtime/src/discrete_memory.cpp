@@ -16,6 +16,7 @@
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/shared_memory.hpp"
+#include "page_size.hpp"
 
 namespace coshard {
 namespace {
@@ -110,11 +111,6 @@ void table_remove(void* p) noexcept {
   }
 }
 
-std::size_t page_size() noexcept {
-  static const std::size_t p = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  return p;
-}
-
 [[noreturn]] void protect_failed(void* p, std::size_t size, int prot) noexcept {
   char msg[256];
   const int n = std::snprintf(msg, sizeof msg, "coshard: mprotect(%p, %zu, %s) of cpu-discrete device memory failed: %s\n",
@@ -144,7 +140,7 @@ DiscreteCpuMemory::~DiscreteCpuMemory() {
 }
 
 void* DiscreteCpuMemory::allocate(std::size_t bytes) {
-  const std::size_t size = (std::max<std::size_t>(bytes, 1) + page_size() - 1) / page_size() * page_size();
+  const std::size_t size = (std::max<std::size_t>(bytes, 1) + detail::page_size() - 1) / detail::page_size() * detail::page_size();
   std::lock_guard lock(m_);
   const int prot = open_ > 0 ? PROT_READ | PROT_WRITE : PROT_NONE;
   void* p = nullptr;

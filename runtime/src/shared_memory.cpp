@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "coshard/runtime/error.hpp"
+#include "page_size.hpp"
 
 namespace coshard {
 namespace {
@@ -98,11 +99,6 @@ Registry& registry() {
   return *r;
 }
 
-std::size_t page_size() {
-  static const std::size_t p = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  return p;
-}
-
 // Raises the soft descriptor limit to the hard one (every segment holds a descriptor) and
 // returns how many segments may be live: half the limit, the rest is left to sockets and files.
 std::size_t segment_budget() {
@@ -138,7 +134,7 @@ void* segment_allocate(const Device& device, std::size_t bytes) {
   const std::string name = "coshard-seg-" + std::to_string(id);
   UniqueFd fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
   if (!fd) return nullptr;
-  const std::size_t size = (bytes + page_size() - 1) / page_size() * page_size();
+  const std::size_t size = (bytes + detail::page_size() - 1) / detail::page_size() * detail::page_size();
   if (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) return nullptr;
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return nullptr;

@@ -16,7 +16,7 @@ static_assert(std::endian::native == std::endian::little, "token files are littl
 namespace coshard::gpt2 {
 namespace {
 
-Error corrupt(const std::filesystem::path& path, const std::string& msg) {
+Error token_file_corrupt(const std::filesystem::path& path, const std::string& msg) {
   return Error(Errc::corrupt_file, "token file '" + path.string() + "': " + msg);
 }
 
@@ -24,7 +24,7 @@ void check_vocab(const std::filesystem::path& path, std::span<const Token> token
                  std::uint64_t first_byte, std::uint64_t bytes_per_token) {
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab) {
-      throw corrupt(path, "token " + std::to_string(i) + " (byte " + std::to_string(first_byte + i * bytes_per_token) +
+      throw token_file_corrupt(path, "token " + std::to_string(i) + " (byte " + std::to_string(first_byte + i * bytes_per_token) +
                               ") is " + std::to_string(tokens[i]) + ", outside the vocabulary [0, " +
                               std::to_string(vocab) + ")");
     }
@@ -61,7 +61,7 @@ const LlmcFormat& llmc_format_for(std::int64_t vocab) { return vocab <= kU16Voca
 TokenFileInfo read_llmc_header(const std::filesystem::path& path) {
   const std::uint64_t size = coshard::file_size(path);
   if (size < kHeaderBytes) {
-    throw corrupt(path, "the file has " + std::to_string(size) + " bytes, less than llm.c's 1024-byte header (truncated?)");
+    throw token_file_corrupt(path, "the file has " + std::to_string(size) + " bytes, less than llm.c's 1024-byte header (truncated?)");
   }
   std::array<std::int32_t, kHeaderInts> header{};
   read_at(path, 0, std::as_writable_bytes(std::span<std::int32_t>(header)));
@@ -70,18 +70,18 @@ TokenFileInfo read_llmc_header(const std::filesystem::path& path) {
     if (header[0] == f->magic) format = f;
   }
   if (format == nullptr) {
-    throw corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcU16.magic) +
+    throw token_file_corrupt(path, "bad magic " + std::to_string(header[0]) + " at byte 0, expected " + std::to_string(kLlmcU16.magic) +
                             " (uint16 tokens) or " + std::to_string(kLlmcU32.magic) + " (uint32 tokens) (not an llm.c token file)");
   }
   if (header[1] != format->version) {
-    throw corrupt(path, "version " + std::to_string(header[1]) + " at byte 4, expected " + std::to_string(format->version) +
+    throw token_file_corrupt(path, "version " + std::to_string(header[1]) + " at byte 4, expected " + std::to_string(format->version) +
                             " for magic " + std::to_string(format->magic));
   }
-  if (header[2] < 0) throw corrupt(path, "negative token count " + std::to_string(header[2]) + " at byte 8");
+  if (header[2] < 0) throw token_file_corrupt(path, "negative token count " + std::to_string(header[2]) + " at byte 8");
   const auto count = static_cast<std::uint64_t>(header[2]);
   const std::uint64_t expected = kHeaderBytes + format->token_bytes * count;
   if (size != expected) {
-    throw corrupt(path, "the header announces " + std::to_string(count) + " uint" + std::to_string(8 * format->token_bytes) +
+    throw token_file_corrupt(path, "the header announces " + std::to_string(count) + " uint" + std::to_string(8 * format->token_bytes) +
                             " tokens (" + std::to_string(expected) + " bytes) but the file has " + std::to_string(size) +
                             " bytes" + (size < expected ? " (truncated)" : ""));
   }
@@ -91,7 +91,7 @@ TokenFileInfo read_llmc_header(const std::filesystem::path& path) {
 Tokens read_llmc_tokens(const std::filesystem::path& path, std::int64_t vocab) {
   const TokenFileInfo info = read_llmc_header(path);
   if (info.format.token_bytes == 2 && vocab > kU16Vocab) {
-    throw corrupt(path, "it holds uint16 tokens, which cannot hold the ids of the model's vocabulary of " +
+    throw token_file_corrupt(path, "it holds uint16 tokens, which cannot hold the ids of the model's vocabulary of " +
                             std::to_string(vocab) + " (above 65,536): tokenize the data again into " + format_name(kLlmcU32) +
                             ", llm.c's Llama 3 format, which scripts/prepare-data writes when the vocabulary needs it");
   }
