@@ -1,13 +1,13 @@
-// GPT-2 step time on one rank (forward + backward + AdamW of the unsharded model, fp32 CPU
-// kernels) beside the sum of its GEMM times measured in the same run: the same GEMM shapes
-// (linear forward, and backward's dx and dW, of every layer and the tied head) issued as plain
+// A model's step time on one rank (forward + backward + AdamW of the unsharded GPT-2 or Llama,
+// fp32 CPU kernels) beside the sum of its GEMM times measured in the same run: the same GEMM
+// shapes (linear forward, and backward's dx and dW, of every layer and the head) issued as plain
 // OpenBLAS calls split over the model's threads as ops splits them (ops/src/blas_internal.hpp).
-// The ratio says how much of a step is not GEMM (attention, layernorm, GELU, cross-entropy,
-// AdamW, copies). A second bound adds attention's own matrix products, issued the same way per
+// The ratio says how much of a step is not GEMM (attention, the norms, GELU or SwiGLU, RoPE,
+// cross-entropy, AdamW, copies). A second bound adds attention's own matrix products, issued the same way per
 // sequence and head (forward S = Q K^T and O = P V; backward dV = P^T dO, dP = dO V^T,
 // dQ = dS K and dK = dS^T Q) and counted at half their time: a causal mask leaves half of each
 // T x T product to compute.
-//   bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]
+//   bench_model [--config 10M | llama-150M | any gpt2-train --model] [--batch 4] [--seq 256] [--steps 5]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "coshard/gpt2/model.hpp"
+#include "coshard/llama/model.hpp"
+#include "coshard/models/params.hpp"
 #include "coshard/ops/blas.hpp"
 #include "coshard/ops/cpu.hpp"
 #include "coshard/ops/optim.hpp"
@@ -39,27 +41,55 @@ struct Gemm {
 
 // The GEMMs of one step: per linear [rows, in] -> [rows, out], forward y = x W, backward
 // dx = dy W^T and dW = x^T dy; the head (out_in layout) likewise.
-std::vector<Gemm> step_gemms(const gpt2::Config& c, int rows) {
-  const int C = static_cast<int>(c.width), V = static_cast<int>(c.vocab);
+struct Linears {
+  int rows;
   std::vector<Gemm> g;
-  auto linear = [&](int in, int out) {
-    g.push_back({rows, out, in, false, false});  // y = x W
-    g.push_back({rows, in, out, false, true});   // dx = dy W^T
-    g.push_back({in, out, rows, true, false});   // dW = x^T dy
-  };
-  for (int l = 0; l < c.layers; ++l) {
-    linear(C, 3 * C);
-    linear(C, C);
-    linear(C, 4 * C);
-    linear(4 * C, C);
+  void add(std::int64_t in, std::int64_t out) {
+    const int i = static_cast<int>(in), o = static_cast<int>(out);
+    g.push_back({rows, o, i, false, false});  // y = x W
+    g.push_back({rows, i, o, false, true});   // dx = dy W^T
+    g.push_back({i, o, rows, true, false});   // dW = x^T dy
   }
-  linear(C, V);
-  return g;
+};
+
+std::vector<Gemm> step_gemms(const gpt2::Config& c, int rows) {
+  Linears l{rows, {}};
+  const auto C = c.width;
+  for (int layer = 0; layer < c.layers; ++layer) {
+    l.add(C, 3 * C);
+    l.add(C, C);
+    l.add(C, 4 * C);
+    l.add(4 * C, C);
+  }
+  l.add(C, c.vocab);
+  return l.g;
 }
 
+std::vector<Gemm> step_gemms(const llama::Config& c, int rows) {
+  Linears l{rows, {}};
+  const auto C = c.width;
+  for (int layer = 0; layer < c.layers; ++layer) {
+    l.add(C, c.q_width());   // q_proj
+    l.add(C, c.kv_width());  // k_proj
+    l.add(C, c.kv_width());  // v_proj
+    l.add(c.q_width(), C);   // o_proj
+    l.add(C, c.ffn);         // gate_proj
+    l.add(C, c.ffn);         // up_proj
+    l.add(c.ffn, C);         // down_proj
+  }
+  l.add(C, c.vocab);
+  return l.g;
+}
+
+int head_width(const gpt2::Config& c) { return static_cast<int>(c.width / c.heads); }
+int head_width(const llama::Config& c) { return static_cast<int>(c.head_dim); }
+
 // Attention's products of one step at full T x T size (see the top of the file).
-std::vector<Gemm> attention_gemms(const gpt2::Config& c, int batch, int seq) {
-  const int T = seq, hs = static_cast<int>(c.width / c.heads);
+// Grouped-query attention computes every query head's products: keys and values are shared, not
+// the work.
+template <typename ModelConfig>
+std::vector<Gemm> attention_gemms(const ModelConfig& c, int batch, int seq) {
+  const int T = seq, hs = head_width(c);
   const std::vector<Gemm> one = {
       {T, T, hs, false, true},   // S = Q K^T
       {T, hs, T, false, false},  // O = P V
@@ -90,32 +120,20 @@ double time_gemms(const std::vector<Gemm>& gemms) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::string spec = "10M";
-  int batch = 4, seq = 256, steps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--config") spec = argv[i + 1];
-    else if (k == "--batch") batch = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1 << 16);
-    else if (k == "--seq") seq = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1 << 16);
-    else if (k == "--steps") steps = bench::flag_number("bench_gpt2", k, argv[i + 1], 1, 1000000);
-    else {
-      std::fprintf(stderr, "usage: bench_gpt2 [--config 10M] [--batch 4] [--seq 256] [--steps 5]\n");
-      return 2;
-    }
-  }
-  if (batch < 1 || seq < 1 || steps < 1) {
-    std::fprintf(stderr, "bench_gpt2: --batch, --seq and --steps must be at least 1\n");
-    return 2;
-  }
-  const gpt2::Config c = gpt2::parse_config(spec);
-  if (seq > c.context) seq = static_cast<int>(c.context);
+struct StepShape {
+  int batch, seq, steps;
+};
+
+template <typename Model, typename ModelConfig>
+int run(const std::string& family, const std::string& spec, const ModelConfig& c, StepShape sh) {
+  const int batch = sh.batch, steps = sh.steps;
+  const int seq = static_cast<int>(std::min<std::int64_t>(sh.seq, c.context));
   const auto B = static_cast<std::size_t>(batch), T = static_cast<std::size_t>(seq);
-  gpt2::Gpt2 m(c, 1);
+  Model m(c, 1);
   std::vector<std::int32_t> x(B * T), y(B * T);
   for (std::size_t i = 0; i < x.size(); ++i) {
-    x[i] = static_cast<std::int32_t>(gpt2::splitmix64(i) % static_cast<std::uint64_t>(c.vocab));
-    y[i] = static_cast<std::int32_t>(gpt2::splitmix64(i + 7) % static_cast<std::uint64_t>(c.vocab));
+    x[i] = static_cast<std::int32_t>(models::splitmix64(i) % static_cast<std::uint64_t>(c.vocab));
+    y[i] = static_cast<std::int32_t>(models::splitmix64(i + 7) % static_cast<std::uint64_t>(c.vocab));
   }
   ops::AdamWState state(m.params().flat().size());
   const ops::AdamWOptions opt{.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
@@ -125,8 +143,8 @@ int main(int argc, char** argv) {
   double flops = 0;
   for (const auto& g : gemms) flops += 2.0 * g.m * g.n * g.k;
 
-  std::printf("GPT-2 %s (%s): %.2fM parameters, batch %d x %d tokens\n", spec.c_str(), c.to_string().c_str(),
-              static_cast<double>(c.num_params()) / 1e6, batch, seq);
+  std::printf("%s %s (%s): %.2fM parameters, batch %d x %d tokens\n", family.c_str(), spec.c_str(),
+              c.to_string().c_str(), static_cast<double>(c.num_params()) / 1e6, batch, seq);
   std::vector<double> fwd, bwd, adam, step, gemm, attn;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms up
     auto t = Clock::now();
@@ -159,4 +177,32 @@ int main(int argc, char** argv) {
   std::printf("with attention's %zu products (half of %.1f ms, causal) %.1f ms; step / all GEMMs = %.2f\n",
               attention.size(), 2e3 * at, 1e3 * (gt + at), st / (gt + at));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  std::string spec = "10M";
+  StepShape sh{4, 256, 5};
+  const char* usage = "usage: bench_model [--config 10M | llama-150M | a gpt2-train --model] [--batch 4] [--seq 256] [--steps 5]\n";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_model: %s needs a value\n%s", k.c_str(), usage);
+      return 2;
+    }
+    if (k == "--config") spec = argv[i + 1];
+    else if (k == "--batch") sh.batch = bench::flag_number("bench_model", k, argv[i + 1], 1, 1 << 16);
+    else if (k == "--seq") sh.seq = bench::flag_number("bench_model", k, argv[i + 1], 1, 1 << 16);
+    else if (k == "--steps") sh.steps = bench::flag_number("bench_model", k, argv[i + 1], 1, 1000000);
+    else {
+      std::fprintf(stderr, "bench_model: unknown flag %s\n%s", k.c_str(), usage);
+      return 2;
+    }
+  }
+  try {
+    if (spec.starts_with("llama")) return run<llama::Llama>("Llama", spec, llama::parse_config(spec), sh);
+    return run<gpt2::Gpt2>("GPT-2", spec, gpt2::parse_config(spec), sh);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_model: %s\n", e.what());
+    return 2;
+  }
 }

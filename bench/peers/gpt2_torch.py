@@ -1,16 +1,19 @@
-"""The PyTorch peer of gpt2-train: the same GPT-2, data order, AdamW, schedule and clipping, trained
-with FSDP2 (`fully_shard` per block and at the root) or DDP on the CPU over gloo. Started by
-torchrun from the peer environment (scripts/setup --peers); bench/peers/side_by_side.py drives
-both sides.
+"""The PyTorch peer of gpt2-train: the same GPT-2 or Llama, data order, AdamW, schedule and
+clipping, trained with FSDP2 (`fully_shard` per block and at the root) or DDP on the CPU over gloo.
+Started by torchrun from the peer environment (scripts/setup --peers); bench/peers/side_by_side.py
+drives both sides. GPT-2 is this file's own module; Llama is transformers' LlamaForCausalLM (SDPA
+attention), read from the Hugging Face directory that gpt2-train's --init reads too.
 
     torchrun --nproc-per-node 2 bench/peers/gpt2_torch.py --mode fsdp2 --model tiny \\
         --data tokens.txt --init init.safetensors --steps 50 --log-json -
 
     python bench/peers/gpt2_torch.py --write-init init.safetensors --model tiny --seed 1
+    python bench/peers/gpt2_torch.py --write-init init-dir --model llama-150M --seed 1
 
 What must match gpt2-train for the losses to agree (docs/benchmarks.md, "FSDP2 side by side"):
 - weights: both load the same --init file (Hugging Face names; c_attn etc. are [in, out] as
-  transformers' Conv1D stores them); the LM head is tied to wte;
+  transformers' Conv1D stores them); GPT-2's LM head is tied to wte; a Llama's --init is the
+  directory transformers' save_pretrained wrote (config.json and model.safetensors);
 - data: a .bin file is llm.c tokens, anything else bytes; sequences of T+1 tokens start every T
   tokens, and rank r of step s takes global positions s*W*B + r*B + i (gpt2::DataLoader, no
   shuffle), wrapping at the end; every token is training data;
@@ -39,6 +42,19 @@ NAMED = {
     "10M": dict(layers=6, heads=6, width=384, vocab=256, context=256),
     "124M": dict(layers=12, heads=12, width=768, vocab=50257, context=1024),
 }
+# coshard's named Llama shapes (models/llama/src/config.cpp) as transformers' LlamaConfig keys.
+LLAMA_COMMON = dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False,
+                    mlp_bias=False)
+LLAMA = {
+    "llama-tiny": dict(vocab_size=256, max_position_embeddings=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, hidden_size=64, intermediate_size=176, head_dim=16),
+    "llama-150M": dict(vocab_size=32000, max_position_embeddings=1024, num_hidden_layers=12, num_attention_heads=12,
+                       num_key_value_heads=4, hidden_size=768, intermediate_size=2816, head_dim=64),
+}
+
+
+def is_llama(spec):
+    return spec.startswith("llama")
 
 
 def parse_model(spec):
@@ -111,6 +127,31 @@ class GPT2(nn.Module):
                 mod, _, leaf = attr.rpartition(".")
                 out[f"h.{i}.{hf}"] = getattr(getattr(b, mod) if mod else b, leaf)
         return out
+
+
+class Llama(nn.Module):
+    """transformers' LlamaForCausalLM with the loss gpt2-train computes: the mean cross-entropy of
+    every position against the next token (the batch gives the targets, as for GPT-2)."""
+
+    def __init__(self, directory):
+        super().__init__()
+        from transformers import LlamaForCausalLM
+        self.m = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="sdpa")
+        self.h = self.m.model.layers  # the blocks fully_shard wraps one by one
+        self.vocab = self.m.config.vocab_size
+
+    def forward(self, idx, targets):
+        logits = self.m(input_ids=idx).logits
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def write_llama_init(directory, spec, seed):
+    """transformers' own initialisation of a named shape, saved as a Hugging Face directory."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    if spec not in LLAMA:
+        sys.exit(f"gpt2_torch.py: --model {spec}: known Llama shapes are {', '.join(LLAMA)}")
+    torch.manual_seed(seed)
+    LlamaForCausalLM(LlamaConfig(**LLAMA[spec], **LLAMA_COMMON)).save_pretrained(directory)
 
 
 def write_init(path, c, seed):
@@ -241,9 +282,10 @@ def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=["fsdp2", "fsdp2-noreshard", "ddp"], default="fsdp2",
                     help="fsdp2: reshard_after_forward=True (FULL_SHARD); fsdp2-noreshard: False (SHARD_GRAD_OP); ddp")
-    ap.add_argument("--model", default="tiny")
-    ap.add_argument("--write-init", metavar="PATH", help="write GPT-2's initialisation to PATH and exit")
-    ap.add_argument("--init", help="start from this safetensors file (Hugging Face names)")
+    ap.add_argument("--model", default="tiny", help="a GPT-2 shape, or llama-*: the Llama in the --init directory")
+    ap.add_argument("--write-init", metavar="PATH", help="write the model's initialisation to PATH and exit "
+                    "(GPT-2: a safetensors file; Llama: a Hugging Face directory)")
+    ap.add_argument("--init", help="start from this safetensors file (GPT-2, Hugging Face names) or directory (Llama)")
     ap.add_argument("--data")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--batch", type=int, default=8)
@@ -261,28 +303,40 @@ def parse_args():
     return ap.parse_args()
 
 
+def build_model(a):
+    """The model and its vocabulary and context, from --model (GPT-2) or the --init directory (Llama)."""
+    if is_llama(a.model):
+        m = Llama(a.init)
+        return m, m.vocab, m.m.config.max_position_embeddings
+    c = parse_model(a.model)
+    m = GPT2(c)
+    load_init(m, a.init)
+    return m, c["vocab"], c["context"]
+
+
 def main():
     a = parse_args()
-    c = parse_model(a.model)
     if a.write_init:
-        write_init(a.write_init, c, a.seed)
+        if is_llama(a.model):
+            write_llama_init(a.write_init, a.model, a.seed)
+        else:
+            write_init(a.write_init, parse_model(a.model), a.seed)
         return
     if not a.init or not a.data:
         sys.exit("gpt2_torch.py: give --init FILE and --data FILE (or --write-init PATH)")
-    if a.seq > c["context"]:
-        sys.exit(f"gpt2_torch.py: --seq {a.seq} is longer than the context {c['context']}")
     torch.set_num_threads(a.threads)
+    m, vocab, context = build_model(a)
+    if a.seq > context:
+        sys.exit(f"gpt2_torch.py: --seq {a.seq} is longer than the context {context}")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    m = GPT2(c)
-    load_init(m, a.init)
     exposed = ExposedComm() if a.mode != "ddp" else None
     model = wrap(m, a.mode, a.mixed_precision)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
-    toks = read_tokens(a.data, c["vocab"])
+    toks = read_tokens(a.data, vocab)
     log = None
     if rank == 0 and a.log_json:
         log = sys.stdout if a.log_json == "-" else open(a.log_json, "w")

@@ -1,6 +1,6 @@
-"""coshard and PyTorch FSDP2 side by side on the same machine, in the same run.
+"""coshard and PyTorch FSDP2 side by side on the same machine, in the same run, on GPT-2 or Llama.
 
-    parity: coshard full_shard and FSDP2 train the same GPT-2 from the same init file on the same
+    parity: coshard full_shard and FSDP2 train the same GPT-2 or Llama from the same init on the same
             tokens for --steps steps on each rank count of --ranks; every step's loss must agree to
             --tolerance (relative). Exit code 1 if not.
     bench:  step time (median over the steps after --warmup, with min-max spread; with --repeats N,
@@ -33,7 +33,7 @@ PEER = ROOT / "bench" / "peers" / "gpt2_torch.py"
 COSHARD = {"coshard full_shard": "full_shard", "coshard shard_grad_op": "shard_grad_op", "coshard no_shard": "no_shard"}
 TORCH = {"FSDP2 reshard=True": "fsdp2", "FSDP2 reshard=False": "fsdp2-noreshard", "DDP": "ddp"}
 # Per shape: sequences per rank and their length, as the bench runs them.
-SHAPES = {"tiny": (8, 64), "124M": (1, 1024)}
+SHAPES = {"tiny": (8, 64), "124M": (1, 1024), "llama-tiny": (8, 64), "llama-150M": (1, 1024)}
 
 
 def corpus(work):
@@ -65,7 +65,9 @@ def records(output):
 
 
 def common(a, model, batch, seq, steps):
-    return ["--model", model, "--data", str(a.data), "--init", str(a.init), "--steps", str(steps), "--batch", str(batch),
+    # A Llama's --init is a Hugging Face directory, which says what the model is (no --model).
+    shape = [] if model.startswith("llama") else ["--model", model]
+    return [*shape, "--data", str(a.data), "--init", str(a.init), "--steps", str(steps), "--batch", str(batch),
             "--seq", str(seq), "--lr", str(a.lr), "--clip", str(a.clip), "--mixed-precision", a.mixed_precision,
             "--log-json", "-"]
 
@@ -80,14 +82,15 @@ def coshard(a, strategy, ranks, model, batch, seq, steps):
 
 def torch_peer(a, mode, ranks, model, batch, seq, steps):
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", str(ranks),
-           str(PEER), "--mode", mode, "--threads", str(a.threads), *common(a, model, batch, seq, steps)]
+           str(PEER), "--mode", mode, "--threads", str(a.threads),
+           *(["--model", model] if model.startswith("llama") else []), *common(a, model, batch, seq, steps)]
     out, rss = run(cmd, env={"OMP_NUM_THREADS": str(a.threads), "OPENBLAS_NUM_THREADS": str(a.threads)},
                    what=f"torch {mode} on {ranks} ranks")
     return records(out), rss
 
 
 def write_init(a, model, work):
-    a.init = work / f"init-{model}.safetensors"
+    a.init = work / (f"init-{model}" if model.startswith("llama") else f"init-{model}.safetensors")
     subprocess.run([sys.executable, str(PEER), "--write-init", str(a.init), "--model", model, "--seed", "1"], check=True)
 
 
@@ -143,7 +146,8 @@ def bench(a, work):
         batch, seq = SHAPES[model]
         write_init(a, model, work)
         # DDP has no mixed-precision policy: under bf16 only the FSDP pairs run.
-        names = [n for n in (*COSHARD, *TORCH) if a.mixed_precision == "none" or n not in ("coshard no_shard", "DDP")]
+        names = [n for n in (*COSHARD, *TORCH)
+                 if (a.mixed_precision == "none" and not a.only_fsdp) or n not in ("coshard no_shard", "DDP")]
         runs = {name: [] for name in names}
         rss = dict.fromkeys(runs, 0)
         # Runs alternate between the configurations, so that the machine's drift reaches each alike.
@@ -188,7 +192,7 @@ def main():
     ap.add_argument("--ranks", default="2,4", help="parity: rank counts")
     ap.add_argument("--nranks", type=int, default=2, help="bench: ranks")
     ap.add_argument("--model", default="tiny", help="parity: the shape")
-    ap.add_argument("--models", default="tiny", help="bench: shapes (tiny, 124M)")
+    ap.add_argument("--models", default="tiny", help="bench: shapes (tiny, 124M, llama-tiny, llama-150M)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=1,
@@ -202,6 +206,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--mixed-precision", choices=["none", "bf16"], default="none",
                     help="both sides' param_dtype (bench; parity compares f32 runs)")
+    ap.add_argument("--only-fsdp", action="store_true",
+                    help="bench: the sharded pairs only (no coshard no_shard, no DDP)")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--json", type=Path, help="also write the losses / timings here (bench/peers/plot.py draws them)")
     a = ap.parse_args()
