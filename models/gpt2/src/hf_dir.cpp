@@ -3,6 +3,7 @@
 #include <string>
 
 #include "coshard/models/hf_config.hpp"
+#include "coshard/models/hf_dir.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
 
@@ -85,7 +86,6 @@ void save_hf_dir(const fs::path& dir, const Config& config, const StateDict& sta
 
 StateDict read_init(const fs::path& path, const Config& config) {
   if (!fs::is_directory(path)) return read_model(path, config);
-  const fs::path weights = path / "model.safetensors";
   if (!fs::exists(path / "config.json")) {
     throw Error(Errc::bad_config, "'" + path.string() + "' is a directory without config.json: give a .safetensors "
                                   "file or a Hugging Face model directory");
@@ -95,14 +95,7 @@ StateDict read_init(const fs::path& path, const Config& config) {
     throw Error(Errc::bad_config, "'" + path.string() + "/config.json' is GPT-2 " + found.to_string() +
                                       ", but the model is " + config.to_string() + "; give --model " + found.to_string());
   }
-  if (!fs::exists(weights)) {
-    const bool sharded = fs::exists(path / "model.safetensors.index.json");
-    throw Error(Errc::bad_config, "'" + path.string() + "' has no model.safetensors" +
-                                      (sharded ? " (sharded Hugging Face checkpoints are not supported: save it with "
-                                                 "save_pretrained(dir, max_shard_size=\"10GB\"))"
-                                               : " (only safetensors weights are read, not pytorch_model.bin)"));
-  }
-  return read_model(weights, config);
+  return read_model(models::hf_weight_files(path), config);
 }
 
 }  // namespace coshard::gpt2

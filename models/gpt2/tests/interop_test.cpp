@@ -13,6 +13,7 @@
 #include "coshard/gpt2/hf_dir.hpp"
 #include "coshard/gpt2/model.hpp"
 #include "coshard/gpt2/tokenizer.hpp"
+#include "coshard/models/safetensors.hpp"
 #include "coshard/runtime/error.hpp"
 
 namespace {
@@ -68,6 +69,51 @@ TEST(Gpt2HfDir, SavedDirectoryReadsBackWithItsConfig) {
   EXPECT_TRUE(j["tie_word_embeddings"].get<bool>());
 }
 
+// A sharded checkpoint (save_pretrained above its max_shard_size): the index maps each tensor to
+// its file; transformers' GPT2LMHeadModel names carry "transformer.", and a tied head it stores is
+// wte's copy.
+TEST(Gpt2HfDir, ShardedCheckpointsReadThroughTheirIndex) {
+  Scratch d;
+  const Config c = parse_config("layers=2,heads=2,width=16,vocab=40,context=8");
+  Gpt2 m(c, 3);
+  const StateDict s = state_of(m);
+  save_hf_dir(d / "m", c, s);
+  fs::remove(d / "m" / "model.safetensors");
+  const auto infos = all_params(c);
+  const std::size_t half = infos.size() / 2;
+  std::vector<models::ParamInfo> first(infos.begin(), infos.begin() + static_cast<std::ptrdiff_t>(half));
+  std::vector<models::ParamInfo> second;
+  StateDict prefixed;
+  json map = json::object();
+  for (std::size_t i = 0; i < infos.size(); ++i) {
+    models::ParamInfo p = infos[i];
+    if (i >= half) {
+      p.name = "transformer." + p.name;
+      prefixed[p.name] = s.at(infos[i].name);
+      second.push_back(p);
+    }
+    map[p.name] = i < half ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  models::ParamInfo head = infos.front();  // wte: stored again as the tied head
+  head.name = "lm_head.weight";
+  prefixed[head.name] = s.at("wte.weight");
+  second.push_back(head);
+  map[head.name] = "model-00002-of-00002.safetensors";
+  models::save_state_dict(d / "m" / "model-00001-of-00002.safetensors", first, s);
+  models::save_state_dict(d / "m" / "model-00002-of-00002.safetensors", second, prefixed);
+  write(d / "m" / "model.safetensors.index.json", json{{"metadata", json::object()}, {"weight_map", map}});
+  EXPECT_EQ(read_init(d / "m", c), s);
+
+  // The first shard's first tensor stored in the second shard as well: both files named.
+  second.push_back(infos.front());
+  prefixed[infos.front().name] = s.at(infos.front().name);
+  models::save_state_dict(d / "m" / "model-00002-of-00002.safetensors", second, prefixed);
+  const std::string twice = error_of([&] { read_init(d / "m", c); });
+  EXPECT_NE(twice.find("tensor '" + infos.front().name + "' is stored in"), std::string::npos) << twice;
+  EXPECT_NE(twice.find("model-00001-of-00002.safetensors"), std::string::npos) << twice;
+  EXPECT_NE(twice.find("model-00002-of-00002.safetensors"), std::string::npos) << twice;
+}
+
 TEST(Gpt2HfDir, ConfigsCoshardDoesNotComputeAreRefusedNamingTheKey) {
   Scratch d;
   const Config c = parse_config("layers=2,heads=2,width=16,vocab=40,context=8");
@@ -100,8 +146,7 @@ TEST(Gpt2HfDir, ConfigsCoshardDoesNotComputeAreRefusedNamingTheKey) {
   EXPECT_NE(with("vocab_size", 1e300).find("\"vocab_size\" is missing or not a positive integer"), std::string::npos);
   write(d / "m" / "config.json", good);
   fs::rename(d / "m" / "model.safetensors", d / "m" / "x");
-  std::ofstream(d / "m" / "model.safetensors.index.json") << "{}";
-  EXPECT_NE(error_of([&] { read_init(d / "m", c); }).find("sharded Hugging Face checkpoints are not supported"),
+  EXPECT_NE(error_of([&] { read_init(d / "m", c); }).find("has no model.safetensors nor model.safetensors.index.json"),
             std::string::npos);
   fs::remove(d / "m" / "config.json");
   EXPECT_NE(error_of([&] { read_init(d / "m", c); }).find("a directory without config.json"), std::string::npos);

@@ -23,8 +23,9 @@ Config read_hf_config(const std::filesystem::path& config_json);
 /// left to transformers, which ties it on load). DIR is created if missing; each file is atomic.
 void save_hf_dir(const std::filesystem::path& dir, const Config& config, const StateDict& state);
 
-/// read_model() of a .safetensors file, or of a Hugging Face directory's model.safetensors once
-/// its config.json matched `config`.
+/// read_model() of a .safetensors file, or of a Hugging Face directory's weights once its
+/// config.json matched `config`: model.safetensors, or the files of a sharded checkpoint's
+/// model.safetensors.index.json (models::hf_weight_files).
 StateDict read_init(const std::filesystem::path& path, const Config& config);
 
 }  // namespace coshard::gpt2

@@ -2,6 +2,7 @@
 // GPT-2 checkpoints in safetensors files (the file format itself is coshard::models').
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ void save_state_dict(const std::filesystem::path& path, const Config& config, co
 // a copy of wte.weight. A missing parameter, a wrong shape, a dtype other than F32/BF16/F16, or
 // any other tensor is an error naming it, raised before anything is returned.
 StateDict read_model(const std::filesystem::path& path, const Config& config);
+// The same over the files of a sharded checkpoint (each tensor in one of them; one stored in two
+// is an error naming both files).
+StateDict read_model(std::span<const std::filesystem::path> files, const Config& config);
 // read_model, then copies into `params` (all or nothing).
 void load_model(const std::filesystem::path& path, ParamStore& params, const Config& config);
 
