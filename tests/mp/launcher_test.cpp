@@ -649,15 +649,15 @@ TEST(LauncherNodes, ALauncherOfAnotherBuildNodeCountOrTakeInTimeoutIsRefusedAtTh
   const ::Run older = join_as("2 1 2 node0 4242", "--nnodes 2");
   EXPECT_EQ(older.rc, 1) << older.output;
   EXPECT_NE(older.output.find("node 0's launcher (coshard-run pid 4242 on node0) speaks launcher protocol 0 (a build "
-                              "from before protocol versions), node 1's protocol 3"),
+                              "from before protocol versions), node 1's protocol 4"),
             std::string::npos)
       << older.output;
   EXPECT_NE(older.output.find("Start every node's coshard-run from the same coshard build"), std::string::npos)
       << older.output;
-  const ::Run newer = join_as("2 1 2 node0 4242 4 300 2", "--nnodes 2");
-  EXPECT_NE(newer.output.find("speaks launcher protocol 4, node 1's protocol 3"), std::string::npos) << newer.output;
-  const ::Run take_in = join_as("2 1 1 node0 4242 3 300 2", "--nnodes 1:2 --take-in-timeout 60");
-  const ::Run nodes = join_as("2 1 2 node0 4242 3 300 2", "--nnodes 3");
+  const ::Run newer = join_as("2 1 2 node0 4242 5 300 2", "--nnodes 2");
+  EXPECT_NE(newer.output.find("speaks launcher protocol 5, node 1's protocol 4"), std::string::npos) << newer.output;
+  const ::Run take_in = join_as("2 1 1 node0 4242 4 300 2", "--nnodes 1:2 --take-in-timeout 60");
+  const ::Run nodes = join_as("2 1 2 node0 4242 4 300 2", "--nnodes 3");
   EXPECT_NE(take_in.output.find("--take-in-timeout is 60 on node 1 but 300 on node 0 (coshard-run pid 4242 on "
                                 "node0): give every node the same --take-in-timeout"),
             std::string::npos)
@@ -691,7 +691,7 @@ TEST(LauncherNodes, NodeZeroRefusesANodeOfAnotherLauncherProtocol) {
     node_0.join();
     EXPECT_EQ(zero.rc, 1) << nodes << "\n" << zero.output;
     EXPECT_NE(zero.output.find("node 1's launcher (coshard-run pid 4242 on node1) speaks launcher protocol 0 (a build "
-                               "from before protocol versions), node 0's protocol 3"),
+                               "from before protocol versions), node 0's protocol 4"),
               std::string::npos)
         << nodes << "\n" << zero.output;
     EXPECT_LT(zero.seconds, 15) << nodes << "\n" << zero.output;

@@ -44,6 +44,8 @@
 
 #include "coshard/runtime/error.hpp"
 #include "console.hpp"
+#include "decisions.hpp"
+#include "records.hpp"
 #include "coshard/transport/hosts.hpp"
 #include "coshard/transport/store.hpp"
 #include "options.hpp"
@@ -53,46 +55,11 @@ namespace coshard::run {
 // This host's name, as the launchers' messages and claims give it.
 using transport::this_host;
 
-// Why an attempt failed; the first report of an attempt stands.
-struct Failure {
-  int node = 0;
-  int rank = -1;            // the job rank that failed; -1 when a launcher did
-  int code = 1;             // the job's exit code when it is not restarted
-  bool restartable = true;  // false when a launcher was interrupted or lost the store
-  // A node asks to be taken in while the attempt's ranks are well: they stop after a checkpoint
-  // (SIGUSR2, --take-in-timeout) rather than at once, so that the restart loses no step.
-  bool at_checkpoint = false;
-  std::string what;         // "rank 3 (pid 812 on node2) exited with status 1"
-};
-
-// What node 0 decided once every node's ranks of an attempt had ended.
-struct Verdict {
-  bool restart = false;
-  int code = 0;        // the launcher's exit code when not restarting; the failure's when restarting
-  int failed_rank = -1;  // the rank whose failure ended the attempt, if a rank's did
-  bool stopped = false;  // the job ends on a stop request (SIGUSR2): code is 75, to be continued
-  std::string reason;  // why it ends unsuccessfully or restarts; empty after success
-  std::vector<int> nodes = {};  // the nodes that run ranks in the next attempt, after a restart
-};
-
 // How one attempt ended on this node.
 struct AttemptEnd {
   int rc = 1;                   // the local exit code (Supervisor::result)
   bool interrupted = false;     // the launcher got SIGINT/SIGTERM
   bool stop_requested = false;  // the launcher got SIGUSR2 and its ranks took it: no restart
-};
-
-// What the nodes said when their ranks ended, as node 0 reads it.
-struct NodesEnded {
-  std::vector<int> missing;       // did not say in time
-  std::vector<int> interrupted;   // their launcher was told to stop: no restart then
-  bool stopped_on_request = false;  // a node's ranks stopped after a checkpoint (exit code 75)
-  bool stop_requested = false;      // a node's launcher got SIGUSR2 for its ranks: no restart then either
-  std::vector<int> silent;        // fell silent and did not come back within --rejoin-timeout
-  std::vector<int> rejoined;      // not in the attempt: their launcher was started again, and they rejoin
-  std::vector<int> never_joined;  // after a failure: no launcher ever claimed their node rank
-  bool succeeded = true;          // every node's ranks ended with 0
-  int interrupted_code = 0;       // the first interrupted node's exit code (128 + the signal)
 };
 
 class Coordinator {
@@ -201,20 +168,18 @@ class Coordinator {
   Failure stopped(int attempt, int sig);
   Verdict decide(int attempt);
   Verdict decided(int attempt, const std::string& said);
-  std::chrono::steady_clock::time_point ending_by(const Failure& f) const;
-  Verdict verdict(int attempt, const std::optional<Failure>& reported, const NodesEnded& ended) const;
+  EndPoll poll_ends(int attempt, const EndWait& w);
   std::vector<int> rejoined(int attempt);
-  void ended_now(int attempt, bool failed, NodesEnded& ended, std::vector<int>& done);
-  bool dropped(int attempt, const std::optional<Failure>& failed, const NodesEnded& ended) const;
-  std::vector<int> next_nodes(const NodesEnded& ended, std::string& reason) const;
   Verdict await_verdict(int attempt);
   void await_readers(int attempt, const std::vector<int>& nodes);
   Failure report_silent(int attempt, int node);
   std::optional<int> silent_node(int attempt, const std::vector<int>& nodes);
   bool silent(int node);
-  bool silent(int node, const std::optional<std::string>& count);
+  // The verdict read from `key` (`said`), or why it cannot be.
+  static Verdict read_verdict(const std::string& key, const std::string& said);
 
   const Options& o_;
+  const JobRules rules_;
   Console& console_;
   std::string where_;  // the store's ADDR:PORT, for errors
   std::unique_ptr<Scheduler> sched_;
@@ -235,13 +200,9 @@ class Coordinator {
   std::optional<std::pair<int, Failure>> unsent_;  // a report (attempt, failure) the store did not take
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};
-  // Each node's last count and since when it has not changed (node 0 judges the others once a
-  // second; the others judge node 0 while they await its verdict).
-  struct Beat {
-    std::string count;
-    std::chrono::steady_clock::time_point since;
-  };
-  std::map<int, Beat> heard_;
+  // Each node's beat count (node 0 judges the others once a second; the others judge node 0 while
+  // they await its verdict).
+  Silence silence_;
   std::chrono::steady_clock::time_point awake_ = std::chrono::steady_clock::now();  // heartbeat() came last then
   std::vector<std::string> refused_;  // node 0: the refusals read from the store, in order
   std::size_t refusals_from_ = 0;     // the first of refused_ read in the current attempt

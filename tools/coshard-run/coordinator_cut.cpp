@@ -81,7 +81,7 @@ bool Coordinator::replaced() {
   const auto holder = sched_->sync_wait(store().get("node/" + std::to_string(o_.node_rank)));
   if (!holder || *holder == claim_) return false;
   lost_ = replaced_ = true;
-  cut_reason_ = parse_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
+  cut_reason_ = decode_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
                 "'s place after this launcher fell silent";
   return true;
 }

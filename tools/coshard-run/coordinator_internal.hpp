@@ -86,43 +86,4 @@ inline long long seconds_since(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - t).count();
 }
 
-// The shape and meaning of the launchers' records in the store. Raise it whenever one changes (a
-// claim, a failure, a done string, a verdict), so that launchers of different builds refuse to
-// run one job together rather than misread each other: a joining node compares it with node 0's,
-// and node 0 with every other node's (a build from before it checks nothing), so every node
-// agrees with every other. Claims made before it existed carry none (0).
-inline constexpr int kProtocol = 3;  // 3: the claim gained --nnodes
-
-// A claim is "<nproc> <max restarts> <min nodes> <host> <pid> <protocol> <take-in timeout s>
-// <nodes>" (--nnodes N, or MAX of MIN:MAX);
-// the fields after the pid are read as absent (0) from a build that did not write them. The
-// protocol stays the sixth field in every version, so that any build can tell another's.
-struct Claim {
-  int nproc = 0, max_restarts = 0, min_nodes = 0;
-  std::string host, pid;
-  int protocol = 0, take_in_timeout = 0, nodes = 0;
-  std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
-};
-
-inline Claim parse_claim(const std::string& s) {
-  Claim c;
-  std::istringstream in(s);
-  in >> c.nproc >> c.max_restarts >> c.min_nodes >> c.host >> c.pid;
-  if (!(in >> c.protocol)) c.protocol = 0;
-  if (!(in >> c.take_in_timeout)) c.take_in_timeout = 0;
-  if (!(in >> c.nodes)) c.nodes = 0;
-  return c;
-}
-
-// Why `who_there`'s launcher (its claim `there`) cannot run in one job with this one, `who_here`'s:
-// it speaks another launcher protocol. Empty when it can.
-inline std::string foreign_protocol(const std::string& who_there, const Claim& there, const std::string& who_here) {
-  if (there.protocol == kProtocol) return "";
-  return who_there + "'s launcher (" + there.describe() + ") speaks launcher protocol " +
-         std::to_string(there.protocol) + (there.protocol == 0 ? " (a build from before protocol versions)" : "") +
-         ", " + who_here + "'s protocol " + std::to_string(kProtocol) +
-         ": launchers of different builds misread each other's records in the store. Start every node's coshard-run "
-         "from the same coshard build";
-}
-
 }  // namespace coshard::run::coord

@@ -62,7 +62,18 @@ std::string unlike_node_zero(const Options& o, const Claim& zero) {
 
 Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console,
                          int cut_off_in)
-    : o_(o), console_(console), where_(o.master_addr + ":" + std::to_string(port)) {
+    : o_(o),
+      rules_{.nnodes = o.nnodes,
+             .min_nodes = o.min_nodes,
+             .max_restarts = o.max_restarts,
+             .grace_seconds = o.grace_seconds,
+             .join_timeout = o.join_timeout,
+             .rejoin_timeout = o.rejoin_timeout,
+             .take_in_timeout = o.take_in_timeout,
+             .silent_for = kSilentFor},
+      console_(console),
+      where_(o.master_addr + ":" + std::to_string(port)),
+      silence_(kSilentFor) {
   sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
   sched_->start();
   transport::StoreClient::Options so;
@@ -117,12 +128,16 @@ void Coordinator::connect(transport::StoreClient::Options so) {
 // Checks this node's flags against node 0's, then claims the node rank and beats once, so that
 // node 0 judges it from now on.
 void Coordinator::join(int cut_off_in) {
-  const std::string me = std::to_string(o_.nproc_per_node) + " " + std::to_string(o_.max_restarts) + " " +
-                         std::to_string(o_.min_nodes) + " " + this_host() + " " + std::to_string(::getpid()) + " " +
-                         std::to_string(kProtocol) + " " + std::to_string(o_.take_in_timeout.count()) + " " +
-                         std::to_string(o_.nnodes);
+  const std::string me = encode(Claim{.nproc = o_.nproc_per_node,
+                                       .max_restarts = o_.max_restarts,
+                                       .min_nodes = o_.min_nodes,
+                                       .host = this_host(),
+                                       .pid = std::to_string(::getpid()),
+                                       .protocol = kProtocol,
+                                       .take_in_timeout = static_cast<int>(o_.take_in_timeout.count()),
+                                       .nodes = o_.nnodes});
   if (o_.node_rank != 0) {
-    if (auto why = unlike_node_zero(o_, parse_claim(await_node_zero())); !why.empty()) throw refuse(why);
+    if (auto why = unlike_node_zero(o_, decode_claim(await_node_zero())); !why.empty()) throw refuse(why);
   }
   auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store().get("attempt")).value_or("0"), "attempt"); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
@@ -136,8 +151,8 @@ void Coordinator::join(int cut_off_in) {
     took_over = (holder = sched_->sync_wait(store().compare_set(key, holder, me))) == me;
   }
   if (holder != me) {
-    throw refuse("node rank " + std::to_string(o_.node_rank) + " was started twice: " + parse_claim(holder).describe() +
-                 " already holds it (this is " + parse_claim(me).describe() + "). Give every node its own --node-rank");
+    throw refuse("node rank " + std::to_string(o_.node_rank) + " was started twice: " + decode_claim(holder).describe() +
+                 " already holds it (this is " + decode_claim(me).describe() + "). Give every node its own --node-rank");
   }
   claim_ = me;
   heartbeat();
@@ -170,7 +185,7 @@ void Coordinator::join(int cut_off_in) {
   if (!took_over && !again && member()) return;
   const std::string range = "(--nnodes " + std::to_string(o_.min_nodes) + ":" + std::to_string(o_.nnodes) + ")";
   const std::string why =
-      took_over ? "its coshard-run fell silent and " + parse_claim(me).describe() + " took its place"
+      took_over ? "its coshard-run fell silent and " + decode_claim(me).describe() + " took its place"
       : cut_off_in >= 0 ? "its coshard-run, cut off from the store in attempt " + std::to_string(cut_off_in) +
                               " for longer than --rejoin-timeout, reached it again " + range
                         : "its coshard-run joined after the job started on node(s) " + node_list(nodes_) + " " + range;
@@ -329,7 +344,7 @@ void Coordinator::await_attempt() {
       if (usable()) {
         // Node 0's count was not read while cut off: judged afresh, as a frozen node 0 may not
         // have beaten yet since it ran on.
-        if (was_cut) heard_.erase(0);
+        if (was_cut) silence_.forget(0);
         if (const auto attempt = sched_->sync_wait(store().get("attempt"))) {
           first_attempt_ = stored_int(*attempt, "attempt");
           nodes_ = parse_nodes(sched_->sync_wait(store().get(attempt_key(first_attempt_, "nodes"))).value_or(""));
@@ -369,7 +384,7 @@ bool Coordinator::holder_gone(const std::string& holder) {
   const std::string key = "alive/" + std::to_string(o_.node_rank);
   const auto first = sched_->sync_wait(store().get(key));
   console_.say("coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
-               o_.node_rank, parse_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
+               o_.node_rank, decode_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
   for (const auto until = Clock::now() + kSilentFor; Clock::now() < until;) {
     if (const int sig = pending_stop()) {
       throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
@@ -387,7 +402,7 @@ std::optional<std::string> Coordinator::foreign_node(const std::vector<std::opti
   for (int n = 1; n < o_.nnodes; ++n) {
     const auto& claim = claims[static_cast<std::size_t>(n)];
     if (!claim || vetted_[n] == *claim) continue;
-    auto why = foreign_protocol("node " + std::to_string(n), parse_claim(*claim), "node 0");
+    auto why = foreign_protocol("node " + std::to_string(n), decode_claim(*claim), "node 0");
     if (!why.empty()) return why;
     vetted_[n] = *claim;
   }
@@ -447,7 +462,7 @@ void Coordinator::begin(int attempt) {
   attempt_ = attempt;
   if (o_.node_rank != 0) return;
   if (attempt > 0) refusals_from_ = refused_.size();  // the first attempt's include those while gathering
-  heard_.clear();  // each node's count is judged afresh: it was silent while it awaited the verdict
+  silence_.forget_all();  // each node's count is judged afresh: it was silent while it awaited the verdict
   for (;;) {  // again after this launcher stalled (broke), until its store is lost
     try {
       sched_->sync_wait(store().set(attempt_key(attempt, "nodes"), node_words(nodes_)));
@@ -470,9 +485,7 @@ void Coordinator::heartbeat() {
   // the others meanwhile, and on node 0 they could not reach its store, so their silence is judged
   // afresh from now.
   const auto now = Clock::now();
-  if (now - awake_ > kStoreCall) {
-    for (auto& [node, beat] : heard_) beat.since = now;
-  }
+  if (now - awake_ > kStoreCall) silence_.stood_still(now);
   awake_ = now;
   if (lost_ || now < next_beat_) return;
   next_beat_ = Clock::now() + std::chrono::seconds(1);
