@@ -116,5 +116,5 @@ int main(int argc, char** argv) {
     }
   }
   return transport::run_rank("bench_collectives", {.name = "bench"},
-                             [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });
+                             [&](Runtime& rt, const launch::LaunchEnv&) { return run(rt, f); });
 }

@@ -175,5 +175,5 @@ int main(int argc, char** argv) {
     return 2;
   }
   return transport::run_rank("bench_fsdp_step", {.name = "bench"},
-                             [&](Runtime& rt, const transport::LaunchEnv&) { return run(rt, f); });
+                             [&](Runtime& rt, const launch::LaunchEnv&) { return run(rt, f); });
 }

@@ -127,7 +127,7 @@ Task<int> train(Runtime& rt) {
 
 int main() {
   try {
-    auto env = transport::resolve_launch_env(transport::process_env()).value();  // coshard-run, torchrun, srun
+    auto env = launch::resolve_launch_env(launch::process_env()).value();  // coshard-run, torchrun, srun
     Runtime rt({.name = "minimal", .rank = env.rank});
     return rt.scheduler().sync_wait(train(rt));
   } catch (const std::exception& e) {

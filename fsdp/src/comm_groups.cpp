@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
 namespace coshard::fsdp::detail {
 namespace {
@@ -23,7 +23,7 @@ transport::CommOptions comm_options(const Context& ctx, const std::string& name)
 // and the others at their store.
 int shard_group_size(const transport::ProcessGroup& group, const Context& ctx) {
   if (ctx.opt.shard_group_size <= 0) {
-    auto per_host = transport::ranks_per_host(group.hosts());
+    auto per_host = launch::ranks_per_host(group.hosts());
     if (!per_host) {
       throw Error(Errc::bad_config,
                   "hybrid sharding's shard group is the ranks of a host by default, but " + per_host.error().message() +

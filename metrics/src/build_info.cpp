@@ -2,7 +2,7 @@
 
 #include <ucp/api/ucp.h>
 
-#include "coshard/transport/rendezvous.hpp"
+#include "coshard/launch/rendezvous.hpp"
 
 #ifdef COSHARD_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -46,7 +46,7 @@ std::string ucx_version() {
 
 BuildInfo build_info() {
   return BuildInfo{.version = COSHARD_VERSION_STRING, .cuda = cuda_version(), .nccl = nccl_version(),
-                   .ucx = ucx_version(), .wire_protocol = std::to_string(transport::kWireProtocol)};
+                   .ucx = ucx_version(), .wire_protocol = std::to_string(launch::kWireProtocol)};
 }
 
 }  // namespace coshard::metrics

@@ -20,7 +20,7 @@
 #include "coshard/gpt2/units.hpp"
 #include "coshard/llama/model.hpp"
 #include "coshard/llama/units.hpp"
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 #include "coshard/transport/rank_main.hpp"
 #include "coshard/transport/process_group.hpp"
 
@@ -192,7 +192,7 @@ Task<int> run(Runtime& rt, Args a) {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   return transport::run_rank("models_fsdp_check", {.name = a.family},
-                             [&](Runtime& rt, const transport::LaunchEnv&) {
+                             [&](Runtime& rt, const launch::LaunchEnv&) {
                                return a.family == "llama" ? run<LlamaFamily>(rt, a) : run<Gpt2Family>(rt, a);
                              });
 }

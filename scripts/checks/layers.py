@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that layers point down only (docs/architecture.md):
 
-    kernels < core < device < {transport, ops} < fsdp < metrics < models < apps (tools, examples)
+    kernels < core < device < launch < {transport, ops} < fsdp < metrics < models < apps (tools, examples)
 
 A file of a layer may include coshard headers of its own layer and of the layers below it, never
 of a layer above or beside it (transport and ops are side by side: neither includes the other).
@@ -16,14 +16,14 @@ import os
 import re
 import sys
 
-ORDER = ["kernels", "core", "device", "transport", "ops", "fsdp", "metrics", "models", "apps"]
+ORDER = ["kernels", "core", "device", "launch", "transport", "ops", "fsdp", "metrics", "models", "apps"]
 SIDE_BY_SIDE = {frozenset({"transport", "ops"})}
-FOLDERS = {"kernels": "kernels", "runtime": None, "transport": "transport", "ops": "ops", "fsdp": "fsdp",
+FOLDERS = {"kernels": "kernels", "runtime": None, "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
            "metrics": "metrics", "models": "models", "examples": "apps", "tools": "apps"}
 # runtime headers (and sources of the same name) in the core layer; every other runtime file is device.
 CORE = {"asio_await", "channel", "error", "file_io", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
         "waiter", "when_all"}
-TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
+TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
                 "metrics": "metrics", "models": "models", "gpt2": "models", "llama": "models", "coshard": "apps"}
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
@@ -40,7 +40,7 @@ def header_layer(path):
     folder, name = m.groups()
     if folder == "runtime":
         return runtime_layer(name)
-    return {"kernels": "kernels", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics",
+    return {"kernels": "kernels", "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics",
             "models": "models", "gpt2": "models", "llama": "models"}.get(folder)
 
 

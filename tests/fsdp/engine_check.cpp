@@ -859,5 +859,5 @@ int main(int argc, char** argv) {
   // streams' interleaving varies freely: results must not change.
   const auto jitter = std::chrono::microseconds(cfg.stress ? 1000 : 0);
   return transport::run_rank("engine_check", {.name = "engine", .stream_jitter = jitter, .discrete_memory = cfg.discrete},
-                             [&](Runtime& rt, const transport::LaunchEnv&) { return main_task(rt, cfg); });
+                             [&](Runtime& rt, const launch::LaunchEnv&) { return main_task(rt, cfg); });
 }

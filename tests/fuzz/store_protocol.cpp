@@ -16,7 +16,7 @@
 #include <string>
 
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "fuzz_input.hpp"
 #include "store_protocol.hpp"
 
@@ -29,17 +29,17 @@ constexpr const char* kToken = "fuzz";
 
 struct Server {
   Scheduler sched;
-  std::unique_ptr<transport::StoreServer> server;
+  std::unique_ptr<launch::StoreServer> server;
   Server() {
     sched.start();
-    transport::StoreServer::Options o;
+    launch::StoreServer::Options o;
     o.token = kToken;
     o.port = 0;
     o.bind_address = "127.0.0.1";
     o.handshake_timeout = 100ms;
     o.limits.max_message_bytes = 1 << 16;
     o.limits.max_wait = 20ms;  // a fuzzed wait must not hold its session for long
-    server = std::make_unique<transport::StoreServer>(sched, o);
+    server = std::make_unique<launch::StoreServer>(sched, o);
   }
 };
 
@@ -103,7 +103,7 @@ void exchange(std::uint16_t port, const std::string& bytes) {
 // The handshake frame, laid out as store_protocol.hpp's Writer does (u32 frame length, op, u32
 // token length, token); written out here because GCC 12 misreads the Writer inlined into this file.
 std::string hello_frame() {
-  std::string body(1, static_cast<char>(transport::wire::Op::hello));
+  std::string body(1, static_cast<char>(launch::wire::Op::hello));
   const std::uint32_t n = static_cast<std::uint32_t>(std::strlen(kToken));
   body.append(reinterpret_cast<const char*>(&n), 4).append(kToken);
   const std::uint32_t len = static_cast<std::uint32_t>(body.size());

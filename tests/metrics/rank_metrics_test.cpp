@@ -12,7 +12,7 @@
 #include "coshard/metrics/rank_metrics.hpp"
 #include "coshard/metrics/timeline.hpp"
 #include "coshard/runtime/error.hpp"
-#include "coshard/transport/rendezvous.hpp"
+#include "coshard/launch/rendezvous.hpp"
 #include "metrics/catalogue.hpp"
 #include "support/loopback.hpp"
 
@@ -146,7 +146,7 @@ TEST(RankMetrics, StopClosesTheEndpointAndStartOpensItAgain) {
 TEST(RankMetrics, BuildInfoCarriesVersionAndLibraries) {
   const auto info = build_info();
   EXPECT_EQ(info.version, COSHARD_PROJECT_VERSION);
-  EXPECT_EQ(info.wire_protocol, std::to_string(transport::kWireProtocol));
+  EXPECT_EQ(info.wire_protocol, std::to_string(launch::kWireProtocol));
   EXPECT_TRUE(std::regex_match(info.ucx, std::regex(R"(\d+\.\d+\.\d+.*)"))) << info.ucx;
 #ifdef COSHARD_HAVE_CUDA
   EXPECT_TRUE(std::regex_match(info.cuda, std::regex(R"(\d+\.\d+)"))) << info.cuda;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "mp/launcher_nodes.hpp"
 #include "support/loopback.hpp"
 #include "support/run_command.hpp"
@@ -46,14 +46,14 @@ using Run = coshard::testing::CommandResult;
 std::optional<std::string> store_ask(std::uint16_t port, const std::string& token, std::string key,
                                      std::optional<std::string> value, bool erase = false) {
   using coshard::Task;
-  auto task = [](coshard::transport::StoreClient::Options o, std::string k, std::optional<std::string> v,
+  auto task = [](coshard::launch::StoreClient::Options o, std::string k, std::optional<std::string> v,
                  bool e) -> Task<std::optional<std::string>> {
-    auto c = co_await coshard::transport::StoreClient::connect(o);
+    auto c = co_await coshard::launch::StoreClient::connect(o);
     if (e) co_await c->erase(k);
     if (v) co_await c->set(k, *v);
     co_return co_await c->get(k);
   };
-  coshard::transport::StoreClient::Options o;
+  coshard::launch::StoreClient::Options o;
   o.port = port;
   o.token = token;
   o.connect_timeout = std::chrono::seconds(10);  // a launcher's store may still be coming up
@@ -68,9 +68,9 @@ class StoreAt {
  public:
   explicit StoreAt(std::string token) : token_(std::move(token)) {
     sched_.start();
-    coshard::transport::StoreServer::Options o;
+    coshard::launch::StoreServer::Options o;
     o.token = token_;
-    server_ = std::make_unique<coshard::transport::StoreServer>(sched_, o);
+    server_ = std::make_unique<coshard::launch::StoreServer>(sched_, o);
   }
   ~StoreAt() { server_->stop(); }
   std::uint16_t port() const { return server_->port(); }
@@ -81,7 +81,7 @@ class StoreAt {
  private:
   std::string token_;
   coshard::Scheduler sched_;
-  std::unique_ptr<coshard::transport::StoreServer> server_;
+  std::unique_ptr<coshard::launch::StoreServer> server_;
 };
 
 class Ranks : public ::testing::TestWithParam<int> {};

@@ -10,10 +10,10 @@
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/rendezvous.hpp"
+#include "coshard/launch/rendezvous.hpp"
 
 using namespace coshard;
-using namespace coshard::transport;
+using namespace coshard::launch;
 
 int main(int argc, char** argv) {
   int fail_rank = -1, claim_world = 0;

@@ -13,11 +13,12 @@
 
 #include "coshard/runtime/copy.hpp"
 #include "coshard/runtime/when_all.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "fake_nccl.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
+using namespace coshard::launch;
 using coshard::testing::FakeNccl;
 using namespace std::chrono_literals;
 

@@ -9,6 +9,7 @@
 
 using namespace coshard;
 using namespace coshard::transport;
+using namespace coshard::launch;
 
 namespace {
 

@@ -41,7 +41,7 @@ struct Child {
   pid_t pid = -1;
   bool running = false;
   int status = 0;
-  bool takes_stop = false;     // seen taking SIGUSR2 (transport::StopSignal): its exit code 75 is no failure
+  bool takes_stop = false;     // seen taking SIGUSR2 (launch::StopSignal): its exit code 75 is no failure
   bool asked_to_stop = false;  // SIGUSR2 passed on to it
   bool group_gone = false;     // its process group was seen empty after it ended: never signalled again
   Output out, err;

@@ -11,8 +11,8 @@
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/stop_signal.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/stop_signal.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::run {
 namespace {

@@ -16,7 +16,7 @@
 //   attempt/A/stop-now    while ranks stop after a checkpoint for a node taken in: node K stopped
 //                         its ranks without one, and the others stop theirs too
 // A restart starts every node's ranks again with COSHARD_RESTART_COUNT=A+1, and their own keys
-// (transport::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
+// (launch::rendezvous) live under coshard/attempt/A+1/, so nothing of a failed attempt is read.
 //
 // A node cut off from the store (its link down, node 0's host unreachable) is indistinguishable,
 // seen from either side, from one that crashed. While restarts remain both sides give it
@@ -46,14 +46,14 @@
 #include "console.hpp"
 #include "decisions.hpp"
 #include "records.hpp"
-#include "coshard/transport/hosts.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/hosts.hpp"
+#include "coshard/launch/store.hpp"
 #include "options.hpp"
 
 namespace coshard::run {
 
 // This host's name, as the launchers' messages and claims give it.
-using transport::this_host;
+using launch::this_host;
 
 // How one attempt ended on this node.
 struct AttemptEnd {
@@ -123,10 +123,10 @@ class Coordinator {
   Verdict finish(int attempt, const AttemptEnd& end);
 
  private:
-  void connect(transport::StoreClient::Options so);
+  void connect(launch::StoreClient::Options so);
   // The store's client. A failed reconnect (usable()) leaves none: a call meanwhile fails as one to
   // an unreachable store does, for its caller's catch (broke), rather than dereference nothing.
-  transport::StoreClient& store();
+  launch::StoreClient& store();
   // Whether the store may be asked now: after a store call failed, one try to reach it again (at
   // most every kReconnectEvery) until rejoin_window(), then lost_; a report it missed meanwhile
   // goes out first.
@@ -183,8 +183,8 @@ class Coordinator {
   Console& console_;
   std::string where_;  // the store's ADDR:PORT, for errors
   std::unique_ptr<Scheduler> sched_;
-  std::unique_ptr<transport::StoreClient> store_;
-  transport::StoreClient::Options options_;  // to reach the store again
+  std::unique_ptr<launch::StoreClient> store_;
+  launch::StoreClient::Options options_;  // to reach the store again
   int first_attempt_ = 0;
   int attempt_ = 0;
   std::vector<int> nodes_;

@@ -9,7 +9,7 @@
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::run {
 namespace {
@@ -22,15 +22,15 @@ constexpr auto kReconnectEvery = std::chrono::seconds(1);
 constexpr auto kReconnectTry = std::chrono::milliseconds(500);
 
 // Drops the old connection on the scheduler's thread, where it lives, and opens another.
-Task<std::unique_ptr<transport::StoreClient>> reopen(std::unique_ptr<transport::StoreClient> old,
-                                                     transport::StoreClient::Options options) {
+Task<std::unique_ptr<launch::StoreClient>> reopen(std::unique_ptr<launch::StoreClient> old,
+                                                     launch::StoreClient::Options options) {
   old.reset();
-  co_return co_await transport::StoreClient::connect(std::move(options));
+  co_return co_await launch::StoreClient::connect(std::move(options));
 }
 
 }  // namespace
 
-transport::StoreClient& Coordinator::store() {
+launch::StoreClient& Coordinator::store() {
   if (!store_) throw Error(Errc::peer_lost, "the store at " + where_ + " is not reached again yet: " + cut_reason_);
   return *store_;
 }

@@ -15,7 +15,7 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::run {
 namespace {
@@ -63,20 +63,15 @@ std::string unlike_node_zero(const Options& o, const Claim& zero) {
 Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console,
                          int cut_off_in)
     : o_(o),
-      rules_{.nnodes = o.nnodes,
-             .min_nodes = o.min_nodes,
-             .max_restarts = o.max_restarts,
-             .grace_seconds = o.grace_seconds,
-             .join_timeout = o.join_timeout,
-             .rejoin_timeout = o.rejoin_timeout,
-             .take_in_timeout = o.take_in_timeout,
-             .silent_for = kSilentFor},
+      rules_{.nnodes = o.nnodes, .min_nodes = o.min_nodes, .max_restarts = o.max_restarts,
+             .grace_seconds = o.grace_seconds, .join_timeout = o.join_timeout, .rejoin_timeout = o.rejoin_timeout,
+             .take_in_timeout = o.take_in_timeout, .silent_for = kSilentFor},
       console_(console),
       where_(o.master_addr + ":" + std::to_string(port)),
       silence_(kSilentFor) {
   sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
   sched_->start();
-  transport::StoreClient::Options so;
+  launch::StoreClient::Options so;
   so.host = o.master_addr;
   so.port = port;
   so.token = token;
@@ -94,7 +89,7 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
 }
 
 // Connects in slices of at most 2 s until --join-timeout, so that SIGINT/SIGTERM end the wait.
-void Coordinator::connect(transport::StoreClient::Options so) {
+void Coordinator::connect(launch::StoreClient::Options so) {
   const std::string who = "node " + std::to_string(o_.node_rank) + " cannot join the job: ";
   const auto deadline = Clock::now() + o_.join_timeout;
   std::optional<Clock::time_point> unresolved_since;
@@ -102,11 +97,11 @@ void Coordinator::connect(transport::StoreClient::Options so) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     so.connect_timeout = std::clamp(left, std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
     try {
-      store_ = sched_->sync_wait(transport::StoreClient::connect(so));
+      store_ = sched_->sync_wait(launch::StoreClient::connect(so));
       return;
     } catch (const Error& e) {
       // Each 2 s slice is a connect of its own: resolve_timeout counts across them here.
-      if (e.context().op == transport::StoreClient::kResolveOp) {
+      if (e.context().op == launch::StoreClient::kResolveOp) {
         if (!unresolved_since) unresolved_since = Clock::now();
         if (Clock::now() >= std::min(deadline, *unresolved_since + so.resolve_timeout)) throw Error(e.code(), who + e.message());
       } else if (e.code() != Errc::timeout) {
@@ -448,7 +443,7 @@ Coordinator::~Coordinator() { close(); }
 void Coordinator::close() noexcept {
   if (!sched_) return;
   try {
-    sched_->sync_wait([](std::unique_ptr<transport::StoreClient> c) -> Task<void> {
+    sched_->sync_wait([](std::unique_ptr<launch::StoreClient> c) -> Task<void> {
       c.reset();
       co_return;
     }(std::move(store_)));

@@ -4,7 +4,7 @@
 #include <iterator>
 
 #include "coordinator_internal.hpp"
-#include "coshard/transport/stop_signal.hpp"
+#include "coshard/launch/stop_signal.hpp"
 
 namespace coshard::run {
 namespace {
@@ -67,7 +67,7 @@ void note_end(NodesEnded& ended, int n, const std::optional<DoneReport>& said) {
   }
   ended.stop_requested |= d.stop_requested;
   // Without stop_requested the ranks followed peers that were asked, or stopped for a node taken in.
-  ended.stopped_on_request |= d.rc == transport::StopSignal::kExitCode;
+  ended.stopped_on_request |= d.rc == launch::StopSignal::kExitCode;
   ended.succeeded &= d.rc == 0;
 }
 
@@ -162,7 +162,7 @@ Verdict verdict(const JobRules& rules, int attempt, const std::vector<int>& node
     v.restart = failed->restartable && attempt < rules.max_restarts && missing.empty() && interrupted.empty() &&
                 !ended.stop_requested;
   } else if (ended.stopped_on_request) {  // not a failure: no restart, on a signal meant to end the job here
-    v.code = transport::StopSignal::kExitCode;
+    v.code = launch::StopSignal::kExitCode;
     v.stopped = true;
     v.reason = "the ranks stopped on request (SIGUSR2) after a checkpoint; run the job again (with --resume auto) "
                "to continue from it";
@@ -172,7 +172,7 @@ Verdict verdict(const JobRules& rules, int attempt, const std::vector<int>& node
     v.reason += "; not restarted: the launcher of node(s) " + node_list(interrupted) + " was told to stop";
   } else if (ended.stop_requested && failed && failed->restartable && missing.empty()) {
     // The allocation is ending: a restart would be cut short. A new one continues (exit code 75).
-    v.code = transport::StopSignal::kExitCode;
+    v.code = launch::StopSignal::kExitCode;
     v.stopped = true;
     v.reason += "; not restarted: a stop was requested (SIGUSR2), so the job stops here; run it again (with "
                 "--resume auto) to continue from the latest complete checkpoint";

@@ -12,7 +12,7 @@
 #include <optional>
 
 #include "coshard/runtime/json_integer.hpp"
-#include "coshard/transport/signal_marker.hpp"
+#include "coshard/launch/signal_marker.hpp"
 
 namespace coshard::run {
 namespace fs = std::filesystem;
@@ -62,7 +62,7 @@ std::vector<bool> groups_alive(const std::vector<pid_t>& pgids) {
 
 bool takes_signal(pid_t pid, const std::string& flight_dir, int sig) {
   std::error_code ec;
-  if (!fs::exists(fs::path(flight_dir) / transport::signal_marker_name(sig, pid), ec)) return false;
+  if (!fs::exists(fs::path(flight_dir) / launch::signal_marker_name(sig, pid), ec)) return false;
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
   const unsigned long long bit = 1ull << (sig - 1);
   for (std::string line; std::getline(f, line);) {

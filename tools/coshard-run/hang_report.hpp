@@ -21,7 +21,7 @@ char process_state(pid_t pid);
 std::vector<bool> groups_alive(const std::vector<pid_t>& pgids);
 
 // True when `pid` asked for `sig` (SIGUSR1 or SIGUSR2: a transport::DiagnosticsSignal or
-// StopSignal leaves its transport::SignalMarker in `flight_dir`) and catches it now, so sending it
+// StopSignal leaves its launch::SignalMarker in `flight_dir`) and catches it now, so sending it
 // cannot kill the rank nor set off another meaning the program gives the signal.
 bool takes_signal(pid_t pid, const std::string& flight_dir, int sig);
 

@@ -23,8 +23,8 @@
 #include "coordinator.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/scheduler.hpp"
-#include "coshard/transport/stop_signal.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/stop_signal.hpp"
+#include "coshard/launch/store.hpp"
 #include "hang_report.hpp"
 #include "spawn.hpp"
 #include "supervisor.hpp"
@@ -77,7 +77,7 @@ BlockedSignals block_signals() {
 // Node 0 serves the rendezvous store for the whole job, every attempt included.
 struct StoreHost {
   std::unique_ptr<Scheduler> sched;
-  std::unique_ptr<transport::StoreServer> store;
+  std::unique_ptr<launch::StoreServer> store;
   std::uint16_t port = 0;
 
   // Stopped once the job has ended everywhere: every node's ranks ended before node 0 decided, and
@@ -94,11 +94,11 @@ std::unique_ptr<StoreHost> host_store(const Options& o, const std::string& token
   if (o.node_rank == 0) {
     h->sched = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run"});
     h->sched->start();
-    transport::StoreServer::Options so;
-    so.bind_address = transport::StoreServer::bind_address_for(o.master_addr);
+    launch::StoreServer::Options so;
+    so.bind_address = launch::StoreServer::bind_address_for(o.master_addr);
     so.port = o.master_port;
     so.token = token;
-    h->store = std::make_unique<transport::StoreServer>(*h->sched, so);
+    h->store = std::make_unique<launch::StoreServer>(*h->sched, so);
     h->port = h->store->port();
   }
   return h;

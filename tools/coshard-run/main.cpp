@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   }
   coshard::run::Options options;
   try {
-    options = coshard::run::parse_options(argc, argv, coshard::transport::process_env());
+    options = coshard::run::parse_options(argc, argv, coshard::launch::process_env());
   } catch (const std::invalid_argument& e) {
     if (!*e.what()) {  // --help
       std::fputs(coshard::run::usage().c_str(), stdout);

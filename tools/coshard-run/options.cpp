@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "coshard/runtime/parse_whole.hpp"
-#include "coshard/transport/slurm.hpp"
+#include "coshard/launch/slurm.hpp"
 
 namespace coshard::run {
 namespace {
@@ -22,9 +22,9 @@ struct Given {
 };
 
 // One coshard-run per host of the step, the step's first host serving the store.
-void apply_slurm_step(Options& o, const Given& given, const transport::EnvLookup& env) {
-  if (!transport::in_slurm_step(env)) return;
-  auto step = transport::read_slurm_step(env);
+void apply_slurm_step(Options& o, const Given& given, const launch::EnvLookup& env) {
+  if (!launch::in_slurm_step(env)) return;
+  auto step = launch::read_slurm_step(env);
   if (!step) throw std::invalid_argument(step.error().message());
   const auto& s = step.value();
   const auto hosts = static_cast<int>(s.hosts.size());
@@ -107,7 +107,7 @@ std::string usage() {
          "  --node-rank, --master and --token: its first host serves the store.\n";
 }
 
-Options parse_options(int argc, char** argv, const transport::EnvLookup& env) {
+Options parse_options(int argc, char** argv, const launch::EnvLookup& env) {
   Options o;
   Given given;
   int i = 1;

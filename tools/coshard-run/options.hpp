@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 
 namespace coshard::run {
 
@@ -38,7 +38,7 @@ struct Options {
 // Parses argv; throws std::invalid_argument with a message naming the flag on bad input. Inside a
 // Slurm job step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes, --node-rank,
 // --master and --token; flags that contradict the step are errors.
-Options parse_options(int argc, char** argv, const transport::EnvLookup& env);
+Options parse_options(int argc, char** argv, const launch::EnvLookup& env);
 std::string usage();
 
 }  // namespace coshard::run

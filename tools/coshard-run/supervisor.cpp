@@ -1,6 +1,6 @@
 #include "supervisor.hpp"
 
-#include "coshard/transport/stop_signal.hpp"
+#include "coshard/launch/stop_signal.hpp"
 #include "hang_report.hpp"
 
 #include <fcntl.h>
@@ -32,9 +32,9 @@ int exit_code_of(int status) {
 }
 
 // Exit code 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
-// (transport::StopSignal), the others follow at the same step. From any other program, a failure.
+// (launch::StopSignal), the others follow at the same step. From any other program, a failure.
 bool stopped_on_request(const Child& c) {
-  return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == transport::StopSignal::kExitCode;
+  return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == launch::StopSignal::kExitCode;
 }
 
 // Whole lines, each with its rank in front; a partial last line only when the stream ended.
@@ -103,7 +103,7 @@ bool Supervisor::stop_requested() const noexcept {
 
 int Supervisor::result() const {
   if (interrupted_by_) return 128 + interrupted_by_;
-  if (!exit_code_ && stopped_on_request_) return transport::StopSignal::kExitCode;
+  if (!exit_code_ && stopped_on_request_) return launch::StopSignal::kExitCode;
   if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
       if (!stopped_on_request(c) && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
@@ -198,7 +198,7 @@ void Supervisor::note_stop_takers() {
   }
 }
 
-// Each rank that takes SIGUSR2 gets it once; the others (a program without transport::StopSignal,
+// Each rank that takes SIGUSR2 gets it once; the others (a program without launch::StopSignal,
 // gpt2-train without --checkpoint-dir) would die of it and get nothing. Not after the attempt
 // started ending: a failure or an interrupt is already stopping the ranks.
 void Supervisor::pass_on_stop_request() {

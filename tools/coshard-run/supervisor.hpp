@@ -88,7 +88,7 @@ class Supervisor {
   bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first
   std::optional<Clock::time_point> stop_requested_;  // got SIGUSR2 then: passed on to each rank once it takes it
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
-  bool stopped_on_request_ = false;  // a rank exited with transport::StopSignal::kExitCode
+  bool stopped_on_request_ = false;  // a rank exited with launch::StopSignal::kExitCode
   bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
   std::optional<Clock::time_point> leftovers_since_;  // every rank had ended, but not what they started
   int leftover_signal_ = 0;                         // the last signal sent to what they started

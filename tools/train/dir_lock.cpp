@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "coshard/runtime/error.hpp"
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
 namespace coshard::train {
 namespace fs = std::filesystem;
@@ -66,7 +66,7 @@ Watched watch(const fs::path& path, const Holder& first) {
 }  // namespace
 
 DirLock::DirLock(fs::path path)
-    : path_(std::move(path)), me_(std::to_string(::getpid()) + " " + transport::this_host() + " " + job_id()) {
+    : path_(std::move(path)), me_(std::to_string(::getpid()) + " " + launch::this_host() + " " + job_id()) {
   take();
   try {
     beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
@@ -116,7 +116,7 @@ void DirLock::take() {
     }
     // On this host the process decides: two steps of one allocation share the job id. On another,
     // a lock of this job is gone once its beat stands still (a Slurm requeue may land elsewhere).
-    const bool here = h.host == transport::this_host();
+    const bool here = h.host == launch::this_host();
     const bool dead =
         here && (h.pid == ::getpid() || (::kill(static_cast<pid_t>(h.pid), 0) != 0 && errno == ESRCH));
     const bool this_job_elsewhere = !here && !h.job.empty() && h.job != "-" && h.job == job_id();
@@ -143,7 +143,7 @@ void DirLock::take() {
 // and both go on. Renamed aside first, which one of them alone can do, and put back when it proved
 // to be another's; then take() tries again.
 void DirLock::set_aside(const std::string& gone) {
-  const fs::path aside = path_.string() + ".gone-" + me_.substr(0, me_.find(' ')) + "-" + transport::this_host();
+  const fs::path aside = path_.string() + ".gone-" + me_.substr(0, me_.find(' ')) + "-" + launch::this_host();
   if (::rename(path_.c_str(), aside.c_str()) != 0) return;  // another took it aside first
   if (holder(aside).me() != gone && ::link(aside.c_str(), path_.c_str()) != 0) {
     std::fprintf(stderr, "gpt2-train: warning: the lock %s of pid %ld on host %s, taken aside for a moment, could not "

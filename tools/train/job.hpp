@@ -11,8 +11,8 @@
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/gpt2/tokenizer.hpp"
 #include "coshard/metrics/timeline.hpp"
-#include "coshard/transport/launch_env.hpp"
-#include "coshard/transport/stop_signal.hpp"
+#include "coshard/launch/launch_env.hpp"
+#include "coshard/launch/stop_signal.hpp"
 #include "train_options.hpp"
 
 namespace coshard::train {
@@ -26,12 +26,12 @@ struct Inputs {
 
 struct Job {
   TrainOptions o;
-  transport::LaunchEnv env;
+  launch::LaunchEnv env;
   Inputs in;
   metrics::Timeline* timeline = nullptr;  // null without --trace
   std::unique_ptr<CheckpointDir> checkpoints;  // --checkpoint-dir (locked by rank 0)
   std::optional<std::filesystem::path> resume;  // the checkpoint --resume names, if any
-  const transport::StopSignal* stop = nullptr;  // SIGUSR2: stop after a checkpoint (with --checkpoint-dir)
+  const launch::StopSignal* stop = nullptr;  // SIGUSR2: stop after a checkpoint (with --checkpoint-dir)
   double memory_counted = 0;  // bytes a rank needs at least, as check_memory counted them
 };
 

@@ -189,10 +189,10 @@ Task<int> run(Runtime& rt, train::Job& job) {
       std::printf("stopped on request (SIGUSR2) after step %d of %d: checkpoint %s; run the job again with --resume "
                   "auto to continue (exit code %d)\n",
                   *summary.stopped_after, job.o.steps, job.checkpoints->step_dir(*summary.stopped_after).c_str(),
-                  transport::StopSignal::kExitCode);
+                  launch::StopSignal::kExitCode);
     }
     co_await train::finish_job(job, *pg);
-    co_return transport::StopSignal::kExitCode;
+    co_return launch::StopSignal::kExitCode;
   }
   co_await train::save_and_sample(job, *engine, pg->rank());
   const auto peaks = co_await loop.peak_memory_over_ranks();
@@ -237,7 +237,7 @@ int prepare_and_run(train::Job& job) {
   transport::DiagnosticsSignal diagnostics;  // SIGUSR1 writes the flight records
   // With somewhere to save to, SIGUSR2 stops after a checkpoint. Taken first: under Slurm it reaches
   // a rank still reading its data too, whose default action would end it.
-  std::optional<transport::StopSignal> stop;
+  std::optional<launch::StopSignal> stop;
   if (!job.o.checkpoint_dir.empty()) job.stop = &stop.emplace();
   // Before the data, the weights and the activations are allocated.
   job.memory_counted = train::check_memory(job.o, job.env);
@@ -284,7 +284,7 @@ int prepare_and_run(train::Job& job) {
     rc = rt.scheduler().sync_wait(run(rt, job));
   }
   // Not after a stop on request: a scheduler's pre-emption waits for exit code 75, not for a scrape.
-  if (job.o.metrics_linger > 0 && rc != transport::StopSignal::kExitCode) {
+  if (job.o.metrics_linger > 0 && rc != launch::StopSignal::kExitCode) {
     std::this_thread::sleep_for(std::chrono::duration<double>(job.o.metrics_linger));
   }
   m.stop();
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
     std::fprintf(parsed.exit_code == 0 ? stdout : stderr, "%s\n", parsed.message.c_str());
     return parsed.exit_code;
   }
-  auto env = transport::resolve_launch_env(transport::process_env());
+  auto env = launch::resolve_launch_env(launch::process_env());
   if (!env) {
     std::fprintf(stderr, "gpt2-train: %s\n", env.error().what());
     return 2;

@@ -30,7 +30,7 @@ std::string bytes_text(double bytes) {
 // Before the rendezvous, which tells fsdp the hosts (ranks_per_host), LOCAL_WORLD_SIZE stands for
 // the ranks of a host. Where they differ (several coshard-run nodes on one host, which fsdp groups
 // as one) the default shard group here is the smaller, so the check counts more, never less.
-int shard_group_size(const TrainOptions& o, const transport::LaunchEnv& env) {
+int shard_group_size(const TrainOptions& o, const launch::LaunchEnv& env) {
   switch (o.strategy) {
     case fsdp::Strategy::no_shard:
       return 1;
@@ -116,7 +116,7 @@ std::optional<HostMemory> cgroup_memory() {
 
 }  // namespace
 
-MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env) {
+MemoryNeed memory_need(const TrainOptions& o, const launch::LaunchEnv& env) {
   const auto& c = o.config;
   const double P = static_cast<double>(c.num_params());
   // Units as the plan makes them: the root (embeddings, the final norm, and an untied head kept
@@ -153,7 +153,7 @@ std::optional<HostMemory> host_memory() {
   return host;
 }
 
-double check_memory(const TrainOptions& o, const transport::LaunchEnv& env) {
+double check_memory(const TrainOptions& o, const launch::LaunchEnv& env) {
   const MemoryNeed need = memory_need(o, env);
   // On CUDA the state and the activations are GPU memory, which this check does not read: the
   // device allocator's out-of-memory error names what it could not allocate.

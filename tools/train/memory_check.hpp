@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 #include "train_options.hpp"
 
 namespace coshard::train {
@@ -24,7 +24,7 @@ struct MemoryNeed {
   double fixed() const { return total() - activations; }
 };
 
-MemoryNeed memory_need(const TrainOptions& o, const transport::LaunchEnv& env);
+MemoryNeed memory_need(const TrainOptions& o, const launch::LaunchEnv& env);
 
 // Memory this host lets the job have: /proc/meminfo's MemAvailable, or less where the process's
 // memory cgroup (v2 memory.max, v1 memory.limit_in_bytes, at any level above it) leaves less.
@@ -38,7 +38,7 @@ std::optional<HostMemory> host_memory();
 // --batch that would fit; says on local rank 0's stderr when they come close. Skipped where the
 // memory cannot be read, on --device cuda (GPU memory), and with --no-memory-check. Returns what it
 // counts for one rank.
-double check_memory(const TrainOptions& o, const transport::LaunchEnv& env);
+double check_memory(const TrainOptions& o, const launch::LaunchEnv& env);
 
 // Rank 0's line at the end: what the ranks peaked at (MiB resident, least and most) beside what
 // the check counted, so that a user sees how much room the floor leaves.

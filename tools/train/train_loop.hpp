@@ -67,7 +67,7 @@ struct TrainSummary {
 // What every rank agrees on at the end of a step.
 struct StepEnd {
   float loss = NAN;   // the mean over ranks
-  bool stop = false;  // some rank was asked to stop (transport::StopSignal)
+  bool stop = false;  // some rank was asked to stop (launch::StopSignal)
 };
 
 // Loads the checkpoint --resume names into the engine (collective), checks that every rank
@@ -116,7 +116,7 @@ class TrainLoop {
   fsdp::CommStats before_;  // at the end of the previous step
   const int first_step_;
   CheckpointDir* checkpoints_;
-  const transport::StopSignal* stop_;  // null: no stop requests (no --checkpoint-dir)
+  const launch::StopSignal* stop_;  // null: no stop requests (no --checkpoint-dir)
   std::optional<int> saving_;  // the step of a checkpoint written or being written, not committed yet
 };
 

@@ -33,12 +33,12 @@ Backend resolve_backend(Backend wanted, Device device) {
 }
 
 Task<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(Runtime& runtime, ProcessGroupOptions options) {
-  auto env = resolve_launch_env(process_env());
+  auto env = launch::resolve_launch_env(launch::process_env());
   if (!env) throw env.error();
   co_return co_await create(runtime, std::move(env).value(), std::move(options));
 }
 
-Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options) {
+Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, launch::LaunchEnv env, ProcessGroupOptions options) {
   const Backend backend = resolve_backend(options.backend, runtime.device());  // before anyone waits on us
   auto rv = co_await rendezvous(std::move(env), options.rendezvous);
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup(runtime, std::move(rv), options.ucx, backend));
@@ -65,7 +65,7 @@ namespace {
 // Counts this rank in on `name`; the rank that makes it `size` sets `name`/all. True for that rank.
 // Plain statements and named arguments around co_await: GCC 12 miscompiles temporaries and
 // conditions inside a co_await expression.
-Task<bool> count_in(StoreClient& store, std::string name, int size) {
+Task<bool> count_in(launch::StoreClient& store, std::string name, int size) {
   const std::int64_t arrived = co_await store.add(name, 1);
   if (arrived != size) co_return false;
   std::string all = name + "/all", one = "1";
@@ -73,7 +73,7 @@ Task<bool> count_in(StoreClient& store, std::string name, int size) {
   co_return true;
 }
 
-Task<void> wait_all(StoreClient& store, std::string name, std::chrono::milliseconds timeout, int rank,
+Task<void> wait_all(launch::StoreClient& store, std::string name, std::chrono::milliseconds timeout, int rank,
                     std::string what) {
   // Named, not a braced temporary: GCC 12 miscompiles those inside a co_await expression.
   std::vector<std::string> keys{name + "/all"};

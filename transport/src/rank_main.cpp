@@ -8,14 +8,14 @@
 namespace coshard::transport {
 
 int run_rank(std::string_view program, Runtime::Options options,
-             const std::function<Task<int>(Runtime&, const LaunchEnv&)>& body) {
+             const std::function<Task<int>(Runtime&, const launch::LaunchEnv&)>& body) {
   const std::string name(program);
-  auto env = resolve_launch_env(process_env());
+  auto env = launch::resolve_launch_env(launch::process_env());
   if (!env) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), env.error().what());
     return 2;
   }
-  const LaunchEnv& e = env.value();
+  const launch::LaunchEnv& e = env.value();
   try {
     options.rank = e.rank;
     DiagnosticsSignal diagnostics;

@@ -5,7 +5,7 @@
 #include <coshard/metrics/timeline.hpp>
 #include <coshard/runtime/readback.hpp>
 #include <coshard/runtime/runtime.hpp>
-#include <coshard/transport/launch_env.hpp>
+#include <coshard/launch/launch_env.hpp>
 #include <coshard/transport/process_group.hpp>
 #include <cstdio>
 #include <memory>
@@ -21,7 +21,7 @@ struct Model {
   void set_batch(int step);
 };
 
-Task<void> body(Runtime& rt, transport::LaunchEnv env, Model& model, std::vector<fsdp::Unit*> units,
+Task<void> body(Runtime& rt, launch::LaunchEnv env, Model& model, std::vector<fsdp::Unit*> units,
                 std::unique_ptr<transport::ProcessGroup> pg, std::unique_ptr<fsdp::Engine> engine, Tensor shard,
                 Tensor full, int steps) {
   {

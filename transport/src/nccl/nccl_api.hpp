@@ -19,7 +19,7 @@
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/runtime/stream.hpp"
 #include "coshard/transport/communicator.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::transport::detail {
 
@@ -75,12 +75,12 @@ std::shared_ptr<NcclApi> real_nccl_api();
 
 /// The unique id of communicator `name`'s new generation: rank 0 makes it and sets it in the store
 /// under coshard/nccl/<name>/<generation>/id, the others wait for it there (up to `timeout`).
-Task<NcclApi::Id> unique_id_of(NcclApi& api, StoreClient* store, int rank, int size, std::string name,
+Task<NcclApi::Id> unique_id_of(NcclApi& api, launch::StoreClient* store, int rank, int size, std::string name,
                                std::chrono::milliseconds timeout);
 
 /// The communicator over `api` (create_nccl_communicator() passes the real library; tests a fake).
 Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<NcclApi> api, Runtime& runtime,
-                                                             StoreClient* store, int rank, int size,
+                                                             launch::StoreClient* store, int rank, int size,
                                                              CommOptions options);
 
 }  // namespace coshard::transport::detail

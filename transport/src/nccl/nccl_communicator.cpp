@@ -38,7 +38,7 @@ using Status = NcclApi::Status;
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::shared_ptr<NcclApi> api, Runtime& rt, StoreClient* store, NcclApi::Comm comm, int rank,
+  NcclCommunicator(std::shared_ptr<NcclApi> api, Runtime& rt, launch::StoreClient* store, NcclApi::Comm comm, int rank,
                    int size, CommOptions options)
       : api_(std::move(api)), rt_(rt), store_(store), comm_(comm), rank_(rank), size_(size),
         options_(std::move(options)), stream_(rt.stream("nccl:" + options_.name)) {
@@ -408,7 +408,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<NcclApi> api_;
   Runtime& rt_;
   std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
-  StoreClient* store_;
+  launch::StoreClient* store_;
   std::mutex comm_m_;      // held around every call on comm_; an abort nulls comm_ under it
   NcclApi::Comm comm_;     // null once aborted or destroyed
   bool splitting_ = false;  // under comm_m_: a split's parent is still in progress
@@ -431,7 +431,7 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<NcclApi> api, Runtime& runtime,
-                                                             StoreClient* store, int rank, int size,
+                                                             launch::StoreClient* store, int rank, int size,
                                                              CommOptions options) {
   if (!store && size > 1) throw Error(Errc::bad_config, "the NCCL backend needs the rendezvous store for its unique id");
   std::string name = options.name;
@@ -462,7 +462,7 @@ Task<std::unique_ptr<Communicator>> create_nccl_communicator(std::shared_ptr<Ncc
 
 }  // namespace detail
 
-Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime& runtime, launch::StoreClient* store, int rank, int size,
                                                              CommOptions options) {
   if (!nccl_available()) {
     throw Error(Errc::bad_config, "communicator '" + options.name +

@@ -7,7 +7,7 @@
 
 namespace coshard::transport::detail {
 
-Task<NcclApi::Id> unique_id_of(NcclApi& api, StoreClient* store, int rank, int size, std::string name,
+Task<NcclApi::Id> unique_id_of(NcclApi& api, launch::StoreClient* store, int rank, int size, std::string name,
                                std::chrono::milliseconds timeout) {
   NcclApi::Id id{};
   if (size == 1 || rank == 0) {

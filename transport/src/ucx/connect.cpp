@@ -72,7 +72,7 @@ PeerIdentity unpack(const std::string& s, const std::string& key) {
 
 // Publishes `me` under `prefix`/`rank` and reads the identities of `ranks` (indices under the same
 // prefix), in their order.
-Task<std::vector<PeerIdentity>> exchange(StoreClient& store, std::string prefix, int rank, PeerIdentity me,
+Task<std::vector<PeerIdentity>> exchange(launch::StoreClient& store, std::string prefix, int rank, PeerIdentity me,
                                          std::vector<int> ranks, std::chrono::milliseconds timeout, std::string what) {
   co_await store.set(prefix + std::to_string(rank), pack(me));
   std::vector<std::string> keys;
@@ -138,7 +138,7 @@ AgreedHierarchy agreed_hierarchy(const std::vector<PeerIdentity>& peers) {
 }
 
 // The per-host and cross-host wires of a communicator that spans hosts (hierarchy.hpp), connected.
-Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& store, std::shared_ptr<UcxContext> ctx,
+Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, launch::StoreClient& store, std::shared_ptr<UcxContext> ctx,
                                                    Topology topo, int rank, std::string prefix, UcxOptions ucx,
                                                    std::string name, std::size_t chunk_bytes) {
   const auto me = static_cast<std::size_t>(rank);
@@ -163,7 +163,7 @@ Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, StoreClient& sto
 
 }  // namespace
 
-Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std::shared_ptr<UcxContext> ctx, int rank,
+Task<std::unique_ptr<Communicator>> connect(Runtime& rt, launch::StoreClient* store, std::shared_ptr<UcxContext> ctx, int rank,
                                             int size, std::string prefix, CommOptions options, UcxOptions ucx) {
   if (size < 1 || size > kMaxRanks || rank < 0 || rank >= size) {
     throw Error(Errc::bad_config, "communicator '" + options.name + "': rank " + std::to_string(rank) + " of " +
@@ -218,7 +218,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, StoreClient* store, std
 
 namespace coshard::transport {
 
-Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, launch::StoreClient* store, int rank, int size,
                                                             CommOptions options, UcxOptions ucx) {
   std::string prefix = "coshard/ucx/" + options.name + "/";
   if (store && size > 1) {

@@ -42,7 +42,7 @@ class ProbeSegment {
 
 }  // namespace
 
-Task<DirectSetup> probe_direct(StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx) {
+Task<DirectSetup> probe_direct(launch::StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx) {
   bool want = ucx.direct;
   if (auto v = env_switch("COSHARD_UCX_DIRECT")) want = *v;
   std::size_t min_bytes = ucx.direct_min_bytes;

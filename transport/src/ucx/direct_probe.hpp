@@ -3,7 +3,7 @@
 #include <cstddef>
 #include <string>
 
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "coshard/transport/ucx_communicator.hpp"
 
 namespace coshard::transport::detail {
@@ -21,6 +21,6 @@ struct DirectSetup {
 // nonce, which fails across pid namespaces or without ptrace-read access; every rank publishes
 // whether it could, and the path is on only when all could, so that all ranks agree. The
 // threshold is the largest any rank asked for.
-Task<DirectSetup> probe_direct(StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx);
+Task<DirectSetup> probe_direct(launch::StoreClient* store, std::string prefix, int rank, int size, UcxOptions ucx);
 
 }  // namespace coshard::transport::detail

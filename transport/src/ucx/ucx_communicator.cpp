@@ -40,7 +40,7 @@ std::string describe(const OpInfo& i) {
 
 class UcxCommunicator final : public Communicator {
  public:
-  UcxCommunicator(Runtime& rt, StoreClient* store, std::shared_ptr<detail::UcxContext> ctx, std::unique_ptr<Wire> wire,
+  UcxCommunicator(Runtime& rt, launch::StoreClient* store, std::shared_ptr<detail::UcxContext> ctx, std::unique_ptr<Wire> wire,
                   std::string key_prefix, CommOptions options, UcxOptions ucx, DirectSetup direct,
                   detail::Levels levels)
       : rt_(rt),
@@ -426,7 +426,7 @@ class UcxCommunicator final : public Communicator {
 
   Runtime& rt_;
   std::uint64_t diagnostic_ = 0;  // writes the flight record on request (SIGUSR1)
-  StoreClient* store_;
+  launch::StoreClient* store_;
   std::shared_ptr<detail::UcxContext> ctx_;
   std::unique_ptr<Wire> wire_;
   std::string key_prefix_;
@@ -487,7 +487,7 @@ Task<std::unique_ptr<Communicator>> UcxCommunicator::split(int color, int key, C
 
 }  // namespace
 
-std::unique_ptr<Communicator> detail::make_ucx_communicator(Runtime& rt, StoreClient* store,
+std::unique_ptr<Communicator> detail::make_ucx_communicator(Runtime& rt, launch::StoreClient* store,
                                                             std::shared_ptr<UcxContext> ctx, std::unique_ptr<Wire> wire,
                                                             std::string key_prefix, CommOptions options, UcxOptions ucx,
                                                             DirectSetup direct, Levels levels) {

@@ -1,6 +1,6 @@
 #include "wire.hpp"
 
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
 #include <sched.h>
 #include <unistd.h>
@@ -84,7 +84,7 @@ bool process_alive(int pid) {
 }  // namespace
 
 Wire::Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options)
-    : ctx_(std::move(ctx)), rank_(rank), size_(size), options_(options), host_(this_host()) {
+    : ctx_(std::move(ctx)), rank_(rank), size_(size), options_(options), host_(launch::this_host()) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   // Created on the scheduler, then driven by the stream thread: one thread at a time.

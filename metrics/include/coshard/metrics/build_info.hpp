@@ -10,7 +10,7 @@ struct BuildInfo {
   std::string cuda;     ///< CUDA runtime version, e.g. "13.0"; "none" in a build without CUDA
   std::string nccl;     ///< NCCL library version, e.g. "2.28.9"; "none" in a build without NCCL
   std::string ucx;      ///< UCX library version, e.g. "1.13.1"; "n/a" when it cannot be read
-  /// transport::kWireProtocol, e.g. "1". Builds that differ here refuse each other's ranks at the
+  /// launch::kWireProtocol, e.g. "1". Builds that differ here refuse each other's ranks at the
   /// rendezvous, while their `version` may be the same.
   std::string wire_protocol;
 };

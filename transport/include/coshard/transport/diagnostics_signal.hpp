@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "coshard/runtime/runtime.hpp"
-#include "coshard/transport/signal_marker.hpp"
+#include "coshard/launch/signal_marker.hpp"
 
 namespace coshard::transport {
 
@@ -60,7 +60,7 @@ class DiagnosticsSignal {
 
  private:
   int wake_[2] = {-1, -1};  // the handler writes a byte to wake_[1]
-  std::optional<SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR1
+  std::optional<launch::SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR1
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -9,7 +9,7 @@
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/communicator.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::transport {
 
@@ -18,7 +18,7 @@ bool nccl_available() noexcept;
 
 /// Collective over the `size` ranks that share `store` (null only when size == 1). `runtime` must be
 /// on a CUDA device. Runs on the scheduler of the calling task.
-Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+Task<std::unique_ptr<Communicator>> create_nccl_communicator(Runtime& runtime, launch::StoreClient* store, int rank, int size,
                                                              CommOptions options);
 
 }  // namespace coshard::transport

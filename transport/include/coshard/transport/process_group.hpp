@@ -11,9 +11,9 @@
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/communicator.hpp"
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 #include "coshard/transport/nccl_communicator.hpp"
-#include "coshard/transport/rendezvous.hpp"
+#include "coshard/launch/rendezvous.hpp"
 #include "coshard/transport/ucx_communicator.hpp"
 
 namespace coshard::transport {
@@ -29,7 +29,7 @@ std::string_view to_string(Backend backend) noexcept;
 
 /// How ProcessGroup joins the job and sets up its communicators.
 struct ProcessGroupOptions {
-  RendezvousOptions rendezvous;  ///< deadline and bind address of the rendezvous
+  launch::RendezvousOptions rendezvous;  ///< deadline and bind address of the rendezvous
   CommOptions world;  ///< options of the world communicator (its name: "world")
   UcxOptions ucx;     ///< backend settings of the world communicator and of new_communicator()
   Backend backend = Backend::automatic;  ///< see Backend; a backend that cannot move the runtime's tensors is refused
@@ -48,7 +48,7 @@ class ProcessGroup {
   /// Reads the launcher's environment (torchrun, Open MPI, PMI, Slurm, or none: one rank).
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime, ProcessGroupOptions options);
   /// Joins the job described by `env` (rendezvous) and creates the world communicator.
-  static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, LaunchEnv env, ProcessGroupOptions options);
+  static Task<std::unique_ptr<ProcessGroup>> create(Runtime& runtime, launch::LaunchEnv env, ProcessGroupOptions options);
   /// from_env() with default options.
   /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
   static Task<std::unique_ptr<ProcessGroup>> from_env(Runtime& runtime) {
@@ -56,7 +56,7 @@ class ProcessGroup {
   }
 
   /// The launch environment this group was created from.
-  const LaunchEnv& env() const noexcept { return rv_.env; }
+  const launch::LaunchEnv& env() const noexcept { return rv_.env; }
   /// Each rank's host name (gethostname), in rank order, as the rendezvous found them;
   /// ranks_per_host() (hosts.hpp) groups them.
   const std::vector<std::string>& hosts() const noexcept { return rv_.hosts; }
@@ -67,7 +67,7 @@ class ProcessGroup {
   /// The communicator over every rank, created with ProcessGroupOptions::world.
   Communicator& world() noexcept { return *world_; }
   /// The rendezvous store's client; null for a single rank.
-  StoreClient* store() noexcept { return rv_.store.get(); }
+  launch::StoreClient* store() noexcept { return rv_.store.get(); }
   /// The backend of every communicator of this group (never Backend::automatic).
   Backend backend() const noexcept { return backend_; }
 
@@ -81,10 +81,10 @@ class ProcessGroup {
   Task<void> finish() { return finish(std::chrono::minutes(5)); }
 
  private:
-  ProcessGroup(Runtime& runtime, Rendezvous rv, UcxOptions ucx, Backend backend)
+  ProcessGroup(Runtime& runtime, launch::Rendezvous rv, UcxOptions ucx, Backend backend)
       : rt_(runtime), rv_(std::move(rv)), ucx_(ucx), backend_(backend) {}
   Runtime& rt_;
-  Rendezvous rv_;
+  launch::Rendezvous rv_;
   UcxOptions ucx_;
   Backend backend_;
   std::unique_ptr<Communicator> world_;

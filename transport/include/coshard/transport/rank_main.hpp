@@ -10,7 +10,7 @@
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/runtime/task.hpp"
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 
 namespace coshard::transport {
 
@@ -18,6 +18,6 @@ namespace coshard::transport {
 /// (options.rank set) and returns its exit code; 2 for a bad environment, 1 for an error escaping
 /// `body`, each printed with `program`'s name. While it runs, SIGUSR1 writes the rank's diagnostics.
 int run_rank(std::string_view program, Runtime::Options options,
-             const std::function<Task<int>(Runtime&, const LaunchEnv&)>& body);
+             const std::function<Task<int>(Runtime&, const launch::LaunchEnv&)>& body);
 
 }  // namespace coshard::transport

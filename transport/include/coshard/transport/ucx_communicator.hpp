@@ -17,7 +17,7 @@
 
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/communicator.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::transport {
 
@@ -65,7 +65,7 @@ struct UcxOptions {
 /// Collective over the `size` ranks that share `store`: every rank calls it with the same
 /// options.name. `store` may be null only when size == 1, and must outlive the communicator (split
 /// uses it). Runs on the scheduler of the calling task.
-Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, StoreClient* store, int rank, int size,
+Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, launch::StoreClient* store, int rank, int size,
                                                             CommOptions options, UcxOptions ucx);
 
 }  // namespace coshard::transport

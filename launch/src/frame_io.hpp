@@ -11,7 +11,7 @@
 #include "coshard/runtime/asio_await.hpp"
 #include "coshard/runtime/task.hpp"
 
-namespace coshard::transport::detail {
+namespace coshard::launch::detail {
 
 enum class FrameError { none, closed, bad_length, io };
 
@@ -53,4 +53,4 @@ inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, std::vector<c
   co_return r.ec;
 }
 
-}  // namespace coshard::transport::detail
+}  // namespace coshard::launch::detail

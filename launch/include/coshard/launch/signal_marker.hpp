@@ -5,7 +5,7 @@
 // program would die of them, or give them another meaning.
 #include <string>
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// The marker's file name for `sig` (SIGUSR1 or SIGUSR2) served by process `pid`; throws
 /// Error(internal) for another signal.
@@ -26,4 +26,4 @@ class SignalMarker {
   std::string path_;  // empty: none was made
 };
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

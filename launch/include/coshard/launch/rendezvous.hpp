@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "coshard/runtime/task.hpp"
-#include "coshard/transport/launch_env.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/launch_env.hpp"
+#include "coshard/launch/store.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// The shape of what ranks exchange (store keys, message headers, collective schedules). Raise it
 /// whenever one changes, so that ranks of different coshard builds are refused at the rendezvous
@@ -40,4 +40,4 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options);
 /// No default arguments on coroutines: GCC 12 destroys such temporaries twice inside co_await.
 inline Task<Rendezvous> rendezvous(LaunchEnv env) { return rendezvous(std::move(env), RendezvousOptions()); }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

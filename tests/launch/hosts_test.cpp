@@ -1,6 +1,6 @@
-// transport::ranks_per_host: hybrid sharding's default shard group is the ranks of a host, which
+// launch::ranks_per_host: hybrid sharding's default shard group is the ranks of a host, which
 // every rank must count alike from the hosts the rendezvous found.
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 using namespace coshard;
-using namespace coshard::transport;
+using namespace coshard::launch;
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// Expands a Slurm host list, "node[1-3,7],gpu-a[01-02]" or "rack[1-2]-n[1-2]", into host names in
 /// Slurm's order (zero padding kept). A malformed list or one of over 65536 hosts is bad_config.
@@ -39,4 +39,4 @@ bool in_slurm_step(const EnvLookup& env);
 /// Reads the step's variables; every problem is listed in one bad_config error.
 Result<SlurmStep> read_slurm_step(const EnvLookup& env);
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -9,11 +9,11 @@
 #include "coshard/runtime/parse_whole.hpp"
 #include "coshard/runtime/semaphore.hpp"
 #include "coshard/runtime/timeout.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "frame_io.hpp"
 #include "store_protocol.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 using asio::ip::tcp;
 using namespace std::chrono_literals;
@@ -371,4 +371,4 @@ void StoreServer::stop() {
 
 StoreServer::Stats StoreServer::stats() const { return {state_->connections.load(), state_->rejected.load()}; }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -15,7 +15,7 @@
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/runtime/task.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// Bounds that the store's server and clients both enforce.
 struct StoreLimits {
@@ -131,4 +131,4 @@ class StoreClient {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

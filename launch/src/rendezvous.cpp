@@ -1,4 +1,4 @@
-#include "coshard/transport/rendezvous.hpp"
+#include "coshard/launch/rendezvous.hpp"
 
 #include <unistd.h>
 
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 namespace {
 
 // A claim is "<world> <host> <pid> <wire protocol>"; builds before kWireProtocol wrote no protocol.
@@ -113,4 +113,4 @@ Task<Rendezvous> rendezvous(LaunchEnv env, RendezvousOptions options) {
   co_return r;
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

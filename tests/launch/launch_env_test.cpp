@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "coshard/transport/launch_env.hpp"
-#include "coshard/transport/slurm.hpp"
+#include "coshard/launch/launch_env.hpp"
+#include "coshard/launch/slurm.hpp"
 
 using namespace coshard;
-using namespace coshard::transport;
+using namespace coshard::launch;
 
 namespace {
 

@@ -6,11 +6,11 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/semaphore.hpp"
 #include "coshard/runtime/timeout.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "frame_io.hpp"
 #include "store_protocol.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 using asio::ip::tcp;
 
@@ -317,4 +317,4 @@ Task<bool> StoreClient::erase(std::string key) {
   co_return *v != 0;
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

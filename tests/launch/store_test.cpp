@@ -12,11 +12,11 @@
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/timeout.hpp"
 #include "coshard/runtime/when_all.hpp"
-#include "coshard/transport/store.hpp"
+#include "coshard/launch/store.hpp"
 #include "support/loopback.hpp"
 
 using namespace coshard;
-using namespace coshard::transport;
+using namespace coshard::launch;
 using namespace std::chrono_literals;
 
 namespace {

@@ -8,9 +8,9 @@
 // loss, and every rank stops after the first step whose reduction carries it.
 #include <optional>
 
-#include "coshard/transport/signal_marker.hpp"
+#include "coshard/launch/signal_marker.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// Serves SIGUSR2 while it lives (a process-wide setting: at most one StopSignal exists at a time).
 class StopSignal {
@@ -34,4 +34,4 @@ class StopSignal {
   std::optional<SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR2
 };
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

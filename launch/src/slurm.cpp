@@ -1,10 +1,10 @@
-#include "coshard/transport/slurm.hpp"
+#include "coshard/launch/slurm.hpp"
 
 #include <limits>
 
 #include "coshard/runtime/parse_whole.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 namespace {
 
 constexpr std::size_t kMaxHosts = 65536;
@@ -168,4 +168,4 @@ Result<SlurmStep> read_slurm_step(const EnvLookup& env) {
   return s;
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -1,4 +1,4 @@
-#include "coshard/transport/signal_marker.hpp"
+#include "coshard/launch/signal_marker.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "coshard/runtime/error.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 std::string signal_marker_name(int sig, long pid) {
   if (sig != SIGUSR1 && sig != SIGUSR2) {
@@ -32,4 +32,4 @@ SignalMarker::~SignalMarker() {
   if (!path_.empty()) std::remove(path_.c_str());
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -1,4 +1,4 @@
-#include "coshard/transport/stop_signal.hpp"
+#include "coshard/launch/stop_signal.hpp"
 
 #include <signal.h>
 
@@ -6,7 +6,7 @@
 
 #include "coshard/runtime/error.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 namespace {
 
 // A signal handler can reach nothing but process-wide state. The request lives here rather than in
@@ -52,4 +52,4 @@ StopSignal::~StopSignal() {
 
 bool StopSignal::requested() const noexcept { return g_requested.load(); }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

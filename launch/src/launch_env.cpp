@@ -1,4 +1,4 @@
-#include "coshard/transport/launch_env.hpp"
+#include "coshard/launch/launch_env.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "coshard/runtime/parse_whole.hpp"
-#include "coshard/transport/slurm.hpp"
+#include "coshard/launch/slurm.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 namespace {
 
 struct Names {
@@ -198,4 +198,4 @@ Result<LaunchEnv> resolve_launch_env(const EnvLookup& env) {
   return out;
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -6,7 +6,7 @@
 
 #include "coshard/runtime/error.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// This host's name (gethostname), as the rendezvous records it for each rank and as errors name
 /// it; "?" when it has none, so that a record of words keeps its fields.
@@ -18,4 +18,4 @@ std::string this_host();
 /// (rank 0, then rank 2 after rank 1 on node2)". An empty list is bad_config too.
 Result<int> ranks_per_host(const std::vector<std::string>& host_of_rank);
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

@@ -1,4 +1,4 @@
-#include "coshard/transport/hosts.hpp"
+#include "coshard/launch/hosts.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-namespace coshard::transport {
+namespace coshard::launch {
 namespace {
 
 constexpr std::size_t kNamed = 8;  // hosts an error lists; a job of 1000 hosts would fill a screen
@@ -60,4 +60,4 @@ Result<int> ranks_per_host(const std::vector<std::string>& host_of_rank) {
   return Error(Errc::bad_config, "the hosts hold different numbers of ranks (" + counts + ")");
 }
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch

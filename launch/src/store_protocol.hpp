@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-namespace coshard::transport::wire {
+namespace coshard::launch::wire {
 
 enum class Op : std::uint8_t { hello = 1, set = 2, get = 3, wait = 4, add = 5, compare_set = 6, del = 7, get_many = 8 };
 enum class Status : std::uint8_t { ok = 0, not_found = 1, timeout = 2, bad_request = 3, unauthorized = 4 };
@@ -76,4 +76,4 @@ class Reader {
   std::string_view rest_;
 };
 
-}  // namespace coshard::transport::wire
+}  // namespace coshard::launch::wire

@@ -2,7 +2,7 @@
 // Works out this process's place in the job from the launcher's environment: torchrun (and
 // coshard-run), Open MPI, PMI (MPICH/Hydra) or a Slurm job step, torchrun's names winning. A process
 // started by none of them (a Slurm batch script outside srun included) is a single rank. Inside a
-// Slurm step the step's first host serves the store (coshard/transport/slurm.hpp).
+// Slurm step the step's first host serves the store (coshard/launch/slurm.hpp).
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -11,7 +11,7 @@
 
 #include "coshard/runtime/error.hpp"
 
-namespace coshard::transport {
+namespace coshard::launch {
 
 /// This process's place in the job, as resolve_launch_env() read it from the launcher's variables.
 struct LaunchEnv {
@@ -38,4 +38,4 @@ EnvLookup process_env();
 /// Every problem found is listed in one bad_config error, with the variables to set.
 Result<LaunchEnv> resolve_launch_env(const EnvLookup& env);
 
-}  // namespace coshard::transport
+}  // namespace coshard::launch
