@@ -3,14 +3,14 @@
 include(CMakePackageConfigHelpers)
 set(COSHARD_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/coshard)
 
-set(_coshard_targets coshard coshard_kernels coshard_runtime coshard_launch coshard_ops coshard_transport coshard_fsdp coshard_metrics)
+set(_coshard_targets coshard coshard_kernels coshard_core coshard_runtime coshard_launch coshard_ops coshard_transport coshard_fsdp coshard_metrics)
 install(TARGETS ${_coshard_targets}
   EXPORT coshard-targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(dir kernels runtime launch ops transport fsdp metrics)
+foreach(dir kernels runtime/core runtime/device launch ops transport fsdp metrics)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(EXPORT coshard-targets NAMESPACE coshard:: DESTINATION ${COSHARD_CMAKE_DIR})

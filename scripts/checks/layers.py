@@ -5,8 +5,9 @@
 
 A file of a layer may include coshard headers of its own layer and of the layers below it, never
 of a layer above or beside it (transport and ops are side by side: neither includes the other).
-The runtime folder holds two layers: core (tasks, scheduler, errors, telemetry) and device
-(devices, streams, memory, tensors, the Runtime that owns them); core never includes device.
+The runtime folder holds two layers, each in a folder of its own: runtime/core (tasks, scheduler,
+errors, telemetry) and runtime/device (devices, streams, memory, tensors, the Runtime that owns
+them); a header's layer is the folder that holds it, so core never includes device.
 A library's CMake target links only targets of lower layers, and no library file reaches into
 another folder with a relative include.
 
@@ -18,30 +19,35 @@ import sys
 
 ORDER = ["kernels", "core", "device", "launch", "transport", "ops", "fsdp", "metrics", "models", "apps"]
 SIDE_BY_SIDE = {frozenset({"transport", "ops"})}
-FOLDERS = {"kernels": "kernels", "runtime": None, "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
-           "metrics": "metrics", "models": "models", "examples": "apps", "tools": "apps"}
-# runtime headers (and sources of the same name) in the core layer; every other runtime file is device.
-CORE = {"asio_await", "channel", "error", "file_io", "json_escape", "scheduler", "semaphore", "task", "telemetry", "timeout",
-        "waiter", "when_all"}
-TARGET_LAYER = {"kernels": "kernels", "runtime": "device", "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp",
-                "metrics": "metrics", "models": "models", "gpt2": "models", "llama": "models", "coshard": "apps"}
+# Each layer's folders; a library's public headers lie under <folder>/include/coshard/<name>/ (the
+# runtime's two layers share <coshard/runtime/...>, so a header's layer is the folder that holds it).
+FOLDERS = {"kernels": "kernels", "runtime/core": "core", "runtime/device": "device", "launch": "launch",
+           "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics", "models": "models",
+           "examples": "apps", "tools": "apps"}
+TARGET_LAYER = {"kernels": "kernels", "core": "core", "runtime": "device", "launch": "launch", "transport": "transport",
+                "ops": "ops", "fsdp": "fsdp", "metrics": "metrics", "models": "models", "gpt2": "models",
+                "llama": "models", "coshard": "apps"}
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]', re.M)
 
 
-def runtime_layer(name):
-    return "core" if os.path.splitext(name)[0] in CORE else "device"
+def library_folders(root):
+    """(directory, layer) of every folder a layer's files lie in, tests left out."""
+    for folder, layer in FOLDERS.items():
+        for dirpath, dirs, names in os.walk(os.path.join(root, folder)):
+            dirs[:] = [d for d in dirs if d != "tests"]
+            yield dirpath, dirs, names, os.path.join(root, folder), layer
 
 
-def header_layer(path):
-    m = re.match(r"coshard/(\w+)/(\w+)", path)
-    if not m:
-        return None
-    folder, name = m.groups()
-    if folder == "runtime":
-        return runtime_layer(name)
-    return {"kernels": "kernels", "launch": "launch", "transport": "transport", "ops": "ops", "fsdp": "fsdp", "metrics": "metrics",
-            "models": "models", "gpt2": "models", "llama": "models"}.get(folder)
+def header_layers(root):
+    """'coshard/<name>/<file>' -> the layer of the folder whose include/ holds it."""
+    found = {}
+    for dirpath, _, names, _, layer in library_folders(root):
+        parts = os.path.relpath(dirpath, root).split(os.sep)
+        if "include" in parts and parts[-2:-1] == ["coshard"]:
+            for nm in names:
+                found[f"coshard/{parts[-1]}/{nm}"] = layer
+    return found
 
 
 def allowed(own, other):
@@ -54,51 +60,43 @@ def allowed(own, other):
 
 def check_includes(root):
     found = []
-    for folder, layer in FOLDERS.items():
-        base = os.path.join(root, folder)
-        for dirpath, dirs, names in os.walk(base):
-            dirs[:] = [d for d in dirs if d != "tests"]
-            for nm in sorted(names):
-                if not nm.endswith(EXTS):
+    headers = header_layers(root)
+    for dirpath, _, names, base, own in library_folders(root):
+        for nm in sorted(names):
+            if not nm.endswith(EXTS):
+                continue
+            path = os.path.join(dirpath, nm)
+            rel = os.path.relpath(path, root)
+            text = open(path, encoding="utf-8", errors="replace").read()
+            for m in INCLUDE.finditer(text):
+                inc = m.group(1)
+                line = text.count("\n", 0, m.start()) + 1
+                target = os.path.normpath(os.path.join(dirpath, inc))
+                if (inc.startswith("../") or "/../" in inc) and not target.startswith(base + os.sep):
+                    found.append(f"{rel}:{line}: includes '{inc}' by a relative path out of its folder; include "
+                                 "the public header <coshard/...> of a lower layer instead")
                     continue
-                path = os.path.join(dirpath, nm)
-                rel = os.path.relpath(path, root)
-                own = layer or runtime_layer(nm)
-                text = open(path, encoding="utf-8", errors="replace").read()
-                for m in INCLUDE.finditer(text):
-                    inc = m.group(1)
-                    line = text.count("\n", 0, m.start()) + 1
-                    target = os.path.normpath(os.path.join(dirpath, inc))
-                    if (inc.startswith("../") or "/../" in inc) and not target.startswith(base + os.sep):
-                        found.append(f"{rel}:{line}: includes '{inc}' by a relative path out of its folder; include "
-                                     "the public header <coshard/...> of a lower layer instead")
-                        continue
-                    other = header_layer(inc)
-                    if other and not allowed(own, other):
-                        found.append(f"{rel}:{line}: the {own} layer includes '{inc}' of the {other} layer, which is "
-                                     f"{'beside' if frozenset({own, other}) in SIDE_BY_SIDE else 'above'} it; move "
-                                     "what both need to a lower layer (kernels, core or device)")
+                other = headers.get(inc)
+                if other and not allowed(own, other):
+                    found.append(f"{rel}:{line}: the {own} layer includes '{inc}' of the {other} layer, which is "
+                                 f"{'beside' if frozenset({own, other}) in SIDE_BY_SIDE else 'above'} it; move "
+                                 "what both need to a lower layer (kernels, core or device)")
     return found
 
 
 def check_links(root):
     found = []
-    for folder, layer in FOLDERS.items():
-        if layer in (None, "apps") and folder != "runtime":
+    for dirpath, _, names, _, own in library_folders(root):  # a layer's libraries may nest (models/*)
+        if own == "apps" or "CMakeLists.txt" not in names:
             continue
-        own = layer or "device"
-        for dirpath, dirs, names in os.walk(os.path.join(root, folder)):  # a layer's libraries may nest (models/*)
-            dirs[:] = [d for d in dirs if d != "tests"]
-            if "CMakeLists.txt" not in names:
-                continue
-            cm = os.path.join(dirpath, "CMakeLists.txt")
-            text = re.sub(r"#.*", "", open(cm).read())
-            for m in re.finditer(r"target_link_libraries\(\s*(coshard_\w+)([^)]*)\)", text):
-                for dep in re.findall(r"coshard::(\w+)", m.group(2)):
-                    other = TARGET_LAYER.get(dep)
-                    if other and not allowed(own, other):
-                        found.append(f"{os.path.relpath(cm, root)}: {m.group(1)} links coshard::{dep} of the {other} "
-                                     f"layer, which is not below the {own} layer")
+        cm = os.path.join(dirpath, "CMakeLists.txt")
+        text = re.sub(r"#.*", "", open(cm).read())
+        for m in re.finditer(r"target_link_libraries\(\s*(coshard_\w+)([^)]*)\)", text):
+            for dep in re.findall(r"coshard::(\w+)", m.group(2)):
+                other = TARGET_LAYER.get(dep)
+                if other and not allowed(own, other):
+                    found.append(f"{os.path.relpath(cm, root)}: {m.group(1)} links coshard::{dep} of the {other} "
+                                 f"layer, which is not below the {own} layer")
     return found
 
 
