@@ -10,6 +10,7 @@
 
 #include "coshard/runtime/parse_whole.hpp"
 #include "coshard/transport/flight_recorder.hpp"
+#include "algorithm.hpp"
 #include "connect.hpp"
 #include "direct.hpp"
 #include "hierarchy.hpp"
@@ -22,6 +23,7 @@
 namespace coshard::transport {
 namespace {
 
+using detail::Algorithm;
 using detail::Blocks;
 using detail::DirectSetup;
 using detail::Wire;
@@ -108,20 +110,18 @@ class UcxCommunicator final : public Communicator {
     }
     return enqueue(info, after, [this, input, output] {
       auto* base = static_cast<std::byte*>(output.data());
-      if (meshed(current_)) {
+      if (algorithm_ == Algorithm::mesh) {
         mesh_->all_gather(current_, static_cast<const std::byte*>(input.data()), input.nbytes(), base);
         return;
       }
-      if (direct_for(input.nbytes()) &&
-          try_direct([&] {
+      if (ran_direct([&] {
             return direct_->all_gather(current_, static_cast<const std::byte*>(input.data()), input.nbytes(), base);
           })) {
         return;
       }
       std::byte* own = base + static_cast<std::size_t>(rank()) * input.nbytes();
       if (input.data() != own && input.nbytes() > 0) std::memcpy(own, input.data(), input.nbytes());
-      if (hierarchical(current_)) {
-        algorithm_ = "hierarchical";
+      if (algorithm_ == Algorithm::hierarchical) {
         levels_.hierarchy->all_gather(current_.seq, base, input.nbytes(), ucx_.pipeline_bytes);
         return;
       }
@@ -142,20 +142,19 @@ class UcxCommunicator final : public Communicator {
                     std::to_string(size()) + " x " + std::to_string(output.numel()));
     }
     return enqueue(info, after, [this, input, output, reduction] {
-      if (meshed(current_)) {
+      if (algorithm_ == Algorithm::mesh) {
         mesh_->reduce_scatter(current_, static_cast<const std::byte*>(input.data()),
                               static_cast<std::size_t>(output.numel()), output.data(), spec(output.dtype(), reduction));
         return;
       }
-      if (direct_for(output.nbytes()) && try_direct([&] {
+      if (ran_direct([&] {
             return direct_->reduce_scatter(current_, static_cast<const std::byte*>(input.data()),
                                            static_cast<std::size_t>(output.numel()), output.data(),
                                            spec(output.dtype(), reduction));
           })) {
         return;
       }
-      if (hierarchical(current_)) {
-        algorithm_ = "hierarchical";
+      if (algorithm_ == Algorithm::hierarchical) {
         levels_.hierarchy->reduce_scatter(current_.seq, static_cast<const std::byte*>(input.data()),
                                           static_cast<std::size_t>(output.numel()), output.data(),
                                           spec(output.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
@@ -176,17 +175,15 @@ class UcxCommunicator final : public Communicator {
     return enqueue(info, after, [this, inout, reduction] {
       auto* base = static_cast<std::byte*>(inout.data());
       const std::size_t esize = size_of(inout.dtype());
-      if (meshed(current_)) {
+      if (algorithm_ == Algorithm::mesh) {
         mesh_->all_reduce(current_, base, static_cast<std::size_t>(inout.numel()), spec(inout.dtype(), reduction));
         return;
       }
       auto blocks = Blocks::balanced(static_cast<std::size_t>(inout.numel()), size());
-      if (direct_for(inout.nbytes() / static_cast<std::size_t>(size())) &&
-          try_direct([&] { return direct_->all_reduce(current_, base, blocks, spec(inout.dtype(), reduction)); })) {
+      if (ran_direct([&] { return direct_->all_reduce(current_, base, blocks, spec(inout.dtype(), reduction)); })) {
         return;
       }
-      if (hierarchical(current_)) {
-        algorithm_ = "hierarchical";
+      if (algorithm_ == Algorithm::hierarchical) {
         levels_.hierarchy->all_reduce(current_.seq, base, static_cast<std::size_t>(inout.numel()),
                                       spec(inout.dtype(), reduction), ucx_.pipeline_bytes, scratch_);
         return;
@@ -316,50 +313,41 @@ class UcxCommunicator final : public Communicator {
     stream_->wait(ready);
     // The span names the operation and what it moves: "all_gather#12 (f32 x 4096 per rank) h.3".
     std::string span = describe(info) + (info.label.empty() ? "" : " " + info.label);
-    if (hierarchical(info)) span += " via " + levels_.hierarchy->describe(buffer_bytes(info));
-    if (meshed(info)) span += " via " + mesh_->describe(info.op);
+    const Algorithm planned = choose(info);
+    if (planned == Algorithm::hierarchical) span += " via " + levels_.hierarchy->describe(buffer_bytes(info));
+    if (planned == Algorithm::mesh) span += " via " + mesh_->describe(info.op);
     stream_->enqueue([this, info, record, body = std::move(body)] { run(info, record, body); }, std::move(span));
     Event done;
     done.record(*stream_);
     return done;
   }
 
-  // Whether `info` takes the two-level schedule (detail::Levels): the same answer on every rank,
-  // as for the direct path.
-  bool hierarchical(const OpInfo& info) const noexcept {
-    if (!levels_.hierarchy || meshed(info)) return false;
-    if (info.op != CollectiveOp::all_gather && info.op != CollectiveOp::reduce_scatter &&
-        info.op != CollectiveOp::all_reduce) {
-      return false;
-    }
-    return buffer_bytes(info) >= levels_.min_bytes;
+  // The schedule `info` takes first (algorithm.hpp): the same answer on every rank.
+  Algorithm choose(const OpInfo& info, bool direct = true) const noexcept {
+    return detail::choose(info, {.size = size(),
+                                 .mesh_takes = mesh_ && mesh_->takes(info),
+                                 .direct = direct && direct_ != nullptr,
+                                 .direct_min_bytes = direct_min_bytes_,
+                                 .hierarchy = levels_.hierarchy != nullptr,
+                                 .hierarchy_min_bytes = levels_.min_bytes});
   }
 
-  // All-gather's output, reduce-scatter's input, all-reduce's buffer.
-  std::size_t buffer_bytes(const OpInfo& info) const noexcept {
-    const bool per_rank = info.op == CollectiveOp::all_gather || info.op == CollectiveOp::reduce_scatter;
-    return info.bytes() * (per_rank ? static_cast<std::size_t>(size()) : 1);
-  }
+  std::size_t buffer_bytes(const OpInfo& info) const noexcept { return detail::buffer_bytes(info, size()); }
 
   void abort_wires(const Error& reason) {
     wire_->abort(reason);
     if (levels_.hierarchy) levels_.hierarchy->abort(reason);
   }
 
-  // Whether `info` takes the mesh (mesh.hpp), which checks the headers itself.
-  bool meshed(const OpInfo& info) const noexcept { return mesh_ && mesh_->takes(info); }
-
-  // Whether an operation of `bytes` per rank tries the direct path (the same answer on every rank:
-  // the sizes match, which the header exchange checked, and the setup was agreed at creation).
-  bool direct_for(std::size_t bytes) const noexcept { return direct_ && size() > 1 && bytes >= direct_min_bytes_; }
-
-  // Runs `attempt` (a Direct call): true when the operation ran on the direct path. The flight
-  // record says "direct" also when it failed there (its peers waited on direct-path messages).
+  // Runs `attempt` (a Direct call) when the operation chose the direct path: true when it ran
+  // there. When it gave up (a peer's buffers are not all shared) the operation takes the next
+  // choice; the flight record says "direct" when it failed there (its peers waited on direct-path
+  // messages).
   template <class F>
-  bool try_direct(F attempt) {
-    algorithm_ = "direct";
+  bool ran_direct(F attempt) {
+    if (algorithm_ != Algorithm::direct) return false;
     if (attempt()) return true;
-    algorithm_ = "ring";
+    algorithm_ = choose(current_, false);
     return false;
   }
 
@@ -372,14 +360,14 @@ class UcxCommunicator final : public Communicator {
     if (options_.before_op) options_.before_op(info);
     recorder_.started(record);
     current_ = info;
-    algorithm_ = info.op == CollectiveOp::send || info.op == CollectiveOp::recv ? "p2p" : meshed(info) ? "mesh" : "ring";
+    algorithm_ = choose(info);
     const auto start = Clock::now();
     const detail::WaitContext wait{describe(info) + " on '" + options_.name + "'", start + options_.timeout,
                                    options_.timeout};
     wire_->begin(wait);
     if (levels_.hierarchy) levels_.hierarchy->begin(wait);
     try {
-      if (size() > 1 && !meshed(info)) {
+      if (size() > 1 && algorithm_ != Algorithm::mesh) {
         if (info.op == CollectiveOp::send) {
           detail::exchange_headers(*wire_, true, info, info.peer, -1);
         } else if (info.op == CollectiveOp::recv) {
@@ -395,20 +383,21 @@ class UcxCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       fail(info, record, Error(Errc::internal, e.what()));
     }
-    recorder_.set_algorithm(record, algorithm_);
+    recorder_.set_algorithm(record, std::string(to_string(algorithm_)));
     recorder_.finished(record);
     metrics_->count_peer_waits(*wire_);
     if (levels_.hierarchy) {
       metrics_->count_peer_waits(levels_.hierarchy->local());
       metrics_->count_peer_waits(levels_.hierarchy->cross());
     }
-    metrics_->finished(info, size(), std::chrono::duration<double>(Clock::now() - start).count(), algorithm_);
+    metrics_->finished(info, size(), std::chrono::duration<double>(Clock::now() - start).count(),
+                       std::string(to_string(algorithm_)));
   }
 
   [[noreturn]] void fail(const OpInfo& info, std::uint64_t record, const Error& e) {
     wire_->cancel_all();  // UCX lets go of the buffers before the tensors may be freed
     if (levels_.hierarchy) levels_.hierarchy->cancel_all();
-    recorder_.set_algorithm(record, algorithm_);
+    recorder_.set_algorithm(record, std::string(to_string(algorithm_)));
     recorder_.finished(record, e.message());
     metrics_->failed(e);
     if (auto reason = wire_->aborted(); reason && reason->message() == e.message()) throw e;
@@ -437,7 +426,7 @@ class UcxCommunicator final : public Communicator {
   std::atomic<std::uint64_t> seq_{0};
   std::vector<std::uint64_t> send_seq_, recv_seq_;  // per peer; on the caller's thread
   OpInfo current_;                                   // stream thread only
-  std::string algorithm_;                            // stream thread only: how current_ runs
+  Algorithm algorithm_ = Algorithm::ring;            // stream thread only: how current_ runs
   std::unique_ptr<detail::Direct> direct_;           // null: ring only; stream thread only
   std::unique_ptr<detail::Mesh> mesh_;               // null: no mesh; stream thread only
   std::vector<std::byte> header_room_;               // the ring's header receive, room for a mesh message
