@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks coroutine signatures: a function returning Task<...> takes no default arguments and no
-parameters by const& or && reference.
+"""Checks coroutine signatures: a function or lambda returning Task<...> takes no default arguments
+and no parameters by const& or && reference.
 
 Why: a Task is lazy. A const& or && parameter can bind a temporary that dies at the end of the
 full expression that created the task, before the task first runs, so the frame keeps a dangling
@@ -16,9 +16,11 @@ import sys
 
 from cxx import strip
 
-DIRS = ["runtime", "kernels", "transport", "ops", "fsdp", "metrics", "models", "examples", "tools", "tests", "bench"]
+DIRS = ["runtime", "kernels", "launch", "transport", "ops", "fsdp", "metrics", "models", "examples", "tools", "tests", "bench"]
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
 TASK = re.compile(r"(?<![\w:<,])(?:coshard::)?Task<")
+# A lambda's trailing return type: `[...](params) mutable noexcept -> Task<`.
+LAMBDA_TASK = re.compile(r"\)\s*(?:(?:mutable|constexpr|noexcept|static)\s*)*->\s*(?:coshard::)?Task<")
 
 
 def balanced(text, i, open_c, close_c):
@@ -52,6 +54,19 @@ def split_params(params):
     return [p.strip() for p in parts if p.strip()]
 
 
+def opening(text, close):
+    """Index of the '(' that the ')' at text[close] closes."""
+    depth = 0
+    for j in range(close, -1, -1):
+        if text[j] == ")":
+            depth += 1
+        elif text[j] == "(":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
 def problems(param):
     p = re.sub(r"\s+", " ", param)
     # A default argument is an '=' at the top level of the parameter (not inside <...> or (...)).
@@ -83,6 +98,15 @@ def check(path, rel):
             why = problems(param)
             if why:
                 found.append(f"{rel}:{line}: coroutine {after.group(1)} takes '{param}': {why}")
+    for m in LAMBDA_TASK.finditer(text):
+        open_paren = opening(text, m.start())
+        if open_paren < 0 or not text[:open_paren].rstrip().endswith("]"):
+            continue
+        line = text.count("\n", 0, open_paren) + 1
+        for param in split_params(text[open_paren + 1:m.start()]):
+            why = problems(param)
+            if why:
+                found.append(f"{rel}:{line}: coroutine lambda takes '{param}': {why}")
     return found
 
 

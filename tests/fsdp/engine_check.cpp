@@ -562,7 +562,7 @@ struct Run {
 
   // Bad offload options fail at creation with the reason.
   Task<void> offload_errors() {
-    auto expect = [&](const std::string& what, fsdp::Options o, const std::string& needle) -> Task<void> {
+    auto expect = [&](std::string what, fsdp::Options o, std::string needle) -> Task<void> {
       state.layers = cfg.layers;
       MlpUnit unit(state, 0);
       std::vector<fsdp::Unit*> ptrs{&unit};
@@ -793,7 +793,7 @@ struct Run {
       ++failures;
       std::fprintf(stderr, "rank %d: the loaded engine's state dict differs from the saved one\n", pg.rank());
     }
-    auto expect_error = [&](const std::string& what, fsdp::StateDict bad, const std::string& needle) -> Task<void> {
+    auto expect_error = [&](std::string what, fsdp::StateDict bad, std::string needle) -> Task<void> {
       try {
         co_await other->load_full_state_dict(bad);
         ++failures;
