@@ -284,8 +284,8 @@ MemoryReport Engine::memory_report() const {
     };
     add(u.shard.master, off.params);
     add(u.shard.grad, off.grads);
-    add(u.shard.opt_a, off.optimizer);
-    add(u.shard.opt_b, off.optimizer);
+    add(u.shard.exp_avg, off.optimizer);
+    add(u.shard.exp_avg_sq, off.optimizer);
   }
   r.shard_copy_bytes = m.offload ? m.offload->device_copy_bytes() : 0;
   r.host_landing_bytes = m.offload ? detail::landing_bytes(m.units, m.ctx) : 0;

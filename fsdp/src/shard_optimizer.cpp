@@ -20,7 +20,7 @@ std::span<float> span_of(const Tensor& t, std::int64_t offset, std::int64_t size
 std::function<void(void* cuda_stream)> ShardOptimizer::update_of(UnitState& u) {
   const std::int64_t begin = ctx_.sharded() ? ctx_.shard_rank * u.layout.chunk : 0;
   auto ranges = u.layout.ranges(begin, u.shard.master.numel());
-  Tensor p = u.shard.master, g = u.shard.grad, a = u.shard.opt_a, b = u.shard.opt_b;
+  Tensor p = u.shard.master, g = u.shard.grad, a = u.shard.exp_avg, b = u.shard.exp_avg_sq;
   if (auto* adam = std::get_if<AdamW>(&ctx_.opt.optimizer)) {
     const auto o = adam->options;
     const std::int64_t step = ++u.shard.opt_step;
@@ -59,12 +59,12 @@ void ShardOptimizer::step_unit(std::size_t ui) {
   Stream& stream = *ctx_.streams.optimizer;
   if (u.grads.reduced) stream.wait(*u.grads.reduced);
   Tensor g = u.shard.grad;
-  if (runs_as_kernels(stream, "optimizer", {&u.shard.master, &u.shard.grad, &u.shard.opt_a, &u.shard.opt_b})) {
+  if (runs_as_kernels(stream, "optimizer", {&u.shard.master, &u.shard.grad, &u.shard.exp_avg, &u.shard.exp_avg_sq})) {
     // Kernels on the optimizer stream; their time is the device's (the overlap counters count
     // host-side optimizer work only).
     update_of(u)(stream.impl().native());
     fill_zero(stream, g, "optimizer " + u.name);
-    record_use(stream, {u.shard.master, u.shard.opt_a, u.shard.opt_b});
+    record_use(stream, {u.shard.master, u.shard.exp_avg, u.shard.exp_avg_sq});
   } else {
     stream.enqueue([update = update_of(u), g, clk = clock_] {
       const auto t0 = std::chrono::steady_clock::now();

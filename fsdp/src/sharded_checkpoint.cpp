@@ -17,12 +17,12 @@ namespace {
 struct Planned {
   CheckpointPiece piece;
   std::size_t unit = 0;
-  int tensor = 0;         // index into state_kinds: 0 master, 1 opt_a, 2 opt_b
+  int tensor = 0;         // index into state_kinds: 0 master, 1 exp_avg, 2 exp_avg_sq
   std::int64_t at = 0;    // first element in the shard tensor
 };
 
 const Tensor& tensor_of(const UnitState& u, int i) {
-  return i == 0 ? u.shard.master : i == 1 ? u.shard.opt_a : u.shard.opt_b;
+  return i == 0 ? u.shard.master : i == 1 ? u.shard.exp_avg : u.shard.exp_avg_sq;
 }
 
 // The elements of the flat parameter a shard holds: [begin, begin + count).

@@ -119,8 +119,8 @@ Task<void> allocate_shards(std::vector<UnitState>& units, Context& ctx, transpor
     u.shard.master = Tensor::empty(master_alloc, DType::f32, {n});
     u.shard.grad = zeros(grad_alloc, n, compute);
     co_await initialise(u, ctx, control, begin);
-    if (opt_buffers >= 1) u.shard.opt_a = zeros(opt_alloc, n, compute);
-    if (opt_buffers >= 2) u.shard.opt_b = zeros(opt_alloc, n, compute);
+    if (opt_buffers >= 1) u.shard.exp_avg = zeros(opt_alloc, n, compute);
+    if (opt_buffers >= 2) u.shard.exp_avg_sq = zeros(opt_alloc, n, compute);
   }
   // Every other stream reads the shards without waiting on compute: they are ready on return.
   Event ready(compute.device());

@@ -13,8 +13,8 @@
 namespace coshard::fsdp::detail {
 
 // The tensors of a shard, by the name a checkpoint gives them: "param" (the master), then the
-// optimizer's states in ShardTensors' order (opt_a, opt_b): AdamW's exp_avg and exp_avg_sq, SGD's
-// momentum_buffer when it has momentum.
+// optimizer's states in ShardTensors' order: AdamW's exp_avg and exp_avg_sq, SGD's momentum_buffer
+// (held in exp_avg) when it has momentum.
 std::vector<std::string> state_kinds(const Optimizer& optimizer);
 // "adamw" or "sgd".
 std::string optimizer_name(const Optimizer& optimizer);

@@ -18,8 +18,9 @@
 namespace coshard::fsdp::detail {
 
 struct ShardTensors {
-  // f32 master shard, its gradient and optimizer state (all [chunk]; NO_SHARD: [padded]).
-  Tensor master, grad, opt_a, opt_b;
+  // f32 master shard, its gradient and optimizer state (all [chunk]; NO_SHARD: [padded]): AdamW's
+  // exp_avg and exp_avg_sq; SGD with momentum keeps its momentum_buffer in exp_avg.
+  Tensor master, grad, exp_avg, exp_avg_sq;
   std::int64_t opt_step = 0;
   bool sgd_started = false;
   std::optional<Event> updated;  // its last optimizer update (a copy of the master waits for it)
