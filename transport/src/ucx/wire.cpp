@@ -54,15 +54,13 @@ namespace {
 // Idle progress calls before a wait yields the core (Wire::wait_until), on a wire whose peers are
 // all on this host (shared memory: a progress call is a few loads). On one with a peer on another
 // host a progress call is a system call, as dear as a yield, and spinning only keeps the core from
-// the ranks that share it: yielding at once measured 2 hosts x 2 ranks (8 alternating runs, 1
-// Gbit/s links) 1 KiB all-gather 1.2x, reduce-scatter 1.1x and all-reduce 1.4x faster (median
-// per-run ratios), while on one host 8 spins stayed ahead at 4-64 KiB.
+// the ranks that share it, so such a wire yields at once (docs/benchmarks.md, "Across hosts":
+// "Yielding at once on a wire that crosses hosts").
 constexpr unsigned kSpins = 8;
 // A wait progresses its sibling wires' workers on every this-many turns, not every turn: their
 // protocol messages (a rendezvous acknowledgement) only need to move, not at once, and over TCP
-// each progress call is a system call. Measured across 2 hosts x 2 ranks (six alternating runs
-// each): a 4 KiB all-reduce on the mesh 47-53 us against 57-70 progressing them every turn,
-// 1 KiB 38-50 against 46-64; all-gather and reduce-scatter within the noise.
+// each progress call is a system call (docs/benchmarks.md, "Across hosts": every eighth turn
+// against every turn).
 constexpr unsigned kSiblingTurns = 8;
 
 // Steady-clock nanoseconds, for the atomics of when a peer was last heard from.
@@ -356,11 +354,10 @@ void Wire::wait_until(const std::function<bool()>& ready) {
     // Spin briefly (a message is often about to land), then yield the core to other ranks, then
     // sleep in short steps: tests run 8 ranks on 2 cores, where spinning starves the senders. A
     // yield costs a rank that has its own core one system call; a progress call over TCP costs
-    // about as much, so a longer spin only keeps the core from the peer that is about to send
-    // (4 ranks on 2 cores, 1 KiB over TCP: 8 spins 92 us per reduce-scatter, 64 spins 121 us).
+    // about as much, so a longer spin only keeps the core from the peer that is about to send.
     // Sleeping on the workers' event descriptors (UCP_FEATURE_WAKEUP, ucp_worker_arm and poll)
-    // instead of yielding measured 3-6x slower: 4 ranks on one host, a 1 KiB all-gather 68-91 us
-    // against 18-21, and across 2 hosts x 2 ranks 82-115 against 32-77 (a wake-up per message).
+    // instead of yielding pays a wake-up per message and was slower (both measured in
+    // docs/benchmarks.md, "Across hosts").
     if (idle < spins_) continue;
     auto now = Clock::now();
     if (now >= wait_.deadline) throw_timeout();
