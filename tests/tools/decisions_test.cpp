@@ -333,6 +333,42 @@ TEST(LauncherDecisions, SilenceCountsFromTheLastChangeAndAfreshAfterTheLauncherS
   EXPECT_FALSE(s.judge(1, "5", t0 + seconds(100)));  // heard afresh
 }
 
+// A store call that takes longer is a cut (or this launcher stood still): well within the silence
+// time, so that one slow call never passes for silence.
+TEST(LauncherDecisions, AStoreCallMayTakeAThirdOfTheSilenceTimeAndAtMostFiveSeconds) {
+  JobRules r = rules(2, 2, 0);
+  EXPECT_EQ(store_call_limit(r), seconds(5));
+  r.silent_for = seconds(60);
+  EXPECT_EQ(store_call_limit(r), seconds(5));
+  r.silent_for = seconds(3);
+  EXPECT_EQ(store_call_limit(r), seconds(1));
+  r.silent_for = seconds(7);
+  EXPECT_EQ(store_call_limit(r), std::chrono::milliseconds(2333));
+}
+
+// A cut-off launcher tries --rejoin-timeout while a restart may follow (and always on node 0); on
+// the last attempt no longer than node 0 waits for it: the silence time less a store call.
+TEST(LauncherDecisions, ACutIsTriedForTheRejoinTimeoutOrAsLongAsNodeZeroWaits) {
+  struct Row {
+    int silence, rejoin, max_restarts, node, attempt;
+    RejoinWindow want;
+  };
+  const std::string last = "no restart left: node 0 ends the job once a node is silent for ";
+  for (const Row& r : {Row{15, 60, 1, 1, 0, {seconds(60), "--rejoin-timeout"}},
+                       Row{15, 60, 1, 1, 1, {seconds(10), last + "15 s"}},
+                       Row{15, 60, 0, 1, 0, {seconds(10), last + "15 s"}},
+                       Row{15, 60, 0, 0, 0, {seconds(60), "--rejoin-timeout"}},   // node 0 serves the store
+                       Row{15, 8, 0, 1, 0, {seconds(8), "--rejoin-timeout"}},     // shorter than the window
+                       Row{6, 60, 0, 2, 0, {seconds(4), last + "6 s"}},
+                       Row{60, 30, 0, 1, 0, {seconds(30), "--rejoin-timeout"}}}) {
+    JobRules j = rules(3, 3, r.max_restarts);
+    j.silent_for = seconds(r.silence);
+    j.rejoin_timeout = seconds(r.rejoin);
+    EXPECT_EQ(rejoin_window(j, r.node, r.attempt), r.want)
+        << "silence " << r.silence << " rejoin " << r.rejoin << " node " << r.node << " attempt " << r.attempt;
+  }
+}
+
 TEST(LauncherRecords, EachRecordReadsBackAsWritten) {
   const Failure f{.node = 3, .rank = 17, .code = 143, .restartable = false, .at_checkpoint = true,
                   .what = "rank 17 (pid 812 on node3) said \"no\"\nand more"};
@@ -342,7 +378,7 @@ TEST(LauncherRecords, EachRecordReadsBackAsWritten) {
   const DoneReport d{.rc = 75, .interrupted = true, .stop_requested = true, .asked_in = false};
   EXPECT_EQ(decode_done(encode(d)), d);
   const Claim c{.nproc = 8, .max_restarts = 2, .min_nodes = 1, .host = "node3", .pid = "4242",
-                .protocol = kProtocol, .take_in_timeout = 300, .nodes = 4};
+                .protocol = kProtocol, .take_in_timeout = 300, .nodes = 4, .silence_timeout = 7};
   const Claim back = decode_claim(encode(c));
   EXPECT_EQ(encode(back), encode(c));
   EXPECT_EQ(foreign_protocol("node 3", back, "node 0"), "");
@@ -358,6 +394,35 @@ TEST(LauncherRecords, WhatNoLauncherOfThisProtocolWroteIsNotRead) {
   const std::string why = unreadable_record("attempt/0/failure", "1 -1 1 1 0 rank 3");
   EXPECT_NE(why.find("store key 'attempt/0/failure' holds '1 -1 1 1 0 rank 3'"), std::string::npos) << why;
   EXPECT_NE(why.find("give this job a --master port of its own"), std::string::npos) << why;
+}
+
+// Every flag that the nodes must share, checked against node 0's claim before a node claims its own
+// node rank (the join's shell is LauncherNodes.ALauncherOfAnotherBuild*'s).
+TEST(LauncherRecords, ANodeWhoseSharedFlagsDifferFromNodeZerosIsToldWhichAndWhatToDo) {
+  const Claim zero{.nproc = 2, .max_restarts = 1, .min_nodes = 2, .host = "node0", .pid = "4242",
+                   .protocol = kProtocol, .take_in_timeout = 300, .nodes = 2, .silence_timeout = 15};
+  EXPECT_EQ(unlike_node_zero(1, zero, zero), "");
+  const struct {
+    void (*change)(Claim&);
+    std::string says;
+  } rows[] = {
+      {[](Claim& c) { c.nproc = 3; }, "--nproc-per-node is 3 on node 1 but 2 on node 0"},
+      {[](Claim& c) { c.max_restarts = 0; }, "--max-restarts is 0 on node 1 but 1 on node 0"},
+      {[](Claim& c) { c.nodes = 3; }, "--nnodes N (MAX of MIN:MAX) is 3 on node 1 but 2 on node 0"},
+      {[](Claim& c) { c.min_nodes = 1; }, "--nnodes MIN (of MIN:MAX) is 1 on node 1 but 2 on node 0"},
+      {[](Claim& c) { c.take_in_timeout = 60; }, "--take-in-timeout is 60 on node 1 but 300 on node 0"},
+      {[](Claim& c) { c.silence_timeout = 6; }, "--silence-timeout is 6 on node 1 but 15 on node 0"},
+      {[](Claim& c) { c.protocol = kProtocol + 1; }, "speaks launcher protocol"},
+  };
+  for (const auto& r : rows) {
+    Claim mine = zero, theirs = zero;
+    r.change(r.says.starts_with("speaks") ? theirs : mine);
+    const std::string why = unlike_node_zero(1, mine, theirs);
+    EXPECT_NE(why.find(r.says), std::string::npos) << why;
+    if (!r.says.starts_with("speaks")) {
+      EXPECT_NE(why.find("(coshard-run pid 4242 on node0): give every node the same --"), std::string::npos) << why;
+    }
+  }
 }
 
 TEST(LauncherRecords, AClaimOfAnotherBuildIsToldByItsProtocolField) {

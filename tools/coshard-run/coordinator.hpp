@@ -135,7 +135,7 @@ class Coordinator {
   // its own store timed out: this launcher stalled), else lost.
   void broke(const Error& e);
   // How long a cut may last before the store is lost, and the flag or rule that says so.
-  std::pair<std::chrono::seconds, const char*> rejoin_window() const noexcept;
+  RejoinWindow rejoin_window() const { return run::rejoin_window(rules_, o_.node_rank, attempt_); }
   // Until the store is usable again or lost; returns SIGINT or SIGTERM if one ended the wait, else 0.
   int await_store();
   Failure lost_failure() const;

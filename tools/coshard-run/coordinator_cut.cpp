@@ -46,7 +46,7 @@ bool Coordinator::usable() {
   } catch (const Error& e) {
     cut_reason_ = e.message();
     next_reconnect_ = Clock::now() + kReconnectEvery;
-    if (Clock::now() - *cut_since_ >= rejoin_window().first) {
+    if (Clock::now() - *cut_since_ >= rejoin_window().length) {
       lost_ = true;
       cut_for_ = seconds_since(*cut_since_);  // what lost_failure() says, however late it is asked
     }
@@ -102,23 +102,10 @@ void Coordinator::broke(const Error& e) {
   if (cut_since_) return;
   cut_since_ = Clock::now();
   next_reconnect_ = *cut_since_;
-  const auto [window, why] = rejoin_window();
+  const RejoinWindow window = rejoin_window();
   console_.say("coshard-run: the store at %s %s (%s); trying to reach it again for %lld s (%s)\n", where_.c_str(),
                stalled ? "(this launcher's own) did not answer in time: was this launcher stopped?" : "stopped answering",
-               e.message().c_str(), static_cast<long long>(window.count()), why);
-}
-
-// While restarts remain, --rejoin-timeout. With none left, a node other than 0 tries no longer than
-// node 0 waits before it ends the job: kSilentFor from this launcher's last beat, which came about
-// a store call's limit before the call that timed out (broke). A cut or a stall shorter than that
-// is ridden out; after it nothing but node 0's verdict can follow.
-std::pair<std::chrono::seconds, const char*> Coordinator::rejoin_window() const noexcept {
-  static_assert(kSilentFor == std::chrono::seconds(15), "the reason below says 15 s");
-  constexpr auto window = kSilentFor - std::chrono::duration_cast<std::chrono::seconds>(kStoreCall);
-  if (o_.node_rank == 0 || attempt_ < o_.max_restarts || o_.rejoin_timeout <= window) {
-    return {o_.rejoin_timeout, "--rejoin-timeout"};
-  }
-  return {window, "no restart left: node 0 ends the job once a node is silent for 15 s"};
+               e.message().c_str(), static_cast<long long>(window.length.count()), window.why.c_str());
 }
 
 int Coordinator::await_store() {
@@ -136,7 +123,7 @@ Failure Coordinator::lost_failure() const {
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
   if (cut_since_) {
     const long long cut_for = lost_ ? cut_for_ : seconds_since(*cut_since_);
-    what += "not reached for " + std::to_string(cut_for) + " s (" + rejoin_window().second + "): ";
+    what += "not reached for " + std::to_string(cut_for) + " s (" + rejoin_window().why + "): ";
   }
   return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
 }

@@ -14,10 +14,6 @@ namespace coshard::run::coord {
 
 using Clock = std::chrono::steady_clock;
 
-// A node whose launcher stopped beating for this long is lost (its host crashed, or it was cut off).
-// Well above a store call's own limit (kStoreCall), so one slow call never passes for silence.
-inline constexpr auto kSilentFor = std::chrono::seconds(15);
-inline constexpr auto kStoreCall = std::chrono::seconds(5);
 inline constexpr auto kPoll = std::chrono::milliseconds(200);
 
 // SIGINT or SIGTERM waiting for the launcher (they stay blocked, for its signalfd), or 0: the

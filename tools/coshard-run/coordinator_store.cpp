@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "coordinator_internal.hpp"
@@ -38,26 +37,6 @@ int stored_int(const std::string& v, const std::string& key) {
   return *out;
 }
 
-// Why this node may not join, unless node 0's launcher (its claim `zero`) speaks this build's
-// protocol and runs with the flags that every node must share: empty then.
-std::string unlike_node_zero(const Options& o, const Claim& zero) {
-  const std::string node = "node " + std::to_string(o.node_rank);
-  if (auto why = foreign_protocol("node 0", zero, node); !why.empty()) return why;
-  // --take-in-timeout too: node 0 waits that long for ranks that stop after a checkpoint.
-  const int take_in = static_cast<int>(o.take_in_timeout.count());
-  for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", o.nproc_per_node, zero.nproc},
-                                          std::tuple{"--max-restarts", o.max_restarts, zero.max_restarts},
-                                          std::tuple{"--nnodes N (MAX of MIN:MAX)", o.nnodes, zero.nodes},
-                                          std::tuple{"--nnodes MIN (of MIN:MAX)", o.min_nodes, zero.min_nodes},
-                                          std::tuple{"--take-in-timeout", take_in, zero.take_in_timeout}}) {
-    if (here != there) {
-      return std::string(flag) + " is " + std::to_string(here) + " on " + node + " but " + std::to_string(there) +
-             " on node 0 (" + zero.describe() + "): give every node the same " + flag;
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string& token, Console& console,
@@ -65,10 +44,10 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
     : o_(o),
       rules_{.nnodes = o.nnodes, .min_nodes = o.min_nodes, .max_restarts = o.max_restarts,
              .grace_seconds = o.grace_seconds, .join_timeout = o.join_timeout, .rejoin_timeout = o.rejoin_timeout,
-             .take_in_timeout = o.take_in_timeout, .silent_for = kSilentFor},
+             .take_in_timeout = o.take_in_timeout, .silent_for = o.silence_timeout},
       console_(console),
       where_(o.master_addr + ":" + std::to_string(port)),
-      silence_(kSilentFor) {
+      silence_(o.silence_timeout) {
   sched_ = std::make_unique<Scheduler>(Scheduler::Options{.name = "coshard-run-coordinator"});
   sched_->start();
   launch::StoreClient::Options so;
@@ -76,7 +55,7 @@ Coordinator::Coordinator(const Options& o, std::uint16_t port, const std::string
   so.port = port;
   so.token = token;
   so.served_by = o.node_rank == 0 ? "" : "the coshard-run of node 0";  // node 0's own: no one else to blame
-  so.op_timeout = kStoreCall;  // a poll that hangs stalls the relay of output
+  so.op_timeout = store_call_limit(rules_);  // a poll that hangs stalls the relay of output
   so.key_prefix = "coshard/launch/";
   options_ = so;
   try {
@@ -123,16 +102,18 @@ void Coordinator::connect(launch::StoreClient::Options so) {
 // Checks this node's flags against node 0's, then claims the node rank and beats once, so that
 // node 0 judges it from now on.
 void Coordinator::join(int cut_off_in) {
-  const std::string me = encode(Claim{.nproc = o_.nproc_per_node,
-                                       .max_restarts = o_.max_restarts,
-                                       .min_nodes = o_.min_nodes,
-                                       .host = this_host(),
-                                       .pid = std::to_string(::getpid()),
-                                       .protocol = kProtocol,
-                                       .take_in_timeout = static_cast<int>(o_.take_in_timeout.count()),
-                                       .nodes = o_.nnodes});
+  const Claim mine{.nproc = o_.nproc_per_node,
+                   .max_restarts = o_.max_restarts,
+                   .min_nodes = o_.min_nodes,
+                   .host = this_host(),
+                   .pid = std::to_string(::getpid()),
+                   .protocol = kProtocol,
+                   .take_in_timeout = static_cast<int>(o_.take_in_timeout.count()),
+                   .nodes = o_.nnodes,
+                   .silence_timeout = static_cast<int>(o_.silence_timeout.count())};
+  const std::string me = encode(mine);
   if (o_.node_rank != 0) {
-    if (auto why = unlike_node_zero(o_, decode_claim(await_node_zero())); !why.empty()) throw refuse(why);
+    if (auto why = unlike_node_zero(o_.node_rank, mine, decode_claim(await_node_zero())); !why.empty()) throw refuse(why);
   }
   auto node_zeros_attempt = [&] { return stored_int(sched_->sync_wait(store().get("attempt")).value_or("0"), "attempt"); };
   const std::string key = "node/" + std::to_string(o_.node_rank);
@@ -359,7 +340,7 @@ void Coordinator::await_attempt() {
     if (not_started) throw Error(Errc::cancelled, who + " cannot join the job: " + *not_started);
     if (zero_silent) {
       throw Error(Errc::timeout, who + " joined, but node 0's coshard-run fell silent " +
-                                     std::to_string(kSilentFor.count()) + " s ago, before it started the job");
+                                     std::to_string(rules_.silent_for.count()) + " s ago, before it started the job");
     }
     if (const int sig = pending_stop()) throw Error(Errc::cancelled, who + " got " + strsignal(sig) + " while joining");
     console_.wait(kPoll);  // writing what waits meanwhile
@@ -379,8 +360,8 @@ bool Coordinator::holder_gone(const std::string& holder) {
   const std::string key = "alive/" + std::to_string(o_.node_rank);
   const auto first = sched_->sync_wait(store().get(key));
   console_.say("coshard-run: node rank %d is held by %s; taking its place unless it beats within %lld s\n",
-               o_.node_rank, decode_claim(holder).describe().c_str(), static_cast<long long>(kSilentFor.count()));
-  for (const auto until = Clock::now() + kSilentFor; Clock::now() < until;) {
+               o_.node_rank, decode_claim(holder).describe().c_str(), static_cast<long long>(rules_.silent_for.count()));
+  for (const auto until = Clock::now() + rules_.silent_for; Clock::now() < until;) {
     if (const int sig = pending_stop()) {
       throw Error(Errc::cancelled, "node " + std::to_string(o_.node_rank) + " got " + strsignal(sig) + " while joining");
     }
@@ -480,7 +461,7 @@ void Coordinator::heartbeat() {
   // the others meanwhile, and on node 0 they could not reach its store, so their silence is judged
   // afresh from now.
   const auto now = Clock::now();
-  if (now - awake_ > kStoreCall) silence_.stood_still(now);
+  if (now - awake_ > store_call_limit(rules_)) silence_.stood_still(now);
   awake_ = now;
   if (lost_ || now < next_beat_) return;
   next_beat_ = Clock::now() + std::chrono::seconds(1);

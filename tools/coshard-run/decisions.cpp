@@ -192,4 +192,17 @@ Verdict verdict(const JobRules& rules, int attempt, const std::vector<int>& node
   return v;
 }
 
+std::chrono::milliseconds store_call_limit(const JobRules& rules) {
+  return std::min<std::chrono::milliseconds>(std::chrono::seconds(5), std::chrono::milliseconds(rules.silent_for) / 3);
+}
+
+RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt) {
+  const auto window = std::chrono::duration_cast<std::chrono::seconds>(rules.silent_for - store_call_limit(rules));
+  if (node_rank == 0 || attempt < rules.max_restarts || rules.rejoin_timeout <= window) {
+    return {rules.rejoin_timeout, "--rejoin-timeout"};
+  }
+  return {window, "no restart left: node 0 ends the job once a node is silent for " +
+                      std::to_string(rules.silent_for.count()) + " s"};
+}
+
 }  // namespace coshard::run

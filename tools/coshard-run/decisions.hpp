@@ -30,9 +30,26 @@ struct JobRules {
   std::chrono::seconds join_timeout{600};
   std::chrono::seconds rejoin_timeout{60};
   std::chrono::seconds take_in_timeout{300};
-  // A launcher whose beat count stood still this long is lost (its host crashed, or it was cut off).
+  // A launcher whose beat count stood still this long is lost (its host crashed, or it was cut off):
+  // --silence-timeout.
   std::chrono::seconds silent_for{15};
 };
+
+// How long one store call may take: a third of the silence time, at most 5 s, so that one slow
+// call never passes for silence and a launcher away for longer stood still itself.
+std::chrono::milliseconds store_call_limit(const JobRules& rules);
+
+// How long a launcher cut off from node 0's store tries to reach it again, and why that long.
+struct RejoinWindow {
+  std::chrono::seconds length;
+  std::string why;
+  bool operator==(const RejoinWindow&) const = default;
+};
+// While restarts remain (attempt below --max-restarts), and always on node 0, --rejoin-timeout.
+// With none left, a node other than 0 tries no longer than node 0 waits before it ends the job:
+// the silence time from its last beat, which came about a store call's limit before the call that
+// broke. A cut shorter than that is ridden out; after it nothing but node 0's verdict can follow.
+RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt);
 
 // Each node's beat count, and since when it has not changed. A node not heard from yet is not
 // judged; one whose count changes is heard afresh.

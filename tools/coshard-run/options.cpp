@@ -85,7 +85,7 @@ void check_combinations(const Options& o, const Given& given) {
 std::string usage() {
   return "usage: coshard-run --nproc-per-node N [--nnodes [MIN:]M --node-rank K] [--master ADDR:PORT] [--token T]\n"
          "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
-         "                   [--last-call SECONDS] [--take-in-timeout SECONDS]\n"
+         "                   [--last-call SECONDS] [--take-in-timeout SECONDS] [--silence-timeout SECONDS]\n"
          "                   -- PROGRAM [ARGS...]\n"
          "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
          "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
@@ -94,9 +94,10 @@ std::string usage() {
          "  and --token; the other nodes wait --join-timeout (600 s) for node 0. --max-restarts N: when a rank\n"
          "  fails on any node, every node stops its ranks and starts them again (COSHARD_RESTART_COUNT set, a\n"
          "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
-         "  checkpoint. A node cut off from node 0's store meanwhile has --rejoin-timeout (60 s) to reach it\n"
-         "  again, and the job restarts once it has (with no restart left, a cut of less than 15 s is ridden\n"
-         "  out); with --nnodes MIN:M the others restart without it instead,\n"
+         "  checkpoint. A node whose coshard-run stops beating for --silence-timeout (15 s, the same on every\n"
+         "  node) is taken for lost. A node cut off from node 0's store has --rejoin-timeout (60 s) to reach\n"
+         "  it again, and the job restarts once it has (with no restart left, a cut shorter than the silence\n"
+         "  timeout is ridden out); with --nnodes MIN:M the others restart without it instead,\n"
          "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at the restart that its\n"
          "  coshard-run causes when it comes back. With MIN:M the job also starts without all M nodes: once\n"
          "  MIN have joined, node 0 waits --last-call (30 s) for more, and a node that joins later is taken\n"
@@ -156,6 +157,8 @@ Options parse_options(int argc, char** argv, const launch::EnvLookup& env) {
     } else if (a == "--take-in-timeout") {
       o.take_in_timeout = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
       given.take_in_timeout = true;
+    } else if (a == "--silence-timeout") {
+      o.silence_timeout = std::chrono::seconds(parse_int(a, value(a), 3, 3600));
     } else if (a == "--grace") {
       o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
     } else {

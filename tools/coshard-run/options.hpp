@@ -32,6 +32,9 @@ struct Options {
   // stop after a checkpoint (so that the restart loses no step) before they are stopped as after a
   // failure. 0 stops them at once.
   std::chrono::seconds take_in_timeout{300};
+  // A node whose coshard-run has not beaten (once a second) for this long is lost: its host
+  // crashed, or it is cut off. The same on every node (the join compares it).
+  std::chrono::seconds silence_timeout{15};
   std::vector<std::string> command;
 };
 

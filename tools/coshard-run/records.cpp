@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <sstream>
+#include <tuple>
 
 namespace coshard::run {
 namespace {
@@ -53,7 +54,7 @@ std::string encode(const DoneReport& d) {
 std::string encode(const Claim& c) {
   return std::to_string(c.nproc) + " " + std::to_string(c.max_restarts) + " " + std::to_string(c.min_nodes) + " " +
          c.host + " " + c.pid + " " + std::to_string(c.protocol) + " " + std::to_string(c.take_in_timeout) + " " +
-         std::to_string(c.nodes);
+         std::to_string(c.nodes) + " " + std::to_string(c.silence_timeout);
 }
 
 std::optional<Failure> decode_failure(const std::string& s) {
@@ -86,6 +87,7 @@ Claim decode_claim(const std::string& s) {
   if (!(in >> c.protocol)) c.protocol = 0;
   if (!(in >> c.take_in_timeout)) c.take_in_timeout = 0;
   if (!(in >> c.nodes)) c.nodes = 0;
+  if (!(in >> c.silence_timeout)) c.silence_timeout = 0;
   return c;
 }
 
@@ -94,6 +96,25 @@ std::string unreadable_record(const std::string& key, const std::string& value) 
          std::to_string(kProtocol) +
          " writes: another program or another coshard build uses this store; give this job a --master port of its "
          "own, and start every node's coshard-run from the same build";
+}
+
+std::string unlike_node_zero(int node, const Claim& mine, const Claim& zero) {
+  const std::string who = "node " + std::to_string(node);
+  if (auto why = foreign_protocol("node 0", zero, who); !why.empty()) return why;
+  // --take-in-timeout too: node 0 waits that long for ranks that stop after a checkpoint; and
+  // --silence-timeout, how long each node's launcher may stand still before the others give it up.
+  for (const auto& [flag, here, there] : {std::tuple{"--nproc-per-node", mine.nproc, zero.nproc},
+                                          std::tuple{"--max-restarts", mine.max_restarts, zero.max_restarts},
+                                          std::tuple{"--nnodes N (MAX of MIN:MAX)", mine.nodes, zero.nodes},
+                                          std::tuple{"--nnodes MIN (of MIN:MAX)", mine.min_nodes, zero.min_nodes},
+                                          std::tuple{"--take-in-timeout", mine.take_in_timeout, zero.take_in_timeout},
+                                          std::tuple{"--silence-timeout", mine.silence_timeout, zero.silence_timeout}}) {
+    if (here != there) {
+      return std::string(flag) + " is " + std::to_string(here) + " on " + who + " but " + std::to_string(there) +
+             " on node 0 (" + zero.describe() + "): give every node the same " + flag;
+    }
+  }
+  return "";
 }
 
 std::string foreign_protocol(const std::string& who_there, const Claim& there, const std::string& who_here) {

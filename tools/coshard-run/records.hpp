@@ -15,7 +15,7 @@ namespace coshard::run {
 // other: a joining node compares it with node 0's, and node 0 with every other node's (a build
 // from before it checks nothing), so every node agrees with every other. Claims made before it
 // existed carry none (0).
-inline constexpr int kProtocol = 4;  // 3: the claim gained --nnodes; 4: records in JSON
+inline constexpr int kProtocol = 5;  // 3: the claim gained --nnodes; 4: records in JSON; 5: --silence-timeout
 
 // Why an attempt failed; the first report of an attempt stands.
 struct Failure {
@@ -51,12 +51,12 @@ struct DoneReport {
 };
 
 // A launcher's claim of its node rank (node/K): "<nproc> <max restarts> <min nodes> <host> <pid>
-// <protocol> <take-in timeout s> <nodes>" (--nnodes N, or MAX of MIN:MAX); the fields after the
-// pid are read as absent (0) from a build that did not write them.
+// <protocol> <take-in timeout s> <nodes> <silence timeout s>" (nodes: --nnodes N, or MAX of
+// MIN:MAX); the fields after the pid are read as absent (0) from a build that did not write them.
 struct Claim {
   int nproc = 0, max_restarts = 0, min_nodes = 0;
   std::string host, pid;
-  int protocol = 0, take_in_timeout = 0, nodes = 0;
+  int protocol = 0, take_in_timeout = 0, nodes = 0, silence_timeout = 0;
   std::string describe() const { return "coshard-run pid " + pid + " on " + host; }
 };
 
@@ -74,6 +74,11 @@ Claim decode_claim(const std::string& s);
 
 // What to say of `key`, which holds `value` that no launcher of this build writes.
 std::string unreadable_record(const std::string& key, const std::string& value);
+
+// Why node `node`'s launcher (its claim `mine`) may not join the job of node 0's (its claim `zero`):
+// they speak different launcher protocols, or differ in a flag that every node must share. Empty
+// when it may.
+std::string unlike_node_zero(int node, const Claim& mine, const Claim& zero);
 
 // Why `who_there`'s launcher (its claim `there`) cannot run in one job with this one, `who_here`'s:
 // it speaks another launcher protocol. Empty when it can.

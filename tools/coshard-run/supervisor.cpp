@@ -2,6 +2,7 @@
 
 #include "coshard/launch/stop_signal.hpp"
 #include "hang_report.hpp"
+#include "stopping.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -23,18 +24,6 @@ std::string describe(int status) {
            strsignal(WTERMSIG(status)) + ")";
   }
   return "ended with wait status " + std::to_string(status);
-}
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 1;
-}
-
-// Exit code 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
-// (launch::StopSignal), the others follow at the same step. From any other program, a failure.
-bool stopped_on_request(const Child& c) {
-  return c.takes_stop && WIFEXITED(c.status) && WEXITSTATUS(c.status) == launch::StopSignal::kExitCode;
 }
 
 // Whole lines, each with its rank in front; a partial last line only when the stream ended.
@@ -106,7 +95,7 @@ int Supervisor::result() const {
   if (!exit_code_ && stopped_on_request_) return launch::StopSignal::kExitCode;
   if (exit_code_ && !stopped_for_other_node_) {
     for (const auto& c : children_) {
-      if (!stopped_on_request(c) && !(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) {
+      if (!rank_end(c.status, c.takes_stop).ok) {
         console_.say("coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
       }
     }
@@ -234,12 +223,10 @@ void Supervisor::relay(Output& out) {
   }
 }
 
-// Every rank has ended, but processes they started may live on in their process groups (a helper
-// in the background, a data-loader worker) and hold their output open: the launcher would wait
-// for them without end, and a restart would meet them. They get a second to end, then SIGTERM,
-// SIGKILL after --grace (5 s at most), and a second later the launcher stops reading what a
-// process outside the groups (one that called setsid) still holds. True once nothing is left to
-// wait for.
+// Every rank has ended, but processes they started may live on in their process groups and hold
+// their output open: the launcher would wait for them without end, and a restart would meet them.
+// leftover_step (stopping.hpp) says when to signal them and when to stop reading. True once
+// nothing is left to wait for.
 bool Supervisor::leftovers_ended() {
   std::vector<char> alive(children_.size(), 0);
   bool any_alive = false, any_held = false;
@@ -264,32 +251,19 @@ bool Supervisor::leftovers_ended() {
       any_alive |= alive[i] != 0;
     }
   }
-  if (!any_alive && !any_held) return true;
-  const auto now = Clock::now();
-  if (!leftovers_since_) leftovers_since_ = now;
-  if (now < *leftovers_since_ + std::chrono::seconds(1)) return false;
-  // Orphans of ranks that ended get at most 5 s: node 0 waits --grace and a minute for a node to
-  // say its ranks ended, and the ranks may have taken --grace already.
-  const auto grace = std::min<Clock::duration>(
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds)),
-      std::chrono::seconds(5));
-  if (any_alive && (leftover_signal_ == 0 || (leftover_signal_ == SIGTERM && now >= leftovers_signalled_at_ + grace))) {
-    leftover_signal_ = leftover_signal_ == 0 ? SIGTERM : SIGKILL;
-    leftovers_signalled_at_ = now;
-    for (std::size_t i = 0; i < children_.size(); ++i) {
-      const Child& c = children_[i];
-      if (!alive[i]) continue;
-      console_.say("coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
-                   "group%s; %s\n", c.rank, static_cast<int>(c.pid),
-                   c.out.fd.get() >= 0 || c.err.fd.get() >= 0 ? " and hold its output" : "",
-                   leftover_signal_ == SIGTERM ? "sending them SIGTERM" : "they did not end after SIGTERM: killing them");
-      ::kill(-c.pid, leftover_signal_);
-      ::kill(-c.pid, SIGCONT);
-    }
-    return false;
+  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
+  switch (leftover_step(leftovers_, any_alive, any_held, Clock::now(), grace)) {
+    case LeftoverAction::done:
+      return true;
+    case LeftoverAction::wait:
+      return false;
+    case LeftoverAction::term:
+    case LeftoverAction::kill:
+      signal_leftovers(alive);
+      return false;
+    case LeftoverAction::drain:
+      break;
   }
-  if (any_alive && leftover_signal_ == SIGTERM) return false;  // within the grace
-  if (leftover_signal_ != 0 && now < leftovers_signalled_at_ + std::chrono::seconds(1)) return false;  // pipes to close
   for (std::size_t i = 0; i < children_.size(); ++i) {
     Child& c = children_[i];
     if (c.out.fd.get() < 0 && c.err.fd.get() < 0) continue;
@@ -299,6 +273,20 @@ bool Supervisor::leftovers_ended() {
     for (Output* out : {&c.out, &c.err}) drain(*out, c.rank);
   }
   return true;
+}
+
+// leftovers_.signal to the process groups of the ranks in which a process lives on.
+void Supervisor::signal_leftovers(const std::vector<char>& alive) {
+  for (std::size_t i = 0; i < children_.size(); ++i) {
+    const Child& c = children_[i];
+    if (!alive[i]) continue;
+    console_.say("coshard-run: rank %d (pid %d) ended, but processes it started live on in its process "
+                 "group%s; %s\n", c.rank, static_cast<int>(c.pid),
+                 c.out.fd.get() >= 0 || c.err.fd.get() >= 0 ? " and hold its output" : "",
+                 leftovers_.signal == SIGTERM ? "sending them SIGTERM" : "they did not end after SIGTERM: killing them");
+    ::kill(-c.pid, leftovers_.signal);
+    ::kill(-c.pid, SIGCONT);
+  }
 }
 
 // What is in the pipe now, without waiting for a writer that may never close it; then it is closed.
@@ -326,11 +314,10 @@ void Supervisor::reap() {
     if (r != c.pid) continue;
     c.running = false;
     c.status = status;
-    const bool stopped = stopped_on_request(c);
-    stopped_on_request_ |= stopped;
-    bool ok = stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!ok && !exit_code_ && !interrupted_by_) {
-      exit_code_ = exit_code_of(status) ? exit_code_of(status) : 1;
+    const RankEnd end = rank_end(status, c.takes_stop);
+    stopped_on_request_ |= end.stopped;
+    if (!end.ok && !exit_code_ && !interrupted_by_) {
+      exit_code_ = end.code;
       console_.say("coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
       coordinator_.report(attempt_, Failure{.node = o_.node_rank, .rank = c.rank, .code = exit_code_, .restartable = true,
@@ -349,13 +336,21 @@ void Supervisor::check_other_nodes() {
   // Only reached before this node reported anything: a failure naming this node is node 0's
   // verdict that it fell silent, and its ranks stop too.
   auto f = coordinator_.failure(attempt_);
-  if (!f || (f->at_checkpoint && stop_at_checkpoint(*f))) return;
-  if (f->node < 0) {
-    lose_store(*f);
-    return;
+  if (!f) return;
+  const bool all_take_it =
+      std::all_of(children_.begin(), children_.end(), [](const Child& c) { return !c.running || c.takes_stop; });
+  switch (on_failure(*f, all_take_it, o_.take_in_timeout)) {
+    case OnFailure::stop_at_checkpoint:
+      stop_at_checkpoint(*f);
+      return;
+    case OnFailure::lose_store:
+      lose_store(*f);
+      return;
+    case OnFailure::stop_now:
+      if (f->at_checkpoint) coordinator_.stop_now(attempt_);  // ranks elsewhere may be stopping after a checkpoint
+      stop_for(*f);
+      return;
   }
-  if (f->at_checkpoint) coordinator_.stop_now(attempt_);  // ranks elsewhere may be stopping after a checkpoint
-  stop_for(*f);
 }
 
 // `f`, another node's failure or this launcher's replacement, ends the attempt here: the ranks stop now.
@@ -374,33 +369,28 @@ void Supervisor::stop_for(const Failure& f) {
 void Supervisor::lose_store(const Failure& f) {
   lost_store_ = true;
   const auto now = Clock::now();
-  ask_at_ = ask_at_ ? std::min(*ask_at_, now + kLostStoreWait) : now + kLostStoreWait;
+  ask_at_ = lost_store_stop(ask_at_, now);
   console_.say("coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
                static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(*ask_at_ - now).count()));
 }
 
-// Another node asks to be taken in while this attempt's ranks are well: when every local rank
-// takes SIGUSR2, they stop after a checkpoint (exit code 75, the same step on every rank), and
-// the restart resumes from it with no step lost. They are stopped as after a failure when one does
-// not take it, or at --take-in-timeout.
-bool Supervisor::stop_at_checkpoint(const Failure& f) {
-  const bool all_take_it = std::all_of(children_.begin(), children_.end(), [](const Child& c) {
-    return !c.running || c.takes_stop;
-  });
-  if (o_.take_in_timeout.count() == 0 || !all_take_it) return false;
+// Another node asks to be taken in while this attempt's ranks are well, and every local rank takes
+// SIGUSR2 (on_failure): they stop after a checkpoint (exit code 75, the same step on every rank),
+// and the restart resumes from it with no step lost; at --take-in-timeout they are stopped as
+// after a failure.
+void Supervisor::stop_at_checkpoint(const Failure& f) {
   taking_in_ = true;
   // Not over a save the user asked for (SIGUSR2 passed on before): that one ends the job anyway.
   if (std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; })) {
     ask_at_ = Clock::now() + o_.take_in_timeout;
   }
-  if (!any_running()) return true;  // they stopped already, after their peers elsewhere
+  if (!any_running()) return;  // they stopped already, after their peers elsewhere
   for (const auto& c : children_) {
     if (c.running) ::kill(c.pid, SIGUSR2);
   }
   console_.say("coshard-run: node %d: %s; asking the local ranks to stop after a checkpoint (SIGUSR2), so "
                "that the restart loses no step (--take-in-timeout %lld s)\n", f.node, f.what.c_str(),
                static_cast<long long>(o_.take_in_timeout.count()));
-  return true;
 }
 
 // While the local ranks stop after a checkpoint for a node taken in: another node stopped its

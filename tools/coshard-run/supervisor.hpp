@@ -17,6 +17,7 @@
 #include "console.hpp"
 #include "coordinator.hpp"
 #include "options.hpp"
+#include "stopping.hpp"
 
 namespace coshard::run {
 
@@ -61,11 +62,12 @@ class Supervisor {
   void relay(Output& out);
   LineSink& sink(const Output& out) { return out.to_stderr ? console_.err : console_.out; }
   bool leftovers_ended();
+  void signal_leftovers(const std::vector<char>& alive);
   void drain(Output& out, int rank);
   void reap();
   void kill_late_ranks();
   void check_other_nodes();
-  bool stop_at_checkpoint(const Failure& f);
+  void stop_at_checkpoint(const Failure& f);
   void check_stop_now();
   void lose_store(const Failure& f);
   void stop_for(const Failure& f);
@@ -76,7 +78,6 @@ class Supervisor {
   Coordinator& coordinator_;
   int attempt_;
   Console& console_;
-  static constexpr std::chrono::seconds kLostStoreWait{10};
   std::optional<Clock::time_point> ask_at_;   // after losing the store, or taking a node in: stop the ranks then
   std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
   std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
@@ -90,9 +91,7 @@ class Supervisor {
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with launch::StopSignal::kExitCode
   bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
-  std::optional<Clock::time_point> leftovers_since_;  // every rank had ended, but not what they started
-  int leftover_signal_ = 0;                         // the last signal sent to what they started
-  Clock::time_point leftovers_signalled_at_{};
+  Leftovers leftovers_;  // every rank had ended, but not what they started
 };
 
 }  // namespace coshard::run

@@ -1,0 +1,102 @@
+// How coshard-run ends its local ranks (stopping.hpp), in process with the wait statuses and the
+// time given: what a rank's exit means, what another node's failure asks of this node, and the
+// steps that stop what ended ranks left behind.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <optional>
+
+#include "stopping.hpp"
+
+namespace {
+
+using namespace coshard::run;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const StopClock::time_point t0{};
+
+int exited(int code) { return W_EXITCODE(code, 0); }
+int killed_by(int sig) { return W_EXITCODE(0, sig); }
+
+TEST(LauncherStopping, ARanksEndIsASuccessAStopOnRequestOrAFailureWithItsCode) {
+  const struct {
+    int status;
+    bool takes_stop, ok, stopped;
+    int code;
+  } rows[] = {
+      {exited(0), false, true, false, 0},
+      {exited(0), true, true, false, 0},
+      {exited(75), true, true, true, 75},    // took SIGUSR2: stopped after a checkpoint
+      {exited(75), false, false, false, 75},  // from any other program, a failure
+      {exited(3), true, false, false, 3},
+      {killed_by(SIGKILL), false, false, false, 137},
+      {killed_by(SIGTERM), true, false, false, 143},
+  };
+  for (const auto& r : rows) {
+    const RankEnd e = rank_end(r.status, r.takes_stop);
+    EXPECT_EQ(e.ok, r.ok) << r.status;
+    EXPECT_EQ(e.stopped, r.stopped) << r.status;
+    EXPECT_EQ(e.code, r.code) << r.status;
+  }
+}
+
+TEST(LauncherStopping, AnotherNodesFailureStopsTheRanksNowAfterACheckpointOrAfterAWhileWithoutTheStore) {
+  const Failure rank{.node = 1, .rank = 3, .what = "rank 3 failed"};
+  const Failure take_in{.node = 2, .code = 1, .at_checkpoint = true, .what = "node 2 asks to be taken in"};
+  const Failure lost{.node = -1, .code = 1, .restartable = false, .what = "lost the store"};
+  EXPECT_EQ(on_failure(rank, true, seconds(300)), OnFailure::stop_now);
+  EXPECT_EQ(on_failure(take_in, true, seconds(300)), OnFailure::stop_at_checkpoint);
+  EXPECT_EQ(on_failure(take_in, false, seconds(300)), OnFailure::stop_now);  // a rank would die of SIGUSR2
+  EXPECT_EQ(on_failure(take_in, true, seconds(0)), OnFailure::stop_now);     // --take-in-timeout 0
+  EXPECT_EQ(on_failure(lost, true, seconds(300)), OnFailure::lose_store);
+  EXPECT_EQ(lost_store_stop(std::nullopt, t0), t0 + kLostStoreWait);
+  EXPECT_EQ(lost_store_stop(t0 + seconds(3), t0), t0 + seconds(3));  // what is left of --take-in-timeout
+  EXPECT_EQ(lost_store_stop(t0 + seconds(60), t0), t0 + kLostStoreWait);
+}
+
+TEST(LauncherStopping, NothingLeftBehindIsDoneAtOnce) {
+  Leftovers l;
+  EXPECT_EQ(leftover_step(l, false, false, t0, seconds(5)), LeftoverAction::done);
+  EXPECT_FALSE(l.since);
+}
+
+// A process a rank started lives on and holds the rank's output: a second, then SIGTERM, SIGKILL
+// after the grace, and a second later its pipes are drained and closed.
+TEST(LauncherStopping, WhatLivesOnGetsASecondThenSigtermThenSigkillAfterTheGrace) {
+  Leftovers l;
+  EXPECT_EQ(leftover_step(l, true, true, t0, seconds(3)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, true, true, t0 + milliseconds(999), seconds(3)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, true, true, t0 + seconds(1), seconds(3)), LeftoverAction::term);
+  EXPECT_EQ(leftover_step(l, true, true, t0 + seconds(2), seconds(3)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, true, true, t0 + seconds(4), seconds(3)), LeftoverAction::kill);
+  EXPECT_EQ(l.signal, SIGKILL);
+  // SIGKILL did not end it (it is stuck in the kernel): its pipes are drained a second later.
+  EXPECT_EQ(leftover_step(l, true, true, t0 + milliseconds(4500), seconds(3)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, true, true, t0 + seconds(5), seconds(3)), LeftoverAction::drain);
+}
+
+TEST(LauncherStopping, TheGraceForWhatLivesOnIsAtMostFiveSeconds) {
+  Leftovers l;
+  leftover_step(l, true, false, t0, seconds(60));
+  EXPECT_EQ(leftover_step(l, true, false, t0 + seconds(1), seconds(60)), LeftoverAction::term);
+  EXPECT_EQ(leftover_step(l, true, false, t0 + milliseconds(5999), seconds(60)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, true, false, t0 + seconds(6), seconds(60)), LeftoverAction::kill);
+}
+
+// What ends after SIGTERM leaves only its pipes: a second for them to close, then they are drained.
+TEST(LauncherStopping, WhatEndsOnSigtermGetsASecondForItsPipesToClose) {
+  Leftovers l;
+  leftover_step(l, true, true, t0, seconds(5));
+  EXPECT_EQ(leftover_step(l, true, true, t0 + seconds(1), seconds(5)), LeftoverAction::term);
+  EXPECT_EQ(leftover_step(l, false, true, t0 + milliseconds(1500), seconds(5)), LeftoverAction::wait);
+  EXPECT_EQ(leftover_step(l, false, false, t0 + milliseconds(1600), seconds(5)), LeftoverAction::done);
+  Leftovers held;  // a process outside the groups (setsid) holds the output: nothing to signal
+  leftover_step(held, false, true, t0, seconds(5));
+  EXPECT_EQ(leftover_step(held, false, true, t0 + seconds(1), seconds(5)), LeftoverAction::drain);
+}
+
+}  // namespace

@@ -1,0 +1,52 @@
+#include "stopping.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+
+#include "coshard/launch/stop_signal.hpp"
+
+namespace coshard::run {
+
+RankEnd rank_end(int wait_status, bool takes_stop) {
+  RankEnd e;
+  e.stopped = takes_stop && WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == launch::StopSignal::kExitCode;
+  e.ok = e.stopped || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0);
+  if (WIFEXITED(wait_status)) {
+    e.code = WEXITSTATUS(wait_status);
+  } else if (WIFSIGNALED(wait_status)) {
+    e.code = 128 + WTERMSIG(wait_status);
+  }
+  if (!e.ok && e.code == 0) e.code = 1;
+  return e;
+}
+
+OnFailure on_failure(const Failure& f, bool all_take_stop, std::chrono::seconds take_in_timeout) {
+  if (f.at_checkpoint && take_in_timeout.count() > 0 && all_take_stop) return OnFailure::stop_at_checkpoint;
+  if (f.node < 0) return OnFailure::lose_store;
+  return OnFailure::stop_now;
+}
+
+StopClock::time_point lost_store_stop(std::optional<StopClock::time_point> set, StopClock::time_point now) {
+  return set ? std::min(*set, now + kLostStoreWait) : now + kLostStoreWait;
+}
+
+LeftoverAction leftover_step(Leftovers& l, bool any_alive, bool any_held, StopClock::time_point now,
+                             StopClock::duration grace) {
+  using std::chrono::seconds;
+  if (!any_alive && !any_held) return LeftoverAction::done;
+  if (!l.since) l.since = now;
+  if (now < *l.since + seconds(1)) return LeftoverAction::wait;
+  const auto bounded = std::min<StopClock::duration>(grace, seconds(5));
+  if (any_alive && (l.signal == 0 || (l.signal == SIGTERM && now >= l.signalled_at + bounded))) {
+    l.signal = l.signal == 0 ? SIGTERM : SIGKILL;
+    l.signalled_at = now;
+    return l.signal == SIGTERM ? LeftoverAction::term : LeftoverAction::kill;
+  }
+  if (any_alive && l.signal == SIGTERM) return LeftoverAction::wait;                  // within the grace
+  if (l.signal != 0 && now < l.signalled_at + seconds(1)) return LeftoverAction::wait;  // pipes to close
+  return LeftoverAction::drain;
+}
+
+}  // namespace coshard::run

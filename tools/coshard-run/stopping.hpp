@@ -1,0 +1,60 @@
+#pragma once
+// How the Supervisor ends its local ranks, as decisions with the time and what it saw given, and
+// no I/O: what a rank's exit means, what another node's failure asks of this node, and how what
+// the ranks left behind is stopped. The Supervisor (supervisor.cpp) reads the processes, asks
+// these, and signals; tests/tools/stopping_test.cpp drives them in process.
+#include <chrono>
+#include <optional>
+
+#include "records.hpp"
+
+namespace coshard::run {
+
+using StopClock = std::chrono::steady_clock;
+
+// A rank's end, from its wait status and whether it was seen taking SIGUSR2.
+struct RankEnd {
+  bool ok = false;       // exit 0, or a stop on request
+  bool stopped = false;  // exit 75 from a rank that takes SIGUSR2: the ranks agreed to stop after a checkpoint
+  int code = 0;          // the launcher's exit code should this end the attempt: the status's, never 0 for a failure
+};
+RankEnd rank_end(int wait_status, bool takes_stop);
+
+// What this node does about the attempt's failure `f` that another node (or node 0's verdict on
+// this one) reported while the local ranks ran.
+enum class OnFailure {
+  stop_at_checkpoint,  // a node is taken in and every local rank takes SIGUSR2: they stop after a checkpoint
+  lose_store,          // this launcher lost the store (f.node < 0): the ranks get a while to end first
+  stop_now,            // the ranks stop now: flight records, SIGTERM, SIGKILL after --grace
+};
+// `all_take_stop`: every running local rank takes SIGUSR2; `take_in_timeout`: 0 stops them at once.
+OnFailure on_failure(const Failure& f, bool all_take_stop, std::chrono::seconds take_in_timeout);
+
+// After losing the store the ranks get this long to end (their collectives name the peer they
+// miss), or less if a stop was set for sooner.
+inline constexpr std::chrono::seconds kLostStoreWait{10};
+StopClock::time_point lost_store_stop(std::optional<StopClock::time_point> set, StopClock::time_point now);
+
+// Every rank has ended, but processes they started may live on in their process groups (a helper
+// in the background, a data-loader worker) and hold their output open. They get a second to end,
+// then SIGTERM, SIGKILL after the grace (at most 5 s: node 0 waits --grace and a minute for a
+// node's ranks, which may have taken --grace already), and a second later the launcher stops
+// reading what a process outside the groups (one that called setsid) still holds.
+struct Leftovers {
+  std::optional<StopClock::time_point> since;  // when every rank had ended but not what they started
+  int signal = 0;                              // the last signal sent to what they started
+  StopClock::time_point signalled_at{};
+};
+enum class LeftoverAction {
+  done,  // nothing is left to wait for
+  wait,  // look again at the next tick
+  term,  // SIGTERM (then SIGCONT) to the groups with a process alive
+  kill,  // SIGKILL to them
+  drain, // read what the pipes still hold, close them, and be done
+};
+// `any_alive`: a rank's process group still has a live process; `any_held`: a rank's output is
+// still open; `grace`: --grace.
+LeftoverAction leftover_step(Leftovers& l, bool any_alive, bool any_held, StopClock::time_point now,
+                             StopClock::duration grace);
+
+}  // namespace coshard::run
