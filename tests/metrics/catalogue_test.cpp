@@ -91,7 +91,7 @@ TEST(Catalogue, ParsesWithUniqueNamesAndKnownTypes) {
   }
 }
 
-TEST(Catalogue, ListsEveryMetricTheIssueAsksFor) {
+TEST(Catalogue, ListsTheStepCommunicationOffloadMemoryAndErrorMetrics) {
   std::set<std::string> names;
   for (const auto& e : catalogue()) names.insert(e.name);
   for (const char* required :

@@ -117,7 +117,7 @@ TEST(Dashboard, PanelIdsAreUniqueAndEveryPanelUsesTheDatasourceVariable) {
   EXPECT_GE(queries, 10);
 }
 
-TEST(Dashboard, HasThePanelsTheIssueAsksFor) {
+TEST(Dashboard, HasPanelsForThroughputLossStepTimeOverlapBandwidthMemoryOffloadAndErrors) {
   std::string all;
   for (const auto& e : expressions(dashboard())) all += e + "\n";
   for (const char* needle :
