@@ -66,7 +66,7 @@ void ensure_unsharded(Engine::Impl& m, std::size_t ui, const char* phase, bool f
   detail::UnitState& u = m.units[ui];
   if (!first_phase) {
     // Unsharded since its first phase.
-  } else if (u.unsharded.resident) {
+  } else if (u.unsharded.resident()) {
     m.ctx.metrics.prefetch_hits->add();
   } else {
     m.ctx.metrics.prefetch_misses->add();
@@ -120,7 +120,7 @@ Task<void> Engine::run_forward(std::size_t ui) {
   if (m.plan->reshard_after_forward(ui)) {
     m.unsharder->reshard(ui, record_on(*m.ctx.streams.compute), true);
   } else {
-    u.unsharded.kept = true;  // SHARD_GRAD_OP, the root: not a prefetch, so the limiter ignores it
+    m.unsharder->keep_after_forward(ui);  // SHARD_GRAD_OP, the root: not a prefetch, so the limiter ignores it
   }
 }
 
@@ -148,7 +148,7 @@ Task<void> Engine::run_backward(std::size_t ui) {
   const bool first_phase = u.progress.backward_calls == 0;
   // Pre-backward: unshard again if resharded after forward; gradient buffers; prefetch (PRE).
   ensure_unsharded(m, ui, "backward", first_phase, m.ctx.reshard_group > 0 && u.unsharded.post_forward_shard.defined());
-  u.unsharded.kept = false;  // the current unit again
+  m.unsharder->run_again(ui);  // the current unit again
   if (first_phase) m.reducer->open(ui, m.sync);
   if (m.plan->prefetch_before_backward(ui)) prefetch(m, m.plan->backward_prefetch(ui, pos), "backward");
   Scope scope(m.ctx.rt, *m.ctx.streams.compute, &u.unsharded.views, &u.grads.views, phase);
@@ -169,8 +169,7 @@ Task<void> Engine::run_backward(std::size_t ui) {
   m.reducer->reduce(ui, used);
   const auto& off = m.ctx.opt.offload;
   if (off.optimizer && off.pipelined_optimizer && m.last_backward && !m.ctx.opt.clip) {
-    m.optimizer->step_unit(ui);
-    u.progress.stepped = true;
+    m.optimizer->step_early(ui);
   }
 }
 

@@ -221,7 +221,7 @@ Task<double> GradientReducer::clip(double max_norm, double p) {
   }
   const ops::NormType type = p == 2.0 ? ops::NormType::l2 : p == 1.0 ? ops::NormType::l1 : ops::NormType::inf;
   for (auto& u : units_) {
-    if (u.progress.stepped) {
+    if (u.shard.stepped) {
       throw Error(Errc::invalid_argument, "clip_grad_norm after the pipelined host optimizer already stepped unit '" +
                                               u.name + "': set Options::clip so the optimizer waits for the norm");
     }

@@ -54,6 +54,11 @@ std::function<void(void* cuda_stream)> ShardOptimizer::update_of(UnitState& u) {
   };
 }
 
+void ShardOptimizer::step_early(std::size_t ui) {
+  step_unit(ui);
+  units_[ui].shard.stepped = true;
+}
+
 void ShardOptimizer::step_unit(std::size_t ui) {
   UnitState& u = units_[ui];
   Stream& stream = *ctx_.streams.optimizer;
@@ -80,8 +85,8 @@ void ShardOptimizer::step_unit(std::size_t ui) {
 
 void ShardOptimizer::finish_step() {
   for (std::size_t i = 0; i < units_.size(); ++i) {
-    if (!units_[i].progress.stepped) step_unit(i);
-    units_[i].progress.stepped = false;
+    if (!units_[i].shard.stepped) step_unit(i);
+    units_[i].shard.stepped = false;
   }
   Event done;
   done.record(*ctx_.streams.optimizer);

@@ -32,8 +32,9 @@ class ShardOptimizer {
  public:
   ShardOptimizer(Context& ctx, std::vector<UnitState>& units) : ctx_(ctx), units_(units) {}
 
-  // Enqueues unit `u`'s update after its gradient shard.
-  void step_unit(std::size_t u);
+  // The pipelined host optimizer: unit `u`'s update now, as its gradient shard is ready in the last
+  // backward; finish_step leaves it out.
+  void step_early(std::size_t u);
   // Every unit not yet stepped this step, then records the step's event.
   void finish_step();
   const std::optional<Event>& step_done() const noexcept { return done_; }
@@ -43,6 +44,8 @@ class ShardOptimizer {
   void report();
 
  private:
+  // Enqueues unit `u`'s update after its gradient shard.
+  void step_unit(std::size_t u);
   std::function<void(void* cuda_stream)> update_of(UnitState& u);
 
   Context& ctx_;

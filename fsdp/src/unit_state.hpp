@@ -1,8 +1,9 @@
 #pragma once
 // What the engine keeps per unit, in sections by owner. A section is written only by its owner;
-// the others read it. The owners are the engine's collaborators (see docs/architecture.md):
-//   shard     ShardedState creates it, ShardOptimizer updates it, state dicts read and load it
-//   unsharded Unsharder: the unit's all-gathered parameters while resident
+// the others read it (scripts/checks/sections.py checks it). The owners are the engine's
+// collaborators (see docs/architecture.md):
+//   shard     ShardedState creates it, ShardOptimizer updates it, checkpoints and state dicts load it
+//   unsharded Unsharder: the unit's residency and its all-gathered parameters while resident
 //   grads     GradientReducer: the unsharded gradient buffer of a backward and its reduction
 //   progress  Engine: the phases run this iteration
 #include <cstdint>
@@ -23,12 +24,20 @@ struct ShardTensors {
   Tensor master, grad, exp_avg, exp_avg_sq;
   std::int64_t opt_step = 0;
   bool sgd_started = false;
+  bool stepped = false;  // the pipelined optimizer already updated it this step (ShardOptimizer::step_early)
   std::optional<Event> updated;  // its last optimizer update (a copy of the master waits for it)
 };
 
+// Where a unit's parameters are; the Unsharder alone sets it.
+enum class Residency {
+  sharded,             // its shard only: unsharded before it runs
+  unsharded,           // all-gathered (prefetched, or running): counted against Options::in_flight
+  kept_after_forward,  // left unsharded after forward for backward (SHARD_GRAD_OP, the root): not counted
+};
+
 struct Unsharded {
-  bool resident = false;
-  bool kept = false;  // left unsharded after forward for backward: outside the in-flight count
+  Residency residency = Residency::sharded;
+  bool resident() const noexcept { return residency != Residency::sharded; }
   int param_slot = -1, f32_slot = -1;  // pool slots held while resident
   Event ready;                          // the unsharded parameters are complete
   std::vector<Tensor> views;            // one per parameter, handed to the unit's Scope (f32 or param dtype)
@@ -48,7 +57,6 @@ struct Progress {
   int forward_calls = 0;   // forward phases run this iteration
   int backward_calls = 0;  // backward phases run this iteration
   bool open = false;       // between two of its phases: stays unsharded, outside the in-flight count
-  bool stepped = false;    // the pipelined optimizer already updated it this step
 };
 
 struct UnitState {

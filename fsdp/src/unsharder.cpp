@@ -18,7 +18,7 @@ Unsharder::Unsharder(Context& ctx, std::vector<UnitState>& units, CommGroups& co
 
 std::size_t Unsharder::resident_count() const {
   std::size_t n = 0;
-  for (const auto& u : units_) n += u.unsharded.resident && !u.progress.open && !u.unsharded.kept ? 1 : 0;
+  for (const auto& u : units_) n += u.unsharded.residency == Residency::unsharded && !u.progress.open ? 1 : 0;
   return n;
 }
 
@@ -134,14 +134,14 @@ void Unsharder::publish(UnitState& u, const Tensor& flat) {
   for (const auto& p : u.layout.params) u.unsharded.views.push_back(flat.view(p.offset, p.spec.shape));
   u.unsharded.ready = Event();
   u.unsharded.ready.record(*ctx_.streams.unshard);
-  u.unsharded.resident = true;
+  u.unsharded.residency = Residency::unsharded;
   report_occupancy();
 }
 
 void Unsharder::reshard(std::size_t ui, const Event& last_use, bool keep_post_forward_shard) {
   UnitState& u = units_[ui];
   Unsharded& s = u.unsharded;
-  if (!s.resident) return;
+  if (!s.resident()) return;
   if (keep_post_forward_shard && ctx_.reshard_group > 0 && s.param_slot >= 0) {
     // Keep this rank's part of the group's unsharded buffer for the backward all-gather.
     Stream& stream = *ctx_.streams.unshard;
@@ -160,13 +160,23 @@ void Unsharder::reshard(std::size_t ui, const Event& last_use, bool keep_post_fo
   if (s.f32_slot >= 0) f32_->release(s.f32_slot, last_use);
   s.param_slot = s.f32_slot = -1;
   s.views.clear();
-  s.resident = s.kept = false;
+  s.residency = Residency::sharded;
   report_occupancy();
+}
+
+void Unsharder::keep_after_forward(std::size_t ui) {
+  Unsharded& s = units_[ui].unsharded;
+  if (s.resident()) s.residency = Residency::kept_after_forward;
+}
+
+void Unsharder::run_again(std::size_t ui) {
+  Unsharded& s = units_[ui].unsharded;
+  if (s.resident()) s.residency = Residency::unsharded;
 }
 
 void Unsharder::prefetch(std::size_t target, const char* phase) {
   const UnitState& u = units_[target];
-  if (u.unsharded.resident) return;
+  if (u.unsharded.resident()) return;
   if (resident_count() >= static_cast<std::size_t>(std::max(1, ctx_.opt.in_flight))) {
     ctx_.metrics.limiter_waits->add();
     return;

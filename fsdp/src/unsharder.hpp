@@ -35,6 +35,10 @@ class Unsharder {
   // Hands the unit's buffers back with `last_use`. With `keep_post_forward_shard` and
   // reshard_after_forward = a group size, first copies this rank's part of the group's buffer.
   void reshard(std::size_t u, const Event& last_use, bool keep_post_forward_shard);
+  // A unit left unsharded after its forward for its backward (no reshard after forward): outside
+  // the in-flight count until its backward runs it again (run_again).
+  void keep_after_forward(std::size_t u);
+  void run_again(std::size_t u);
   // unshard() unless resident or the in-flight limit is reached.
   void prefetch(std::size_t u, const char* phase);
   // Units unsharded for prefetching or running now (not multi-phase units between phases).
