@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "coshard/runtime/copy.hpp"
+#include "coshard/transport/gather_integers.hpp"
 #include "engine_impl.hpp"
 #include "state_dict.hpp"
 
@@ -16,14 +17,11 @@ namespace {
 // different order fails by name instead of all-gathering the wrong unit.
 Task<void> check_same_unit(Engine::Impl& m, std::size_t ui, std::size_t pos) {
   detail::Context& ctx = m.ctx;
-  Stream& compute = *ctx.streams.compute;
-  Tensor mine = Tensor::empty(ctx.rt.allocator(), DType::i32, {2});
-  Tensor all = Tensor::empty(ctx.rt.allocator(), DType::i32, {2 * ctx.world});
-  upload(compute, mine, std::vector<std::int32_t>{static_cast<std::int32_t>(pos), static_cast<std::int32_t>(ui)});
-  compute.wait(m.comms.control->all_gather(mine, all, compute));
-  const std::vector<std::int32_t> a = co_await download<std::int32_t>(compute, all);
+  std::vector<std::int64_t> mine{static_cast<std::int64_t>(pos), static_cast<std::int64_t>(ui)};
+  const std::vector<std::int64_t> a =
+      co_await transport::gather_integers(*m.comms.control, *ctx.streams.compute, ctx.rt.allocator(), std::move(mine));
   for (int r = 0; r < ctx.world; ++r) {
-    if (a[2 * r + 1] == static_cast<std::int32_t>(ui)) continue;
+    if (a[2 * r + 1] == static_cast<std::int64_t>(ui)) continue;
     auto other = static_cast<std::size_t>(a[2 * r + 1]);
     const std::string theirs = other < m.units.size() ? "'" + m.units[other].name + "'" : "unit #" + std::to_string(other);
     throw ctx.error(Errc::invalid_argument,

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "coshard/runtime/copy.hpp"
+#include "coshard/transport/gather_integers.hpp"
 #include "coshard/runtime/file_io.hpp"
 
 namespace coshard::fsdp::detail {
@@ -250,16 +251,13 @@ Task<void> ShardedCheckpoint::publish(Pending& p) {
     width = std::max(width, pieces.back().size());
   }
   width += 3;
-  Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width)});
-  Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {static_cast<std::int64_t>(width) * ctx_.world});
   std::vector<std::int64_t> m(width, 0);
   m[0] = p.result->error ? 0 : 1;
   m[1] = static_cast<std::int64_t>(p.result->bytes);
   m[2] = p.result->crc;
   for (std::size_t i = 0; i < p.result->piece_crcs.size(); ++i) m[3 + i] = p.result->piece_crcs[i];
-  upload(stream_, mine, std::move(m));
-  stream_.wait(comms_.checkpoint->all_gather(mine, all, stream_));
-  const std::vector<std::int64_t> reports = co_await download<std::int64_t>(stream_, all);
+  const std::vector<std::int64_t> reports =
+      co_await transport::gather_integers(*comms_.checkpoint, stream_, ctx_.rt.allocator(), std::move(m));
   std::string failed;
   for (int r = 0; r < ctx_.world; ++r) {
     if (!reports[static_cast<std::size_t>(r) * width]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
@@ -311,11 +309,9 @@ Manifest ShardedCheckpoint::manifest(const Pending& p, const std::vector<std::in
 
 // The ranks whose `ok` is false, as "1, 3" (empty when every rank succeeded).
 Task<std::string> ShardedCheckpoint::failures(bool ok) {
-  Tensor mine = Tensor::empty(ctx_.rt.allocator(), DType::i64, {1});
-  Tensor all = Tensor::empty(ctx_.rt.allocator(), DType::i64, {ctx_.world});
-  upload(stream_, mine, std::vector<std::int64_t>{ok ? 1 : 0});
-  stream_.wait(comms_.checkpoint->all_gather(mine, all, stream_));
-  const std::vector<std::int64_t> oks = co_await download<std::int64_t>(stream_, all);
+  std::vector<std::int64_t> mine{ok ? 1 : 0};
+  const std::vector<std::int64_t> oks =
+      co_await transport::gather_integers(*comms_.checkpoint, stream_, ctx_.rt.allocator(), std::move(mine));
   std::string failed;
   for (int r = 0; r < ctx_.world; ++r) {
     if (!oks[static_cast<std::size_t>(r)]) failed += (failed.empty() ? "" : ", ") + std::to_string(r);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "coshard/runtime/copy.hpp"
+#include "coshard/transport/gather_integers.hpp"
 
 namespace coshard::fsdp::detail {
 namespace {
@@ -89,12 +90,9 @@ std::uint64_t model_signature(const std::vector<UnitState>& units) {
 
 Task<void> check_same_model(std::vector<UnitState>& units, Context& ctx, transport::Communicator& control) {
   const auto signature = static_cast<std::int64_t>(model_signature(units));
-  Stream& compute = *ctx.streams.compute;
-  Tensor sig = Tensor::empty(ctx.rt.allocator(), DType::i64, {1});
-  Tensor all_sigs = Tensor::empty(ctx.rt.allocator(), DType::i64, {ctx.world});
-  upload(compute, sig, std::vector<std::int64_t>{signature});
-  compute.wait(control.all_gather(sig, all_sigs, compute));
-  const std::vector<std::int64_t> all = co_await download<std::int64_t>(compute, all_sigs);
+  std::vector<std::int64_t> mine{signature};
+  const std::vector<std::int64_t> all =
+      co_await transport::gather_integers(control, *ctx.streams.compute, ctx.rt.allocator(), std::move(mine));
   for (int r = 0; r < ctx.world; ++r) {
     if (all[static_cast<std::size_t>(r)] != signature) {
       throw Error(Errc::bad_config, "rank " + std::to_string(r) + " built a different model (unit names or parameter "

@@ -17,6 +17,7 @@
 
 #include "checkpoints.hpp"
 #include "coshard/runtime/copy.hpp"
+#include "coshard/transport/gather_integers.hpp"
 #include "coshard/runtime/error.hpp"
 #include "coshard/runtime/file_io.hpp"
 
@@ -137,12 +138,9 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
       mine = -2;
     }
   }
-  Stream& compute = rt.stream("compute");
-  Tensor t = Tensor::empty(rt.allocator(), DType::i64, {1});
-  Tensor all = Tensor::empty(rt.allocator(), DType::i64, {pg.size()});
-  upload(compute, t, std::vector<std::int64_t>{mine});
-  compute.wait(pg.world().all_gather(t, all, compute));
-  const std::vector<std::int64_t> steps = co_await download<std::int64_t>(compute, all);
+  std::vector<std::int64_t> own{mine};
+  const std::vector<std::int64_t> steps =
+      co_await transport::gather_integers(pg.world(), rt.stream("compute"), rt.allocator(), std::move(own));
   if (unreadable) std::rethrow_exception(unreadable);
   if (const auto bad = std::find(steps.begin(), steps.end(), -2); bad != steps.end()) {
     throw Error(Errc::corrupt_file, "rank " + std::to_string(bad - steps.begin()) +
