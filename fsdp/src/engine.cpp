@@ -52,10 +52,10 @@ Task<void> follow_plan(Engine::Impl& m, std::size_t ui, std::size_t pos) {
     m.plan->record(ui);
   } else if (m.plan->deviates(pos, ui) && !m.warned_deviation) {
     m.warned_deviation = true;
-    std::fprintf(stderr,
-                 "coshard: rank %d: the forward order differs from the first iteration's at position %zu (unit '%s'); "
-                 "prefetching follows the recorded plan, so this iteration may run slower\n",
-                 m.ctx.rank, pos, m.units[ui].name.c_str());
+    m.ctx.rt.log(LogLevel::warning, "rank " + std::to_string(m.ctx.rank) +
+                                        ": the forward order differs from the first iteration's at position " +
+                                        std::to_string(pos) + " (unit '" + m.units[ui].name +
+                                        "'); prefetching follows the recorded plan, so this iteration may run slower");
   }
 }
 

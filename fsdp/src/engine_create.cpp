@@ -77,7 +77,7 @@ Engine::~Engine() {
     try {
       s->synchronize(impl_->ctx.opt.timeout);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "coshard: rank %d: engine shutdown: %s\n", impl_->ctx.rank, e.what());
+      impl_->ctx.rt.log(LogLevel::error, "rank " + std::to_string(impl_->ctx.rank) + ": engine shutdown: " + e.what());
     }
   }
 }

@@ -112,8 +112,7 @@ std::string message_of(const std::exception_ptr& e) {
 // The cause, on the rank that met it, at once: when the ranks then fail together the launcher may
 // stop this one before its error reaches the log.
 void ShardedCheckpoint::report(const std::filesystem::path& dir, const std::exception_ptr& e) const {
-  std::fprintf(stderr, "coshard: rank %d: checkpoint '%s': %s\n", ctx_.rank, dir.c_str(), message_of(e).c_str());
-  std::fflush(stderr);
+  ctx_.rt.log(LogLevel::error, "rank " + std::to_string(ctx_.rank) + ": checkpoint '" + dir.string() + "': " + message_of(e));
 }
 
 std::vector<CheckpointPiece> pieces_of(const std::vector<UnitState>& units, const Context& ctx, int shard_rank,
@@ -145,14 +144,15 @@ ShardedCheckpoint::ShardedCheckpoint(Context& ctx, std::vector<UnitState>& units
 
 ShardedCheckpoint::~ShardedCheckpoint() {
   if (pending_) {
-    std::fprintf(stderr, "coshard: rank %d: the asynchronous checkpoint '%s' was never finished (call "
-                         "wait_for_checkpoint() before the engine goes): it has no manifest and is not a checkpoint\n",
-                 ctx_.rank, pending_->dir.c_str());
+    ctx_.rt.log(LogLevel::error, "rank " + std::to_string(ctx_.rank) + ": the asynchronous checkpoint '" +
+                                     pending_->dir.string() +
+                                     "' was never finished (call wait_for_checkpoint() before the engine goes): it has "
+                                     "no manifest and is not a checkpoint");
   }
   try {
     stream_.synchronize(ctx_.opt.timeout);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "coshard: rank %d: checkpoint shutdown: %s\n", ctx_.rank, e.what());
+    ctx_.rt.log(LogLevel::error, "rank " + std::to_string(ctx_.rank) + ": checkpoint shutdown: " + e.what());
   }
 }
 

@@ -3,10 +3,12 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "coshard/runtime/cuda.hpp"
 #include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/timeout.hpp"
 
 using namespace coshard;
 
@@ -49,6 +51,28 @@ TEST(Runtime, OwnsSchedulerStreamsAndAllocator) {
   EXPECT_EQ(telemetry.spans[0].stream, "compute");
   EXPECT_EQ(telemetry.spans[0].rank, 2);
   EXPECT_LE(telemetry.spans[0].begin, telemetry.spans[0].end);
+}
+
+// Runtime::Options::log reaches the runtime's scheduler and Runtime::log, which the communicators
+// and the engine write through.
+TEST(Runtime, ItsLogSinkTakesTheSchedulersMessagesAndItsOwn) {
+  std::mutex m;
+  std::vector<std::string> said;
+  Runtime rt({.log = [&](LogLevel level, std::string_view line) {
+    std::lock_guard lock(m);
+    said.push_back(std::string(level == LogLevel::warning ? "warning " : "") + std::string(line));
+  }});
+  rt.log(LogLevel::warning, "a note");
+  rt.scheduler().spawn([]() -> Task<void> {
+    throw Error(Errc::internal, "lost");
+    co_return;
+  }());
+  rt.scheduler().sync_wait([]() -> Task<void> { co_await sleep_for(std::chrono::milliseconds(20)); }());
+  rt.stop();
+  std::lock_guard lock(m);
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0], "warning a note");
+  EXPECT_NE(said[1].find("spawned task failed: "), std::string::npos) << said[1];
 }
 
 TEST(Runtime, ACudaDeviceWithoutAGpuIsAClearError) {

@@ -2,6 +2,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -72,6 +76,28 @@ TEST(Scheduler, SpawnRecordsTheFirstFailure) {
   ASSERT_NE(sched.first_error(), nullptr);
   EXPECT_THROW(std::rethrow_exception(sched.first_error()), Error);
   sched.stop();
+}
+
+// What the scheduler cannot throw to anyone goes to Options::log, not to stderr.
+TEST(Scheduler, ASpawnedTasksFailureGoesToTheLogSinkGiven) {
+  std::mutex m;
+  std::vector<std::pair<LogLevel, std::string>> said;
+  Scheduler sched(Scheduler::Options{.name = "logged", .log = [&](LogLevel level, std::string_view line) {
+                                       std::lock_guard lock(m);
+                                       said.emplace_back(level, std::string(line));
+                                     }});
+  sched.start();
+  sched.spawn([]() -> Task<void> {
+    throw Error(Errc::internal, "the task's own error");
+    co_return;
+  }());
+  sched.sync_wait([]() -> Task<void> { co_await sleep_for(20ms); }());
+  sched.stop();
+  std::lock_guard lock(m);
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0].first, LogLevel::error);
+  EXPECT_NE(said[0].second.find("spawned task failed: "), std::string::npos) << said[0].second;
+  EXPECT_NE(said[0].second.find("the task's own error"), std::string::npos) << said[0].second;
 }
 
 TEST(Scheduler, SyncWaitOnTheSchedulerThreadIsAnError) {

@@ -76,7 +76,7 @@ DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
       while (::read(wake_[0], drain, sizeof drain) > 0) {
       }
       rt.write_diagnostics();
-      std::fprintf(stderr, "rank %d: flight records written (SIGUSR1)\n", rt.rank());
+      rt.log(LogLevel::info, "rank " + std::to_string(rt.rank()) + ": flight records written (SIGUSR1)");
     }
   });
   return Serving(*this, rt, suspended);

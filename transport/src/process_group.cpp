@@ -47,8 +47,9 @@ Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, launc
              {{"transport", std::string(to_string(backend))}, {"device", runtime.device().to_string()}})
       .set(1);
   if (pg->rank() == 0) {
-    std::fprintf(stderr, "coshard: %d rank(s), communicators on %s (tensors on %s)\n", pg->size(),
-                 std::string(to_string(backend)).c_str(), runtime.device().to_string().c_str());
+    runtime.log(LogLevel::info, std::to_string(pg->size()) + " rank(s), communicators on " +
+                                    std::string(to_string(backend)) + " (tensors on " + runtime.device().to_string() +
+                                    ")");
   }
   if (options.world.name.empty()) options.world.name = "world";
   pg->world_ = co_await pg->new_communicator(std::move(options.world));

@@ -6,7 +6,6 @@
 #include <asio/steady_timer.hpp>
 #include <atomic>
 #include <algorithm>
-#include <cstdio>
 
 namespace coshard {
 namespace {
@@ -90,7 +89,7 @@ void Scheduler::start() {
       impl->run_loop();
     } catch (const std::exception& e) {
       // Control code must not throw out of a handler; if it does, the rank is broken.
-      std::fprintf(stderr, "coshard: scheduler '%s' failed: %s\n", impl->options.name.c_str(), e.what());
+      log(impl->options.log, LogLevel::error, "scheduler '" + impl->options.name + "' failed: " + e.what());
       impl->health = Health::failed;
       std::lock_guard lock(impl->m);
       if (!impl->first_error) impl->first_error = std::current_exception();
@@ -114,10 +113,10 @@ bool Scheduler::stop() {
     drained = impl_->cv.wait_for(lock, impl_->options.drain_timeout, [&] { return impl_->live == 0; });
   }
   if (!drained) {
-    std::fprintf(stderr,
-                 "coshard: scheduler '%s': %zu task(s) still running %lld ms after stop was requested; "
-                 "abandoning them (an awaited operation ignored cancellation)\n",
-                 name().c_str(), impl_->live, static_cast<long long>(impl_->options.drain_timeout.count()));
+    log(impl_->options.log, LogLevel::error,
+        "scheduler '" + name() + "': " + std::to_string(impl_->live) + " task(s) still running " +
+            std::to_string(impl_->options.drain_timeout.count()) +
+            " ms after stop was requested; abandoning them (an awaited operation ignored cancellation)");
     impl_->io.stop();
   }
   impl_->guard.reset();
@@ -157,11 +156,11 @@ void Scheduler::spawn(Task<void> task) {
       std::rethrow_exception(e);
     } catch (const Error& err) {
       if (err.code() == Errc::cancelled) return;  // asked to stop: not a failure
-      std::fprintf(stderr, "coshard: spawned task failed: %s\n", err.what());
+      log(impl->options.log, LogLevel::error, std::string("spawned task failed: ") + err.what());
     } catch (const std::exception& err) {
-      std::fprintf(stderr, "coshard: spawned task failed: %s\n", err.what());
+      log(impl->options.log, LogLevel::error, std::string("spawned task failed: ") + err.what());
     } catch (...) {
-      std::fprintf(stderr, "coshard: spawned task failed with a non-standard exception\n");
+      log(impl->options.log, LogLevel::error, "spawned task failed with a non-standard exception");
     }
     std::lock_guard lock(impl->m);
     if (!impl->first_error) impl->first_error = e;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/runtime/log.hpp"
 #include "cuda_check.hpp"
 
 namespace coshard::cuda {
@@ -79,7 +80,7 @@ std::unique_ptr<MemoryResource> pinned_host_memory(std::function<void(const std:
 }
 
 std::unique_ptr<MemoryResource> pinned_host_memory() {
-  return pinned_host_memory([](const std::string& why) { std::fprintf(stderr, "coshard: warning: %s\n", why.c_str()); });
+  return pinned_host_memory([](const std::string& why) { log_to_stderr(LogLevel::warning, why); });
 }
 
 std::unique_ptr<MemoryResource> device_memory(Device device) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/runtime/log.hpp"
 #include "cuda_check.hpp"
 
 namespace coshard::cuda {
@@ -201,8 +202,8 @@ class CudaStream final : public coshard::detail::StreamImpl {
         cudaGetLastError();  // not sticky: clear it
         staging_ = nullptr;
         staging_failed_ = true;
-        std::fprintf(stderr, "coshard: warning: no pinned staging buffer for CUDA stream '%s': its copies from and to "
-                             "pageable memory block the calling thread\n", name_.c_str());
+        log_to_stderr(LogLevel::warning, "no pinned staging buffer for CUDA stream '" + name_ +
+                                             "': its copies from and to pageable memory block the calling thread");
       }
     }
     return staging_;

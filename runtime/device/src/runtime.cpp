@@ -38,8 +38,8 @@ Runtime::Runtime(Options options) : options_(std::move(options)) {
                                               : cpu_memory(options_.device);
     allocator_ = std::make_unique<Allocator>(std::move(memory), alloc_options);
   }
-  scheduler_ = std::make_unique<Scheduler>(Scheduler::Options{.name = options_.name + "/rank" +
-                                                                      std::to_string(options_.rank)});
+  scheduler_ = std::make_unique<Scheduler>(
+      Scheduler::Options{.name = options_.name + "/rank" + std::to_string(options_.rank), .log = options_.log});
   scheduler_->start();
 }
 

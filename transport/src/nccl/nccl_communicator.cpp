@@ -361,8 +361,8 @@ class NcclCommunicator final : public Communicator {
     if (aborted_.exchange(true)) return;
     recorder_.dump(record_owner());
     rt_.write_diagnostics();  // the rank's other communicators too
-    std::fprintf(stderr, "coshard: aborting NCCL communicator '%s' (rank %d): %s\n", options_.name.c_str(), rank_,
-                 why.c_str());
+    rt_.log(LogLevel::error, "aborting NCCL communicator '" + options_.name + "' (rank " + std::to_string(rank_) +
+                                 "): " + why);
     std::lock_guard lock(comm_m_);
     if (comm_) api_->abort(comm_);
     comm_ = nullptr;

@@ -143,7 +143,7 @@ Task<std::unique_ptr<Hierarchy>> connect_hierarchy(Runtime& rt, launch::StoreCli
                                                    std::string name, std::size_t chunk_bytes) {
   const auto me = static_cast<std::size_t>(rank);
   const int host = topo.host_of[me], index = topo.local_of[me];
-  const Wire::Options wo{.liveness_interval = ucx.liveness_interval, .name_by_job_rank = true};
+  const Wire::Options wo{.liveness_interval = ucx.liveness_interval, .name_by_job_rank = true, .log = rt.log_sink()};
   auto local = std::make_unique<Wire>(ctx, index, topo.per_host, wo);
   auto cross = std::make_unique<Wire>(ctx->eager(), host, topo.hosts, wo);
   std::vector<int> host_ranks = topo.ranks_on(host), cross_ranks = topo.ranks_at(index);
@@ -174,7 +174,7 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, launch::StoreClient* st
     throw Error(Errc::bad_config, "communicator '" + options.name + "' of " + std::to_string(size) +
                                       " ranks needs the rendezvous store to exchange addresses");
   }
-  auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval});
+  auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval, .log = rt.log_sink()});
   auto me = wire->self();
   me.job_rank = rt.rank();
   propose(ucx, me);

@@ -1,8 +1,8 @@
 #include "stage_pipeline.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <exception>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -18,15 +18,15 @@ SideThread::~SideThread() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool SideThread::ready() noexcept {
+bool SideThread::ready(const LogSink& log) noexcept {
   if (thread_.joinable()) return true;
   if (unavailable_) return false;
   try {
     thread_ = std::thread([this] { loop(); });
     return true;
   } catch (const std::system_error& e) {
-    std::fprintf(stderr, "coshard: no thread for the overlapped two-level schedule (%s); its phases run one after another\n",
-                 e.what());
+    coshard::log(log, LogLevel::warning, std::string("no thread for the overlapped two-level schedule (") + e.what() +
+                                             "); its phases run one after another");
     unavailable_ = true;
     return false;
   }
@@ -145,7 +145,7 @@ void failed(FirstFailure& failure, std::exception_ptr e, bool waiting_for_other,
 }  // namespace
 
 void StagePipeline::run(Wire& near, Wire& far, int chunks, const Stages& stages) {
-  if (chunks > 1 && side_.ready()) {
+  if (chunks > 1 && side_.ready(near.log_sink())) {
     overlapped(near, far, chunks, stages);
     return;
   }

@@ -25,7 +25,8 @@ class SideThread {
   SideThread& operator=(const SideThread&) = delete;
 
   // Starts the thread if it does not run yet; false when the system had none to give (asked once).
-  bool ready() noexcept;
+  // `log`: where to say so.
+  bool ready(const LogSink& log) noexcept;
   // Hands `job` to the thread (ready() was true, the previous job has ended). `job` must not throw.
   void run(std::function<void()> job);
   // Whether the job has returned; what it wrote is visible once this says true.

@@ -398,8 +398,7 @@ void Wire::cancel_all() noexcept {
         break;
       }
       if (Clock::now() > limit) {
-        std::fprintf(stderr, "coshard: %s: a UCX request did not let go of its buffer within 2 s of cancel\n",
-                     wait_.op.c_str());
+        log(options_.log, LogLevel::warning, wait_.op + ": a UCX request did not let go of its buffer within 2 s of cancel");
         ucp_request_free(r.handle);
         r.handle = nullptr;
         break;

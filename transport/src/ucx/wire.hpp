@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/log.hpp"
 
 namespace coshard::transport::detail {
 
@@ -75,11 +76,13 @@ class Wire {
     // Errors name peers by their job rank: the wire's own ranks mean nothing to the user (the
     // per-host and cross-host wires of hierarchy.hpp).
     bool name_by_job_rank = false;
+    LogSink log = {};  // the runtime's (Runtime::log_sink): what the wire says of its own accord
   };
 
   Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options);
   ~Wire();  // flushes and closes the endpoints (bounded), then destroys the worker
   Wire(const Wire&) = delete;
+  const LogSink& log_sink() const noexcept { return options_.log; }
   Wire& operator=(const Wire&) = delete;
 
   // This rank's identity, to publish through the store.

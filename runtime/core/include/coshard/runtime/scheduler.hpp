@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/log.hpp"
 #include "coshard/runtime/task.hpp"
 #include "coshard/runtime/waiter.hpp"
 
@@ -41,6 +42,9 @@ class Scheduler {
     /// thread costs a futex wake-up per completion (tens of microseconds on small VMs); a bounded,
     /// yielding poll keeps resumes fast during a step without starving other ranks when idle.
     std::chrono::microseconds poll_before_sleep{50};
+    /// Where the scheduler says what it cannot throw to anyone (a spawned task that failed, tasks
+    /// that did not drain at stop()); empty: stderr (log.hpp).
+    LogSink log = {};
   };
 
   /// A scheduler with default Options; not started.

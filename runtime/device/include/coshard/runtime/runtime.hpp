@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "coshard/runtime/allocator.hpp"
+#include "coshard/runtime/log.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/runtime/stream.hpp"
 #include "coshard/runtime/telemetry.hpp"
@@ -45,6 +46,10 @@ class Runtime {
     /// or write it; a host access aborts with a message and a backtrace. For proving that the
     /// engine, the ops and the units only enqueue device work; slower than the plain CPU device.
     bool discrete_memory = false;
+    /// Where the library writes what it says of its own accord on this rank (warnings, notes, errors
+    /// it cannot throw to anyone): the scheduler, the communicators and the engine (log.hpp). Empty:
+    /// stderr, each line "coshard: ...".
+    LogSink log = {};
   };
 
   /// Starts the services; throws Error(device) when a CUDA device is asked for but not visible.
@@ -61,6 +66,10 @@ class Runtime {
   Allocator& allocator() noexcept { return *allocator_; }     ///< the caching allocator of device()
   Device device() const noexcept { return options_.device; }  ///< Options::device
   int rank() const noexcept { return options_.rank; }         ///< Options::rank
+  /// `message` to Options::log (stderr when none is set).
+  void log(LogLevel level, std::string_view message) const { coshard::log(options_.log, level, message); }
+  /// Options::log, for the services that write from threads of their own (a communicator's wire).
+  const LogSink& log_sink() const noexcept { return options_.log; }
   /// How this runtime's streams are set up (telemetry, rank, jitter, discrete memory's gate), for
   /// the streams other services make: a communicator's own stream (CPU backend).
   Stream::Options stream_options() const noexcept;
