@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 
 namespace coshard::metrics {
 namespace {
@@ -26,10 +27,9 @@ std::string why_not_bindable(const std::string& address, std::uint16_t port) {
   if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
     return "the address is not an IPv4 literal this host has, or the port is in use";
   }
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "cannot open a socket";
-  const int err = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
-  ::close(fd);
+  const UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return "cannot open a socket";
+  const int err = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
   if (err == EADDRINUSE) return "port " + std::to_string(port) + " is already in use";
   if (err == EADDRNOTAVAIL) return "address " + address + " is not an address of this host";
   if (err == EACCES) return "binding port " + std::to_string(port) + " needs privileges";

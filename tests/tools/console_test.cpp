@@ -6,31 +6,32 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <string>
+
+#include "coshard/runtime/unique_fd.hpp"
 
 namespace {
 
+using coshard::make_pipe;
+using coshard::UniqueFd;
 using coshard::run::LineSink;
 
 struct Pipe {
-  int read = -1, write = -1;
+  std::array<UniqueFd, 2> ends = make_pipe(O_CLOEXEC);
+  int write = ends[1].get();
   Pipe() {
-    int ends[2];
-    EXPECT_EQ(::pipe2(ends, O_CLOEXEC), 0);
-    read = ends[0];
-    write = ends[1];
+    EXPECT_TRUE(ends[0]) << std::strerror(errno);
     ::fcntl(write, F_SETPIPE_SZ, 4096);  // one page: the smallest pipe, full after one write
-    ::fcntl(read, F_SETFL, O_NONBLOCK);
-  }
-  ~Pipe() {
-    if (read >= 0) ::close(read);
-    if (write >= 0) ::close(write);
+    ::fcntl(ends[0].get(), F_SETFL, O_NONBLOCK);
   }
   std::string take() const {
     std::string got;
     char buf[65536];
-    for (ssize_t n; (n = ::read(read, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = ::read(ends[0].get(), buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
     return got;
   }
 };
@@ -62,8 +63,7 @@ TEST(Console, LinesWaitForAFullPipeWithoutBlockingAndComeOutWholeAndInOrder) {
 
 TEST(Console, AReaderThatEndedIsSaidOnceAndLaterLinesAreDropped) {
   Pipe p;
-  ::close(p.read);
-  p.read = -1;
+  p.ends[0].reset();
   LineSink sink(p.write, "stdout");
   ::signal(SIGPIPE, SIG_IGN);  // its default would end this test; coshard-run blocks it
   sink.add("[rank 0] first\n");

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 
 // In a build without a sanitizer (which brings an allocator of its own), this test program's
 // malloc, calloc and realloc wrap glibc's and end a forked child that allocates before exec with
@@ -64,6 +65,7 @@ extern "C" void* realloc(void* p, std::size_t n) {
 namespace {
 
 using namespace coshard::run;
+using coshard::UniqueFd;
 using Clock = std::chrono::steady_clock;
 
 // The child's exit status, or nothing if it has not exited within `limit` (it is then killed).
@@ -88,8 +90,8 @@ sigset_t empty_mask() {
 }
 
 struct DevNull {
-  int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  ~DevNull() { ::close(fd); }
+  UniqueFd owned{::open("/dev/null", O_WRONLY | O_CLOEXEC)};
+  int fd = owned.get();
 };
 
 int run(const ChildCommand& cmd) {
@@ -151,11 +153,10 @@ TEST(Spawn, TheRankEnvironmentReplacesTheLaunchersAndKeepsTheRest) {
 }
 
 TEST(Spawn, TheLaunchersDescriptorsAreNotInherited) {
-  const int fd = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC, like an Asio socket
-  ASSERT_GE(fd, 3);
-  const ChildCommand cmd({"sh", "-c", "[ ! -e /proc/$$/fd/" + std::to_string(fd) + " ]"}, {});
+  const UniqueFd fd(::open("/dev/null", O_RDONLY));  // no O_CLOEXEC, like an Asio socket
+  ASSERT_GE(fd.get(), 3);
+  const ChildCommand cmd({"sh", "-c", "[ ! -e /proc/$$/fd/" + std::to_string(fd.get()) + " ]"}, {});
   EXPECT_EQ(run(cmd), 0);
-  ::close(fd);
 }
 
 TEST(Spawn, AMissingProgramIsNamedBeforeAnyFork) {

@@ -4,34 +4,14 @@
 #include <unistd.h>
 
 #include <string>
-#include <utility>
+
+#include "coshard/runtime/unique_fd.hpp"
 
 namespace coshard::run {
 
-// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    reset();
-    fd_ = std::exchange(o.fd_, -1);
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-  }
-
- private:
-  int fd_ = -1;
-};
-
 // One stream of a child: buffered so each line is written whole, with its rank in front.
 struct Output {
-  Fd fd;
+  UniqueFd fd;
   bool to_stderr = false;  // else to stdout
   std::string pending;
 };

@@ -23,7 +23,7 @@ LineSink::LineSink(int fd, const char* name) : fd_(fd), name_(name) {
   if (::fstat(fd, &st) != 0) return;
   socket_ = S_ISSOCK(st.st_mode);
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
-    own_ = Fd(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    own_ = UniqueFd(::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     // The same file, or none: opening a pty's master by its name makes a new pty nobody reads.
     struct stat again;
     if (own_.get() >= 0 && (::fstat(own_.get(), &again) != 0 || again.st_dev != st.st_dev ||

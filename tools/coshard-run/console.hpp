@@ -52,7 +52,7 @@ class LineSink {
   ssize_t write_some(std::size_t n);
 
   int fd_;
-  Fd own_;               // the non-blocking description, where one could be opened
+  UniqueFd own_;               // the non-blocking description, where one could be opened
   bool socket_ = false;
   const char* name_;
   std::string text_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/launch/stop_signal.hpp"
 #include "coshard/launch/store.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 #include "hang_report.hpp"
 #include "spawn.hpp"
 #include "supervisor.hpp"
@@ -51,7 +53,7 @@ std::string random_token() {
 // Signals arrive through a descriptor, so the supervision loop sees them in order with child output.
 struct BlockedSignals {
   sigset_t old_mask;  // what the ranks get back
-  Fd fd;
+  UniqueFd fd;
 };
 
 BlockedSignals block_signals() {
@@ -69,7 +71,7 @@ BlockedSignals block_signals() {
   // ignored signal would stay ignored in the ranks.
   sigaddset(&mask, SIGPIPE);
   if (::sigprocmask(SIG_BLOCK, &mask, &s.old_mask) != 0) throw Error(Errc::io, "sigprocmask failed");
-  s.fd = Fd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  s.fd = UniqueFd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   if (s.fd.get() < 0) throw Error(Errc::io, std::string("signalfd failed: ") + std::strerror(errno));
   return s;
 }
@@ -178,10 +180,10 @@ std::vector<std::string> rank_env(const Options& o, const Place& at, int local_r
 }
 
 // A pipe as its read and write ends, both closed on exec (spawn_child gives a rank its own copies).
-std::pair<Fd, Fd> make_pipe() {
-  int ends[2];
-  if (::pipe2(ends, O_CLOEXEC) != 0) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
-  return {Fd(ends[0]), Fd(ends[1])};
+std::array<UniqueFd, 2> rank_pipe() {
+  auto ends = make_pipe(O_CLOEXEC);
+  if (!ends[0]) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
+  return ends;
 }
 
 std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t port, const std::string& token,
@@ -191,8 +193,8 @@ std::vector<Child> start_ranks(const Options& o, const Place& at, std::uint16_t 
   try {
     for (int lr = 0; lr < o.nproc_per_node; ++lr) {
       const ChildCommand command(o.command, rank_env(o, at, lr, port, token, restart, last, flight_dir));
-      auto [out_read, out_write] = make_pipe();
-      auto [err_read, err_write] = make_pipe();
+      auto [out_read, out_write] = rank_pipe();
+      auto [err_read, err_write] = rank_pipe();
       auto& c = children[static_cast<std::size_t>(lr)];
       c.rank = at.group * o.nproc_per_node + lr;
       c.pid = spawn_child(command, out_write.get(), err_write.get(), old_mask);

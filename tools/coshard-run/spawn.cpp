@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 
 extern char** environ;
 
@@ -92,26 +94,17 @@ ChildCommand::ChildCommand(const std::vector<std::string>& command, const std::v
 
 pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_t& mask) {
   // exec closes the write end; a failed exec writes its errno there first.
-  int report[2];
-  if (::pipe2(report, O_CLOEXEC) != 0) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
-  if (report[1] < 3) {  // fds 0-2 were closed in the launcher: keep clear of what the child dup2's onto
-    const int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, 3);
-    ::close(report[1]);
-    if (moved < 0) {
-      ::close(report[0]);
-      throw Error(Errc::io, std::string("fcntl failed: ") + std::strerror(errno));
-    }
-    report[1] = moved;
+  auto report = make_pipe(O_CLOEXEC);
+  if (!report[0]) throw Error(Errc::io, std::string("pipe failed: ") + std::strerror(errno));
+  if (report[1].get() < 3) {  // fds 0-2 were closed in the launcher: keep clear of what the child dup2's onto
+    UniqueFd moved(::fcntl(report[1].get(), F_DUPFD_CLOEXEC, 3));
+    if (!moved) throw Error(Errc::io, std::string("fcntl failed: ") + std::strerror(errno));
+    report[1] = std::move(moved);
   }
-  const int report_fd = report[1];
+  const int report_fd = report[1].get();
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(report[0]);
-    ::close(report[1]);
-    throw Error(Errc::io, std::string("fork failed: ") + std::strerror(err));
-  }
+  if (pid < 0) throw Error(Errc::io, std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     // Async-signal-safe calls only, on memory laid out before the fork (see spawn.hpp).
     ::setpgid(0, 0);                     // the launcher decides who gets which signal
@@ -133,9 +126,9 @@ pid_t spawn_child(const ChildCommand& cmd, int out_fd, int err_fd, const sigset_
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also here: a signal to the group right after fork must find it
-  ::close(report[1]);
-  const int err = exec_errno(report[0]);
-  ::close(report[0]);
+  report[1].reset();
+  const int err = exec_errno(report[0].get());
+  report[0].reset();
   // What no retry changes ends the job; a passing refusal (ETXTBSY while the binary is rewritten,
   // ENOMEM, EAGAIN) is a rank failure, with status 127, which a restart may get past.
   const bool lasting = err == ENOEXEC || err == EACCES || err == ENOENT || err == ENOTDIR || err == EISDIR ||

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "coshard/runtime/error.hpp"
 #include "coshard/launch/hosts.hpp"
@@ -72,7 +73,7 @@ DirLock::DirLock(fs::path path)
     beats_ = std::jthread([this](std::stop_token stop) { beat(std::move(stop)); });
   } catch (...) {
     ::unlink(path_.c_str());
-    ::close(fd_);
+    fd_.reset();
     throw;
   }
 }
@@ -85,26 +86,25 @@ DirLock::~DirLock() {
     std::error_code ec;
     fs::remove(path_, ec);
   }
-  ::close(fd_);
 }
 
 void DirLock::take() {
   for (int attempt = 0; attempt < 3; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0) {
+    UniqueFd fd(::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd) {
       const std::string rec = record(me_, 0);
       // Flushed, as every beat is: the file stays open, and NFS sends a write to the server at the
       // latest at close, where a full disk or quota may first show (another host would read an
       // empty lock). A file system that cannot flush (EINVAL, EROFS) keeps the write as it is.
-      const bool wrote = ::write(fd, rec.data(), rec.size()) == static_cast<ssize_t>(rec.size()) &&
-                         (::fdatasync(fd) == 0 || errno == EINVAL || errno == EROFS || errno == ENOTSUP);
+      const bool wrote = ::write(fd.get(), rec.data(), rec.size()) == static_cast<ssize_t>(rec.size()) &&
+                         (::fdatasync(fd.get()) == 0 || errno == EINVAL || errno == EROFS || errno == ENOTSUP);
       if (!wrote) {
         const int err = errno;
-        ::close(fd);
+        fd.reset();
         ::unlink(path_.c_str());  // an empty lock would keep every later run out
         throw Error(Errc::io, "cannot write the lock " + path_.string() + ": " + std::strerror(err));
       }
-      fd_ = fd;
+      fd_ = std::move(fd);
       return;
     }
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path_.string() + ": " + std::strerror(errno));
@@ -170,7 +170,7 @@ void DirLock::beat(std::stop_token stop) {
       return;
     }
     const std::string rec = record(me_, n);
-    if (::pwrite(fd_, rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size())) ::fdatasync(fd_);
+    if (::pwrite(fd_.get(), rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size())) ::fdatasync(fd_.get());
   }
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "coshard/runtime/unique_fd.hpp"
+
 namespace coshard::train {
 
 class DirLock {
@@ -38,7 +40,7 @@ class DirLock {
 
   std::filesystem::path path_;
   std::string me_;  // "pid host job": the record less its beat
-  int fd_ = -1;     // the lock file this process created, which the beats rewrite
+  UniqueFd fd_;     // the lock file this process created, which the beats rewrite
   std::mutex mu_;
   std::string lost_to_;  // who took the lock over (mu_)
   std::condition_variable_any wake_;

@@ -34,13 +34,12 @@ extern "C" void on_sigusr1(int) {
 }  // namespace
 
 DiagnosticsSignal::DiagnosticsSignal() {
-  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+  wake_ = make_pipe(O_CLOEXEC | O_NONBLOCK);
+  if (!wake_[0]) {
     throw Error(Errc::io, "cannot make the SIGUSR1 pipe: " + std::string(std::strerror(errno)));
   }
   int none = -1;
-  if (!g_wake_fd.compare_exchange_strong(none, wake_[1])) {
-    ::close(wake_[0]);
-    ::close(wake_[1]);
+  if (!g_wake_fd.compare_exchange_strong(none, wake_[1].get())) {
     throw Error(Errc::internal, "a second DiagnosticsSignal: SIGUSR1 already has one in this process");
   }
   struct sigaction sa {};
@@ -58,9 +57,7 @@ DiagnosticsSignal::~DiagnosticsSignal() {
   sa.sa_handler = SIG_IGN;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGUSR1, &sa, nullptr);
-  g_wake_fd = -1;
-  ::close(wake_[0]);
-  ::close(wake_[1]);
+  g_wake_fd = -1;  // before wake_ closes: the handler must not write to a descriptor reused since
 }
 
 DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
@@ -70,10 +67,10 @@ DiagnosticsSignal::Serving DiagnosticsSignal::serve(Runtime& rt) {
   const auto suspended = rt.add_diagnostic([&rt] { dump_suspended(rt.scheduler(), rt.rank()); });
   thread_ = std::thread([this, &rt] {
     while (!stop_.load()) {
-      pollfd p{wake_[0], POLLIN, 0};
+      pollfd p{wake_[0].get(), POLLIN, 0};
       if (::poll(&p, 1, 200) <= 0) continue;  // 200 ms: how soon stop() is seen
       char drain[64];
-      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      while (::read(wake_[0].get(), drain, sizeof drain) > 0) {
       }
       rt.write_diagnostics();
       rt.log(LogLevel::info, "rank " + std::to_string(rt.rank()) + ": flight records written (SIGUSR1)");

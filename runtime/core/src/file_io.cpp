@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "coshard/runtime/error.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 
 namespace coshard {
 namespace {
@@ -16,34 +17,15 @@ Error io_error(const std::string& what, const std::filesystem::path& path, int e
   return Error(Errc::io, what + " '" + path.string() + "': " + std::strerror(err));
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const noexcept { return fd_; }
-  int release() noexcept {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 void write_atomic(const std::filesystem::path& path, std::span<const std::span<const std::byte>> parts) {
   const std::filesystem::path tmp = path.string() + ".tmp." + std::to_string(::getpid());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw io_error("cannot create", tmp, errno);
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd) throw io_error("cannot create", tmp, errno);
   auto fail = [&](const std::string& what) {
     const int err = errno;
-    ::close(fd.release());
+    fd.reset();
     ::unlink(tmp.c_str());
     return io_error(what, tmp, err);
   };
@@ -58,7 +40,7 @@ void write_atomic(const std::filesystem::path& path, std::span<const std::span<c
     }
   }
   if (::fsync(fd.get()) != 0) throw fail("cannot fsync");
-  if (::close(fd.release()) != 0) {
+  if (!fd.close()) {
     const int err = errno;
     ::unlink(tmp.c_str());
     throw io_error("cannot close", tmp, err);
@@ -77,8 +59,8 @@ void write_atomic(const std::filesystem::path& path, std::string_view text) {
 }
 
 void sync_directory(const std::filesystem::path& dir) {
-  Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() >= 0) ::fsync(dfd.get());  // best effort: the rename is durable once the directory is
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dfd) ::fsync(dfd.get());  // best effort: the rename is durable once the directory is
 }
 
 std::uint64_t file_size(const std::filesystem::path& path) {
@@ -91,8 +73,8 @@ std::uint64_t file_size(const std::filesystem::path& path) {
 std::string read_text(const std::filesystem::path& path) {
   // Opened without blocking and judged by the descriptor: a FIFO would block the open itself, and
   // a path checked before opening could be swapped in between.
-  Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (fd.get() < 0) throw io_error("cannot read", path, errno);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd) throw io_error("cannot read", path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw io_error("cannot read", path, errno);
   if (S_ISDIR(st.st_mode)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
@@ -119,8 +101,8 @@ std::string read_text(const std::filesystem::path& path, std::string_view role) 
 }
 
 void read_at(const std::filesystem::path& path, std::uint64_t offset, std::span<std::byte> out) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw io_error("cannot open", path, errno);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) throw io_error("cannot open", path, errno);
   std::size_t done = 0;
   while (done < out.size()) {
     const ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done, static_cast<off_t>(offset + done));

@@ -3,6 +3,7 @@
 // record, into $COSHARD_FLIGHT_DIR). coshard-run sends it to the other ranks when one fails, and a
 // user may send it to a rank that seems hung. A handler wakes a thread of its own, so the records
 // are written even when the scheduler thread is stuck.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "coshard/runtime/runtime.hpp"
+#include "coshard/runtime/unique_fd.hpp"
 #include "coshard/launch/signal_marker.hpp"
 
 namespace coshard::transport {
@@ -59,7 +61,7 @@ class DiagnosticsSignal {
   void stop() noexcept;
 
  private:
-  int wake_[2] = {-1, -1};  // the handler writes a byte to wake_[1]
+  std::array<UniqueFd, 2> wake_;  // the handler writes a byte to wake_[1]
   std::optional<launch::SignalMarker> marker_;  // tells coshard-run that this process takes SIGUSR1
   std::atomic<bool> stop_{false};
   std::thread thread_;
