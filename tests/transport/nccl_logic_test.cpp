@@ -15,6 +15,7 @@
 #include "coshard/runtime/when_all.hpp"
 #include "coshard/launch/store.hpp"
 #include "fake_nccl.hpp"
+#include "refusals.hpp"
 
 using namespace coshard;
 using namespace coshard::transport;
@@ -147,6 +148,20 @@ TEST(NcclLogic, CollectivesOnFourRanksEqualTheHostResult) {
     EXPECT_EQ(got6, (std::vector<float>{0, 1, 2, 3}));
     const std::vector<float> got7 = co_await download<float>(s, bc);
     EXPECT_EQ(got7, (std::vector<float>{12}));
+  });
+  EXPECT_TRUE(job.violations().empty()) << job.violations().front();
+}
+
+// The calls every communicator refuses (refusals.hpp) reach no NCCL call, and the group goes on:
+// the all-reduce after them is the ranks' first, and sums.
+TEST(NcclLogic, BadCallsAreRefusedBeforeNcclAndTheGroupGoesOn) {
+  FakeJob job;
+  job.run(2, {}, [](int rank, Runtime& rt, StoreClient* store, auto api) -> Task<void> {
+    auto c = co_await world(api, rt, store, rank, 2);
+    coshard::testing::expect_refusals(*c, rt);
+    const std::vector<float> got = co_await all_reduced(*c, rt, static_cast<float>(rank + 1), Reduction::sum());
+    EXPECT_EQ(got, (std::vector<float>{3}));
+    EXPECT_NE(c->flight_record_json().find("{\"seq\":0,\"op\":\"all_reduce\""), std::string::npos);
   });
   EXPECT_TRUE(job.violations().empty()) << job.violations().front();
 }

@@ -86,78 +86,6 @@ class NcclCommunicator final : public Communicator {
   std::string_view backend() const noexcept override { return "nccl"; }
   Stream& stream() noexcept override { return stream_; }
 
-  Event all_gather(Tensor input, Tensor output, Stream& after, std::string label) override {
-    OpInfo info = make(CollectiveOp::all_gather, input, input.numel());
-    info.label = std::move(label);
-    if (output.numel() != input.numel() * size_ || output.dtype() != input.dtype()) {
-      bad(info, "output must hold size() x input elements of the input's dtype");
-    }
-    return issue(info, after, {input, output}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
-      return api_->all_gather(input.data(), output.data(), static_cast<std::size_t>(input.numel()), input.dtype(), c,
-                              stream_);
-    });
-  }
-
-  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after, std::string label) override {
-    OpInfo info = make(CollectiveOp::reduce_scatter, output, output.numel());
-    info.label = std::move(label);
-    info.reduce = reduction.op;
-    if (input.numel() != output.numel() * size_ || output.dtype() != input.dtype()) {
-      bad(info, "input must hold size() x output elements of the output's dtype");
-    }
-    return issue(info, after, {input, output}, reduction, [&](NcclApi::Comm c, NcclApi::RedOp op) {
-      return api_->reduce_scatter(input.data(), output.data(), static_cast<std::size_t>(output.numel()),
-                                  output.dtype(), op, c, stream_);
-    });
-  }
-
-  Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label) override {
-    OpInfo info = make(CollectiveOp::all_reduce, inout, inout.numel());
-    info.label = std::move(label);
-    info.reduce = reduction.op;
-    return issue(info, after, {inout}, reduction, [&](NcclApi::Comm c, NcclApi::RedOp op) {
-      return api_->all_reduce(inout.data(), inout.data(), static_cast<std::size_t>(inout.numel()), inout.dtype(), op,
-                              c, stream_);
-    });
-  }
-
-  Event broadcast(Tensor inout, int root, Stream& after, std::string label) override {
-    OpInfo info = make(CollectiveOp::broadcast, inout, inout.numel());
-    info.label = std::move(label);
-    info.peer = root;
-    if (root < 0 || root >= size_) bad(info, "root " + std::to_string(root) + " is not a rank of this communicator");
-    return issue(info, after, {inout}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
-      return api_->broadcast(inout.data(), inout.data(), static_cast<std::size_t>(inout.numel()), inout.dtype(), root,
-                             c, stream_);
-    });
-  }
-
-  Event barrier(Stream& after) override {
-    if (!token_.defined()) token_ = Tensor::empty(rt_.allocator(), DType::f32, {1});
-    OpInfo info = make(CollectiveOp::barrier, token_, 1);
-    return issue(info, after, {token_}, Reduction::sum(), [&](NcclApi::Comm c, NcclApi::RedOp op) {
-      return api_->all_reduce(token_.data(), token_.data(), 1, DType::f32, op, c, stream_);
-    });
-  }
-
-  Event send(Tensor input, int peer, Stream& after) override {
-    OpInfo info = make(CollectiveOp::send, input, input.numel());
-    info.peer = peer;
-    if (peer < 0 || peer >= size_ || peer == rank_) bad(info, "peer must be another rank of this communicator");
-    return issue(info, after, {input}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
-      return api_->send(input.data(), static_cast<std::size_t>(input.numel()), input.dtype(), peer, c, stream_);
-    });
-  }
-
-  Event recv(Tensor output, int peer, Stream& after) override {
-    OpInfo info = make(CollectiveOp::recv, output, output.numel());
-    info.peer = peer;
-    if (peer < 0 || peer >= size_ || peer == rank_) bad(info, "peer must be another rank of this communicator");
-    return issue(info, after, {output}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
-      return api_->recv(output.data(), static_cast<std::size_t>(output.numel()), output.dtype(), peer, c, stream_);
-    });
-  }
-
   const CommOptions& options() const noexcept override { return options_; }
 
   Task<std::unique_ptr<Communicator>> split(int color, int key, CommOptions o) override {
@@ -227,6 +155,73 @@ class NcclCommunicator final : public Communicator {
 
   FlightRecorder::Owner record_owner() const { return {options_.name, rank_, size_, backend(), rt_.rank()}; }
   std::string flight_record_json() const override { return recorder_.json(record_owner()); }
+
+ protected:
+  // The arguments passed Communicator's checks; what is left is NCCL's own (issue: device memory,
+  // no split in progress).
+  Event issue_all_gather(Tensor input, Tensor output, Stream& after, std::string label) override {
+    OpInfo info = make(CollectiveOp::all_gather, input, input.numel());
+    info.label = std::move(label);
+    return issue(info, after, {input, output}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
+      return api_->all_gather(input.data(), output.data(), static_cast<std::size_t>(input.numel()), input.dtype(), c,
+                              stream_);
+    });
+  }
+
+  Event issue_reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after,
+                             std::string label) override {
+    OpInfo info = make(CollectiveOp::reduce_scatter, output, output.numel());
+    info.label = std::move(label);
+    info.reduce = reduction.op;
+    return issue(info, after, {input, output}, reduction, [&](NcclApi::Comm c, NcclApi::RedOp op) {
+      return api_->reduce_scatter(input.data(), output.data(), static_cast<std::size_t>(output.numel()),
+                                  output.dtype(), op, c, stream_);
+    });
+  }
+
+  Event issue_all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label) override {
+    OpInfo info = make(CollectiveOp::all_reduce, inout, inout.numel());
+    info.label = std::move(label);
+    info.reduce = reduction.op;
+    return issue(info, after, {inout}, reduction, [&](NcclApi::Comm c, NcclApi::RedOp op) {
+      return api_->all_reduce(inout.data(), inout.data(), static_cast<std::size_t>(inout.numel()), inout.dtype(), op,
+                              c, stream_);
+    });
+  }
+
+  Event issue_broadcast(Tensor inout, int root, Stream& after, std::string label) override {
+    OpInfo info = make(CollectiveOp::broadcast, inout, inout.numel());
+    info.label = std::move(label);
+    info.peer = root;
+    return issue(info, after, {inout}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
+      return api_->broadcast(inout.data(), inout.data(), static_cast<std::size_t>(inout.numel()), inout.dtype(), root,
+                             c, stream_);
+    });
+  }
+
+  Event issue_barrier(Stream& after) override {
+    if (!token_.defined()) token_ = Tensor::empty(rt_.allocator(), DType::f32, {1});
+    OpInfo info = make(CollectiveOp::barrier, token_, 1);
+    return issue(info, after, {token_}, Reduction::sum(), [&](NcclApi::Comm c, NcclApi::RedOp op) {
+      return api_->all_reduce(token_.data(), token_.data(), 1, DType::f32, op, c, stream_);
+    });
+  }
+
+  Event issue_send(Tensor input, int peer, Stream& after) override {
+    OpInfo info = make(CollectiveOp::send, input, input.numel());
+    info.peer = peer;
+    return issue(info, after, {input}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
+      return api_->send(input.data(), static_cast<std::size_t>(input.numel()), input.dtype(), peer, c, stream_);
+    });
+  }
+
+  Event issue_recv(Tensor output, int peer, Stream& after) override {
+    OpInfo info = make(CollectiveOp::recv, output, output.numel());
+    info.peer = peer;
+    return issue(info, after, {output}, std::nullopt, [&](NcclApi::Comm c, NcclApi::RedOp) {
+      return api_->recv(output.data(), static_cast<std::size_t>(output.numel()), output.dtype(), peer, c, stream_);
+    });
+  }
 
  private:
   struct Pending {
@@ -309,7 +304,6 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard lock(comm_m_);
       if (splitting_) bad(info, "issued while a split of this communicator is in progress: await split() first");
     }
-    if (info.op != CollectiveOp::barrier && unreducible(info)) bad(info, "reductions take f32, bf16 or f16");
     for (const Tensor& t : tensors) {
       if (!t.defined() || t.device() != rt_.device()) {
         bad(info, "tensors must be allocated on " + rt_.device().to_string() + " (the NCCL backend moves device memory)");
@@ -349,11 +343,6 @@ class NcclCommunicator final : public Communicator {
     }
     cv_.notify_all();
     return done;
-  }
-
-  static bool unreducible(const OpInfo& info) {
-    const bool reduces = info.op == CollectiveOp::reduce_scatter || info.op == CollectiveOp::all_reduce;
-    return reduces && info.dtype != DType::f32 && info.dtype != DType::bf16 && info.dtype != DType::f16;
   }
 
   // Frees the communicator by ncclCommAbort, once: every later call sees comm_ null.

@@ -185,8 +185,6 @@ void reduce_inputs(void* out, const void* const* in, std::size_t n, DType dtype,
   }
 }
 
-bool reducible(DType dtype) noexcept { return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16; }
-
 void load_f32(float* __restrict acc, const void* in, DType dtype, std::size_t n, float scale) noexcept {
   switch (dtype) {
     case DType::f32: {

@@ -38,6 +38,4 @@ void copy_large(void* dst, const void* src, std::size_t bytes, bool stream) noex
 // communicator's set-up, which a value that is no byte count fails (Errc::bad_config).
 std::size_t stream_min_bytes();
 
-bool reducible(DType dtype) noexcept;
-
 }  // namespace coshard::transport::detail

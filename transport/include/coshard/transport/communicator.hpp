@@ -82,6 +82,13 @@ struct CommOptions {
 /// Collectives over a group of ranks, the interface of both backends (UCX, NCCL). Every call is
 /// ordered after the work on `after`, runs on the communicator's own stream and returns an Event;
 /// a failed operation fails every later one too.
+///
+/// The operations are not virtual: each checks what it is given against what every backend needs
+/// (tensors allocated, dtypes that match, the sizes the group's size asks for, a reducible dtype, a
+/// root or peer in the group) and throws Errc::invalid_argument naming the operation, the
+/// communicator and what is wrong before anything is issued, so that a refused call takes no
+/// sequence number and the ranks stay in step. A backend then checks only what is its own (the
+/// device its tensors must be on) in the protected issue_* functions it implements.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -99,22 +106,21 @@ class Communicator {
   /// Gathers every rank's `input` into `output` (size() * input.numel() elements, rank order).
   /// In place when `input` is the view of `output` at offset rank() * input.numel().
   /// `label` names what moves (e.g. the FSDP unit) on the timeline and in the flight record.
-  virtual Event all_gather(Tensor input, Tensor output, Stream& after, std::string label = {}) = 0;
+  Event all_gather(Tensor input, Tensor output, Stream& after, std::string label = {});
   /// Reduces `input` (size() * output.numel() elements) over ranks; rank r receives chunk r.
   /// f32, bf16 and f16; low-precision sums accumulate in f32 and are rounded once.
-  virtual Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after,
-                               std::string label = {}) = 0;
+  Event reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after, std::string label = {});
   /// Reduces `inout` over the ranks in place: every rank ends with the whole result.
-  virtual Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label = {}) = 0;
+  Event all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label = {});
   /// Copies rank `root`'s `inout` into `inout` on every other rank.
-  virtual Event broadcast(Tensor inout, int root, Stream& after, std::string label = {}) = 0;
+  Event broadcast(Tensor inout, int root, Stream& after, std::string label = {});
   /// Completes once every rank of the group has reached its barrier.
-  virtual Event barrier(Stream& after) = 0;
+  Event barrier(Stream& after) { return issue_barrier(after); }
   /// Sends `input` to rank `peer`; the sends to a peer pair in order with that peer's recv calls.
   /// A large send completes only when the peer has received it.
-  virtual Event send(Tensor input, int peer, Stream& after) = 0;
+  Event send(Tensor input, int peer, Stream& after);
   /// Receives the matching send of rank `peer` into `output`.
-  virtual Event recv(Tensor output, int peer, Stream& after) = 0;
+  Event recv(Tensor output, int peer, Stream& after);
 
   /// Collective over this communicator: ranks with the same color form a new communicator, ordered
   /// by (key, rank), with `options` (an empty name becomes "<name>/<color>"). A negative color
@@ -136,6 +142,27 @@ class Communicator {
   virtual void abort(const Error& reason) = 0;
   /// The last operations (sequence, op, bytes, times, state) as JSON, for comparing ranks.
   virtual std::string flight_record_json() const = 0;
+
+ protected:
+  // What a backend implements: each operation once its arguments passed the checks above.
+  /// all_gather, its arguments checked.
+  virtual Event issue_all_gather(Tensor input, Tensor output, Stream& after, std::string label) = 0;
+  /// reduce_scatter, its arguments checked.
+  virtual Event issue_reduce_scatter(Tensor input, Tensor output, Reduction reduction, Stream& after,
+                                     std::string label) = 0;
+  /// all_reduce, its arguments checked.
+  virtual Event issue_all_reduce(Tensor inout, Reduction reduction, Stream& after, std::string label) = 0;
+  /// broadcast, its arguments checked.
+  virtual Event issue_broadcast(Tensor inout, int root, Stream& after, std::string label) = 0;
+  /// barrier.
+  virtual Event issue_barrier(Stream& after) = 0;
+  /// send, its arguments checked.
+  virtual Event issue_send(Tensor input, int peer, Stream& after) = 0;
+  /// recv, its arguments checked.
+  virtual Event issue_recv(Tensor output, int peer, Stream& after) = 0;
 };
+
+/// Whether reduce_scatter and all_reduce take `dtype`: f32, bf16 and f16.
+bool reducible(DType dtype) noexcept;
 
 }  // namespace coshard::transport
