@@ -326,7 +326,7 @@ TEST(Launcher, BadFlagsAreUsageErrors) {
       << r.output;
   r = run(kRun + " --help");
   EXPECT_EQ(r.rc, 0);
-  EXPECT_NE(r.output.find("usage: coshard-run --nproc-per-node N"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Usage: coshard-run [OPTIONS] -- PROGRAM [ARGS...]"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, AMissingProgramIsNamed) {

@@ -4,7 +4,6 @@
 
 #include <map>
 #include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,10 +13,11 @@ namespace {
 
 using coshard::run::Options;
 using coshard::run::parse_options;
+using coshard::run::ParseResult;
 
 using Env = std::map<std::string, std::string>;
 
-Options parse(const std::string& line, const Env& env = {}) {
+ParseResult parsed(const std::string& line, const Env& env = {}) {
   std::vector<std::string> words{"coshard-run"};
   std::istringstream in(line);
   for (std::string w; in >> w;) words.push_back(w);
@@ -31,14 +31,22 @@ Options parse(const std::string& line, const Env& env = {}) {
                        });
 }
 
-// The message of the usage error `line` is, or "" when it parses.
-std::string error_of(const std::string& line, const Env& env = {}) {
-  try {
-    parse(line, env);
-    return "";
-  } catch (const std::invalid_argument& e) {
-    return e.what();
+Options parse(const std::string& line, const Env& env = {}) {
+  ParseResult r = parsed(line, env);
+  if (!r.options) {
+    ADD_FAILURE() << line << " was refused: " << r.message;
+    return {};
   }
+  return *r.options;
+}
+
+// The message of the usage error `line` is (exit code 2), or "" when it parses.
+std::string error_of(const std::string& line, const Env& env = {}) {
+  const ParseResult r = parsed(line, env);
+  if (r.options) return "";
+  EXPECT_EQ(r.exit_code, 2) << line;
+  EXPECT_NE(r.message.find("(coshard-run --help shows the usage)"), std::string::npos) << r.message;
+  return r.message;
 }
 
 TEST(LauncherOptions, EachFlagSetsWhatItNames) {
@@ -83,8 +91,10 @@ TEST(LauncherOptions, EachUsageErrorNamesTheFlagAndWhatToDo) {
   } rows[] = {
       {"--nproc-per-node zero -- true", "--nproc-per-node needs an integer in [1, 1024], got 'zero'"},
       {"--nproc-per-node 2", "no program given: put it after --"},
-      {"--nproc-per-node", "--nproc-per-node needs a value"},
-      {"--frobnicate 1 -- true", "unknown flag '--frobnicate' (put the program after --)"},
+      {"--nproc-per-node", "--nproc-per-node"},
+      {"--frobnicate 1 -- true", "--frobnicate"},
+      {"prog --nproc-per-node 2", "prog; coshard-run's flags go before --, the program and its arguments after it"},
+      {"--token -- true", "--token"},
       {"--nnodes 2 --nproc-per-node 1 -- true", "--nnodes > 1 needs --master ADDR:PORT with a fixed port"},
       {"--nnodes 2 --nproc-per-node 1 --master 127.0.0.1:29400 -- true", "--nnodes > 1 needs --token T"},
       {"--nnodes 2 --node-rank 2 --nproc-per-node 1 --master 127.0.0.1:29400 --token t -- true",
@@ -102,8 +112,30 @@ TEST(LauncherOptions, EachUsageErrorNamesTheFlagAndWhatToDo) {
     const std::string got = error_of(r.line);
     EXPECT_NE(got.find(r.says), std::string::npos) << r.line << "\n  says: " << got;
   }
-  EXPECT_EQ(error_of("--help -- true"), "");  // --help is the empty message, which main prints as the usage
-  EXPECT_THROW(parse("--help"), std::invalid_argument);
+}
+
+// --help (or -h) is the help, exit code 0: the usage line, every flag with its default, in the
+// trainer's style (CLI11's); after "--" it is the program's.
+TEST(LauncherOptions, HelpListsEveryFlagWithItsDefault) {
+  for (const char* line : {"--help", "-h", "--nproc-per-node 2 --help -- prog"}) {
+    const ParseResult r = parsed(line);
+    EXPECT_FALSE(r.options) << line;
+    EXPECT_EQ(r.exit_code, 0) << line;
+    for (const char* says : {"Usage: coshard-run [OPTIONS] -- PROGRAM [ARGS...]", "--nproc-per-node N=1",
+                             "--nnodes [MIN:]M=1", "--master ADDR:PORT", "--silence-timeout SECONDS=15",
+                             "--take-in-timeout SECONDS=300", "--rejoin-timeout SECONDS=60", "Inside a Slurm step"}) {
+      EXPECT_NE(r.message.find(says), std::string::npos) << line << ": no '" << says << "' in\n" << r.message;
+    }
+  }
+  EXPECT_EQ(parse("-- prog --help").command, (std::vector<std::string>{"prog", "--help"}));
+}
+
+// A flag given twice takes its last value, as gpt2-train's and torchrun's do, so that a wrapper
+// sets defaults its user's flags override; --flag=value reads as --flag value.
+TEST(LauncherOptions, TheLastOfARepeatedFlagWinsAndEqualsSignsRead) {
+  const Options o = parse("--nproc-per-node 2 --grace 3 --nproc-per-node=4 -- prog");
+  EXPECT_EQ(o.nproc_per_node, 4);
+  EXPECT_EQ(o.grace_seconds, 3);
 }
 
 // srun --ntasks-per-node=1 coshard-run ...: the step gives the node count, node rank, master and

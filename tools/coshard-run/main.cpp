@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 
 #include "coordinator_internal.hpp"
 #include "coshard/runtime/error.hpp"
@@ -20,17 +21,13 @@ int main(int argc, char** argv) {
       if (null >= 0 && null != fd) ::close(null);  // lower numbers are open: it took `fd`, or failed
     }
   }
-  coshard::run::Options options;
-  try {
-    options = coshard::run::parse_options(argc, argv, coshard::launch::process_env());
-  } catch (const std::invalid_argument& e) {
-    if (!*e.what()) {  // --help
-      std::fputs(coshard::run::usage().c_str(), stdout);
-      return 0;
-    }
-    std::fprintf(stderr, "coshard-run: %s (coshard-run --help shows the usage)\n", e.what());
-    return 2;
+  auto parsed = coshard::run::parse_options(argc, argv, coshard::launch::process_env());
+  if (!parsed.options) {
+    if (!parsed.message.empty() && parsed.message.back() != '\n') parsed.message += '\n';
+    std::fputs(parsed.message.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
   }
+  const coshard::run::Options& options = *parsed.options;
   try {
     return coshard::run::launch(options);
   } catch (const coshard::Error& e) {

@@ -1,6 +1,9 @@
 #include "options.hpp"
 
+#include <CLI/CLI.hpp>
+#include <memory>
 #include <stdexcept>
+#include <string_view>
 
 #include "coshard/runtime/parse_whole.hpp"
 #include "coshard/launch/slurm.hpp"
@@ -17,9 +20,87 @@ long parse_int(const std::string& flag, const std::string& v, long lo, long hi) 
   return *out;
 }
 
+// Flags that change what others mean when given (rather than left at their defaults).
 struct Given {
   bool nnodes = false, node_rank = false, master = false, last_call = false, take_in_timeout = false;
 };
+
+// The flags as CLI11 reads them: words, turned into Options by to_options with the ranges and the
+// messages that name them (parse_int), once the parse succeeded.
+struct Words {
+  std::string nproc = "1", nnodes = "1", node_rank = "0", master, token, grace = "5", max_restarts = "0",
+              join = "600", rejoin = "60", last_call = "30", take_in = "300", silence = "15";
+};
+
+// The usage line says where the program goes: after "--", which parse_options cuts off before
+// CLI11 reads the rest.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string name) const override {
+    return "Usage: " + name + " [OPTIONS] -- PROGRAM [ARGS...]\n";
+  }
+};
+
+void add_flags(CLI::App& app, Words& w) {
+  app.add_option("--nproc-per-node", w.nproc, "ranks started on this node, 1 to 1024")->type_name("N")
+      ->capture_default_str();
+  app.add_option("--nnodes", w.nnodes, "nodes of the job, each running one coshard-run; MIN:M lets it start with and "
+                                       "go on with as few as MIN (needs --max-restarts)")
+      ->type_name("[MIN:]M")->capture_default_str();
+  app.add_option("--node-rank", w.node_rank, "this node's index, 0 to --nnodes - 1; node 0 serves the store")
+      ->type_name("K")->capture_default_str();
+  app.add_option("--master", w.master, "node 0's store address, the same on every node (default 127.0.0.1:0; port 0 "
+                                       "picks a free one, on a single node only)")
+      ->type_name("ADDR:PORT");
+  app.add_option("--token", w.token, "the job's shared secret, the same on every node (generated on a single node)")
+      ->type_name("T");
+  app.add_option("--grace", w.grace, "seconds between SIGTERM and SIGKILL when ranks are stopped")
+      ->type_name("SECONDS")->capture_default_str();
+  app.add_option("--max-restarts", w.max_restarts, "when a rank fails on any node, every node stops its ranks and "
+                                                   "starts them again, up to N times")
+      ->type_name("N")->capture_default_str();
+  app.add_option("--join-timeout", w.join, "how long a node waits for node 0's store, and node 0 for every node")
+      ->type_name("SECONDS")->capture_default_str();
+  app.add_option("--rejoin-timeout", w.rejoin, "how long a node cut off from node 0's store has to reach it again")
+      ->type_name("SECONDS")->capture_default_str();
+  app.add_option("--last-call", w.last_call, "with --nnodes MIN:M: how long node 0 waits for more nodes once MIN "
+                                             "have joined")
+      ->type_name("SECONDS")->capture_default_str();
+  app.add_option("--take-in-timeout", w.take_in, "with --nnodes MIN:M: how long ranks that take SIGUSR2 get to stop "
+                                                 "after a checkpoint when a node is taken in")
+      ->type_name("SECONDS")->capture_default_str();
+  app.add_option("--silence-timeout", w.silence, "a node whose coshard-run has not beaten for this long is lost; the "
+                                                 "same on every node, at least 3")
+      ->type_name("SECONDS")->capture_default_str();
+}
+
+// The words as Options; throws std::invalid_argument naming the flag and the range it takes.
+Options to_options(const Words& w, const Given& given) {
+  Options o;
+  o.nproc_per_node = static_cast<int>(parse_int("--nproc-per-node", w.nproc, 1, 1024));
+  const auto colon = w.nnodes.find(':');
+  o.nnodes = static_cast<int>(parse_int("--nnodes", w.nnodes.substr(colon == std::string::npos ? 0 : colon + 1), 1,
+                                        65536));
+  o.min_nodes = colon == std::string::npos
+                    ? o.nnodes
+                    : static_cast<int>(parse_int("--nnodes MIN", w.nnodes.substr(0, colon), 1, o.nnodes));
+  o.node_rank = static_cast<int>(parse_int("--node-rank", w.node_rank, 0, 65535));
+  if (given.master) {
+    const auto at = w.master.rfind(':');
+    if (at == std::string::npos || at == 0) throw std::invalid_argument("--master needs ADDR:PORT, got '" + w.master + "'");
+    o.master_addr = w.master.substr(0, at);
+    o.master_port = static_cast<std::uint16_t>(parse_int("--master port", w.master.substr(at + 1), 0, 65535));
+  }
+  o.token = w.token;
+  o.grace_seconds = static_cast<double>(parse_int("--grace", w.grace, 0, 3600));
+  o.max_restarts = static_cast<int>(parse_int("--max-restarts", w.max_restarts, 0, 1000000));
+  o.join_timeout = std::chrono::seconds(parse_int("--join-timeout", w.join, 1, 86400));
+  o.rejoin_timeout = std::chrono::seconds(parse_int("--rejoin-timeout", w.rejoin, 1, 86400));
+  o.last_call = std::chrono::seconds(parse_int("--last-call", w.last_call, 0, 86400));
+  o.take_in_timeout = std::chrono::seconds(parse_int("--take-in-timeout", w.take_in, 0, 86400));
+  o.silence_timeout = std::chrono::seconds(parse_int("--silence-timeout", w.silence, 3, 3600));
+  return o;
+}
 
 // One coshard-run per host of the step, the step's first host serving the store.
 void apply_slurm_step(Options& o, const Given& given, const launch::EnvLookup& env) {
@@ -80,101 +161,67 @@ void check_combinations(const Options& o, const Given& given) {
   }
 }
 
+constexpr const char* kDescription =
+    "coshard-run: starts --nproc-per-node ranks of PROGRAM on this node with RANK, WORLD_SIZE, LOCAL_RANK, "
+    "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards "
+    "SIGINT/SIGTERM, and stops every rank when one fails.";
+
+constexpr const char* kFooter =
+    "Across nodes, give every node the same --master and --token. With --max-restarts N a restart sets\n"
+    "COSHARD_RESTART_COUNT and a fresh set of store keys; a trainer with --resume auto continues from its last\n"
+    "checkpoint. A node cut off from node 0's store has --rejoin-timeout to reach it again, and the job restarts\n"
+    "once it has (with no restart left, a cut shorter than --silence-timeout is ridden out); with --nnodes MIN:M\n"
+    "the others restart without it instead, down to MIN nodes (node 0 serves the store and stays), and it rejoins\n"
+    "at the restart its coshard-run causes when it comes back. With MIN:M the job also starts without all M\n"
+    "nodes: once MIN have joined, node 0 waits --last-call for more, and a node that joins later is taken in at\n"
+    "the restart its arrival causes (each such restart counts against --max-restarts). Ranks that take SIGUSR2\n"
+    "(gpt2-train with --checkpoint-dir) stop after a checkpoint for that restart, so that it loses no step; after\n"
+    "--take-in-timeout they are stopped as after a failure. Inside a Slurm step (srun --ntasks-per-node=1\n"
+    "coshard-run ...) the step gives --nnodes, --node-rank, --master and --token: its first host serves the store.";
+
 }  // namespace
 
-std::string usage() {
-  return "usage: coshard-run --nproc-per-node N [--nnodes [MIN:]M --node-rank K] [--master ADDR:PORT] [--token T]\n"
-         "                   [--grace SECONDS] [--max-restarts N] [--join-timeout SECONDS] [--rejoin-timeout SECONDS]\n"
-         "                   [--last-call SECONDS] [--take-in-timeout SECONDS] [--silence-timeout SECONDS]\n"
-         "                   -- PROGRAM [ARGS...]\n"
-         "  Starts N local ranks of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,\n"
-         "  MASTER_PORT and COSHARD_TOKEN set, prefixes their output with the rank, forwards SIGINT/SIGTERM,\n"
-         "  and stops every rank when one fails. Node 0 serves the rendezvous store at --master\n"
-         "  (default 127.0.0.1:0, port 0 picks a free one). Across nodes give every node the same --master\n"
-         "  and --token; the other nodes wait --join-timeout (600 s) for node 0. --max-restarts N: when a rank\n"
-         "  fails on any node, every node stops its ranks and starts them again (COSHARD_RESTART_COUNT set, a\n"
-         "  fresh set of store keys), up to N times; a trainer with --resume auto continues from its last\n"
-         "  checkpoint. A node whose coshard-run stops beating for --silence-timeout (15 s, the same on every\n"
-         "  node) is taken for lost. A node cut off from node 0's store has --rejoin-timeout (60 s) to reach\n"
-         "  it again, and the job restarts once it has (with no restart left, a cut shorter than the silence\n"
-         "  timeout is ridden out); with --nnodes MIN:M the others restart without it instead,\n"
-         "  down to MIN nodes (node 0 serves the store and stays), and it rejoins at the restart that its\n"
-         "  coshard-run causes when it comes back. With MIN:M the job also starts without all M nodes: once\n"
-         "  MIN have joined, node 0 waits --last-call (30 s) for more, and a node that joins later is taken\n"
-         "  in at the restart its arrival causes (each such restart counts against --max-restarts). Ranks that\n"
-         "  take SIGUSR2 (gpt2-train with --checkpoint-dir) stop after a checkpoint for that restart, so that\n"
-         "  it loses no step; after --take-in-timeout (300 s) they are stopped as after a failure.\n"
-         "  Inside a Slurm step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes,\n"
-         "  --node-rank, --master and --token: its first host serves the store.\n";
-}
-
-Options parse_options(int argc, char** argv, const launch::EnvLookup& env) {
-  Options o;
-  Given given;
-  int i = 1;
-  auto value = [&](const std::string& flag) -> std::string {
-    if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
-    return argv[++i];
-  };
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a == "--help" || a == "-h") throw std::invalid_argument("");
-    if (a == "--nproc-per-node") {
-      o.nproc_per_node = static_cast<int>(parse_int(a, value(a), 1, 1024));
-    } else if (a == "--nnodes") {
-      const std::string v = value(a);
-      const auto colon = v.find(':');
-      o.nnodes = static_cast<int>(parse_int(a, v.substr(colon == std::string::npos ? 0 : colon + 1), 1, 65536));
-      o.min_nodes = colon == std::string::npos ? o.nnodes
-                                               : static_cast<int>(parse_int("--nnodes MIN", v.substr(0, colon), 1, o.nnodes));
-      given.nnodes = true;
-    } else if (a == "--node-rank") {
-      o.node_rank = static_cast<int>(parse_int(a, value(a), 0, 65535));
-      given.node_rank = true;
-    } else if (a == "--master") {
-      auto v = value(a);
-      auto colon = v.rfind(':');
-      if (colon == std::string::npos || colon == 0) throw std::invalid_argument("--master needs ADDR:PORT, got '" + v + "'");
-      o.master_addr = v.substr(0, colon);
-      o.master_port = static_cast<std::uint16_t>(parse_int("--master port", v.substr(colon + 1), 0, 65535));
-      given.master = true;
-    } else if (a == "--token") {
-      o.token = value(a);
-      if (o.token.empty()) throw std::invalid_argument("--token must not be empty");
-    } else if (a == "--max-restarts") {
-      o.max_restarts = static_cast<int>(parse_int(a, value(a), 0, 1000000));
-    } else if (a == "--join-timeout") {
-      o.join_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
-    } else if (a == "--rejoin-timeout") {
-      o.rejoin_timeout = std::chrono::seconds(parse_int(a, value(a), 1, 86400));
-    } else if (a == "--last-call") {
-      o.last_call = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
-      given.last_call = true;
-    } else if (a == "--take-in-timeout") {
-      o.take_in_timeout = std::chrono::seconds(parse_int(a, value(a), 0, 86400));
-      given.take_in_timeout = true;
-    } else if (a == "--silence-timeout") {
-      o.silence_timeout = std::chrono::seconds(parse_int(a, value(a), 3, 3600));
-    } else if (a == "--grace") {
-      o.grace_seconds = static_cast<double>(parse_int(a, value(a), 0, 3600));
-    } else {
-      throw std::invalid_argument("unknown flag '" + a + "' (put the program after --)");
-    }
+ParseResult parse_options(int argc, char** argv, const launch::EnvLookup& env) {
+  // The program and its own flags, which may be coshard-run's too, start after the first "--".
+  int end = 1;
+  while (end < argc && std::string_view(argv[end]) != "--") ++end;
+  CLI::App app{kDescription, "coshard-run"};
+  app.formatter(std::make_shared<Formatter>());
+  app.get_formatter()->column_width(34);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // before any option is added
+  app.footer(kFooter);
+  Words w;
+  add_flags(app, w);
+  const std::string see = " (coshard-run --help shows the usage)";
+  try {
+    app.parse(end, argv);
+  } catch (const CLI::CallForHelp&) {
+    return {std::nullopt, 0, app.help()};
+  } catch (const CLI::ExtrasError& e) {
+    return {std::nullopt, 2, std::string("coshard-run: ") + e.what() + "; coshard-run's flags go before --, the program and its arguments after it" + see};
+  } catch (const CLI::ParseError& e) {
+    return {std::nullopt, 2, std::string("coshard-run: ") + e.what() + see};
   }
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
-  if (o.command.empty()) throw std::invalid_argument("no program given: put it after --");
-  apply_slurm_step(o, given, env);
-  if (o.node_rank >= o.nnodes) {
-    throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
-                                std::to_string(o.nnodes) + ": give each of the " + std::to_string(o.nnodes) +
-                                " nodes its own --node-rank from 0 to " + std::to_string(o.nnodes - 1));
+  try {
+    const Given given{.nnodes = app.count("--nnodes") > 0, .node_rank = app.count("--node-rank") > 0,
+                      .master = app.count("--master") > 0, .last_call = app.count("--last-call") > 0,
+                      .take_in_timeout = app.count("--take-in-timeout") > 0};
+    if (given.master && w.master.empty()) throw std::invalid_argument("--master needs ADDR:PORT, got ''");
+    if (app.count("--token") > 0 && w.token.empty()) throw std::invalid_argument("--token must not be empty");
+    Options o = to_options(w, given);
+    for (int i = end + 1; i < argc; ++i) o.command.emplace_back(argv[i]);
+    if (o.command.empty()) throw std::invalid_argument("no program given: put it after --");
+    apply_slurm_step(o, given, env);
+    if (o.node_rank >= o.nnodes) {
+      throw std::invalid_argument("--node-rank " + std::to_string(o.node_rank) + " must be below --nnodes " +
+                                  std::to_string(o.nnodes) + ": give each of the " + std::to_string(o.nnodes) +
+                                  " nodes its own --node-rank from 0 to " + std::to_string(o.nnodes - 1));
+    }
+    check_combinations(o, given);
+    return {std::move(o), 0, {}};
+  } catch (const std::invalid_argument& e) {
+    return {std::nullopt, 2, std::string("coshard-run: ") + e.what() + see};
   }
-  check_combinations(o, given);
-  return o;
 }
 
 }  // namespace coshard::run

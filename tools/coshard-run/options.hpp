@@ -1,6 +1,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,15 @@ struct Options {
   std::vector<std::string> command;
 };
 
-// Parses argv; throws std::invalid_argument with a message naming the flag on bad input. Inside a
-// Slurm job step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes, --node-rank,
-// --master and --token; flags that contradict the step are errors.
-Options parse_options(int argc, char** argv, const launch::EnvLookup& env);
-std::string usage();
+struct ParseResult {
+  std::optional<Options> options;  // empty: exit with `exit_code` (help, or a usage error)
+  int exit_code = 0;
+  std::string message;  // what to print: the help text, or the usage error naming the flag
+};
+
+// Parses argv: coshard-run's flags (CLI11), then after "--" the program and its own arguments.
+// Inside a Slurm job step (srun --ntasks-per-node=1 coshard-run ...) the step gives --nnodes,
+// --node-rank, --master and --token; flags that contradict the step are errors.
+ParseResult parse_options(int argc, char** argv, const launch::EnvLookup& env);
 
 }  // namespace coshard::run
