@@ -15,6 +15,7 @@ namespace {
 
 using namespace coshard::run;
 using std::chrono::seconds;
+using std::chrono::milliseconds;
 
 const LaunchClock::time_point t0{};
 
@@ -434,6 +435,38 @@ TEST(LauncherRecords, AClaimOfAnotherBuildIsToldByItsProtocolField) {
             std::string::npos);
   EXPECT_EQ(decode_claim("2 1 2 node0 4242 3 300 2").protocol, 3);
   EXPECT_NE(foreign_protocol("node 0", decode_claim("2 1 2 node0 4242 3 300 2"), "node 1"), "");
+}
+
+// A failed store call: a cut to ride out, nothing new while cut already, or, from node 0's own
+// store, a loss unless the call timed out (this launcher stalled) or it was cut already.
+TEST(LauncherDecisions, AFailedStoreCallIsACutOrALossOfNodeZerosOwnStore) {
+  Cut fine, cut;
+  begin_cut(cut, t0);
+  const struct {
+    const Cut& c;
+    bool own, timed_out;
+    BreakMeans means;
+  } rows[] = {
+      {fine, false, false, BreakMeans::cut},     {fine, false, true, BreakMeans::cut},
+      {cut, false, false, BreakMeans::still_cut}, {fine, true, true, BreakMeans::cut},
+      {fine, true, false, BreakMeans::lost},      {cut, true, false, BreakMeans::still_cut},
+  };
+  for (const auto& r : rows) {
+    EXPECT_EQ(on_break(r.c, r.own, r.timed_out), r.means) << r.own << r.timed_out << r.c.since.has_value();
+  }
+}
+
+// A cut is tried at once, then every kReconnectEvery, and given up once it lasted the window.
+TEST(LauncherDecisions, ACutIsTriedEverySecondAndGivenUpAfterItsWindow) {
+  Cut c;
+  EXPECT_FALSE(try_again_now(c, t0));  // not cut: nothing to try
+  begin_cut(c, t0);
+  EXPECT_TRUE(try_again_now(c, t0));
+  EXPECT_FALSE(try_failed(c, t0 + milliseconds(500), seconds(3)));
+  EXPECT_FALSE(try_again_now(c, t0 + milliseconds(1499)));
+  EXPECT_TRUE(try_again_now(c, t0 + milliseconds(1500)));
+  EXPECT_FALSE(try_failed(c, t0 + milliseconds(2999), seconds(3)));
+  EXPECT_TRUE(try_failed(c, t0 + seconds(3), seconds(3)));
 }
 
 }  // namespace

@@ -99,4 +99,45 @@ TEST(LauncherStopping, WhatEndsOnSigtermGetsASecondForItsPipesToClose) {
   EXPECT_EQ(leftover_step(held, false, true, t0 + seconds(1), seconds(5)), LeftoverAction::drain);
 }
 
+// A failure stops the running ranks: flight records first, SIGTERM a second later, SIGKILL --grace
+// after it, each once.
+TEST(LauncherStopping, RunningRanksGetASecondForTheirRecordsThenSigtermThenSigkillAfterTheGrace) {
+  RankStop s;
+  EXPECT_EQ(rank_stop_step(s, t0), RankStopStep::none);
+  EXPECT_FALSE(records_asked(s, true, t0));
+  EXPECT_EQ(rank_stop_step(s, t0 + milliseconds(999)), RankStopStep::none);
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(1)), RankStopStep::term);
+  signalled(s, t0 + seconds(1), seconds(5));
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(1)), RankStopStep::none);
+  EXPECT_EQ(rank_stop_step(s, t0 + milliseconds(5999)), RankStopStep::none);
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(6)), RankStopStep::kill);
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(60)), RankStopStep::none);  // once
+}
+
+// No rank takes SIGUSR1: SIGTERM at once. A second signal (SIGINT after SIGTERM) keeps the first
+// one's SIGKILL time.
+TEST(LauncherStopping, WithoutFlightRecordsSigtermIsAtOnceAndTheKillTimeIsTheFirstSignals) {
+  RankStop s;
+  EXPECT_TRUE(records_asked(s, false, t0));
+  EXPECT_FALSE(s.term_at);
+  signalled(s, t0, seconds(3));
+  signalled(s, t0 + seconds(2), seconds(3));
+  EXPECT_EQ(rank_stop_step(s, t0 + milliseconds(2999)), RankStopStep::none);
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(3)), RankStopStep::kill);
+}
+
+// A deferred stop (the store lost, a take-in's deadline) begins when due, and its steps follow in
+// order within one look when they are all due: begin, then SIGTERM, then SIGKILL.
+TEST(LauncherStopping, ADeferredStopBeginsWhenDueAndItsStepsFollowInOrder) {
+  RankStop s;
+  s.begin_at = t0 + kLostStoreWait;
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(9)), RankStopStep::none);
+  EXPECT_EQ(rank_stop_step(s, t0 + kLostStoreWait), RankStopStep::begin);
+  EXPECT_EQ(rank_stop_step(s, t0 + kLostStoreWait), RankStopStep::none);
+  records_asked(s, true, t0 + kLostStoreWait);
+  signalled(s, t0 + kLostStoreWait, seconds(0));  // --grace 0
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(30)), RankStopStep::term);
+  EXPECT_EQ(rank_stop_step(s, t0 + seconds(30)), RankStopStep::kill);
+}
+
 }  // namespace

@@ -136,7 +136,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
   const int code = end.rc ? end.rc : 1;
   // No restart can follow an interrupt: nothing to wait for, but on node 0, whose own store
   // answers again once the stall that cut it off is over, and who owes the others a verdict.
-  if (end.interrupted && cut_since_ && o_.node_rank != 0) {
+  if (end.interrupted && cut_.since && o_.node_rank != 0) {
     return Verdict{.code = code, .reason = "interrupted while the store at " + where_ + " did not answer"};
   }
   Verdict v;

@@ -23,7 +23,8 @@
 // --rejoin-timeout: its launcher keeps trying to reach the store and reports what happened
 // meanwhile once it does; node 0 records it as a restartable failure and waits for its ranks to
 // end. Without restarts left nothing can follow, so node 0 ends the job once a node has been silent
-// for 15 s, and a cut-off launcher tries to reach the store until then: a shorter cut is ridden out.
+// for --silence-timeout, and a cut-off launcher tries to reach the store until then: a shorter cut
+// is ridden out.
 //
 // With --nnodes MIN:MAX a node that fell silent and did not come back within --rejoin-timeout is
 // dropped instead: the others restart without it, down to MIN nodes, with ranks numbered afresh
@@ -127,12 +128,11 @@ class Coordinator {
   // The store's client. A failed reconnect (usable()) leaves none: a call meanwhile fails as one to
   // an unreachable store does, for its caller's catch (broke), rather than dereference nothing.
   launch::StoreClient& store();
-  // Whether the store may be asked now: after a store call failed, one try to reach it again (at
-  // most every kReconnectEvery) until rejoin_window(), then lost_; a report it missed meanwhile
+  // Whether the store may be asked now: after a store call failed, one try to reach it again
+  // (try_again_now) until rejoin_window(), then lost_ (try_failed); a report it missed meanwhile
   // goes out first.
   bool usable();
-  // A store call failed: the store is cut off (on a node other than 0, or on node 0 when a call to
-  // its own store timed out: this launcher stalled), else lost.
+  // A store call failed: the store is cut off or lost, as on_break says.
   void broke(const Error& e);
   // How long a cut may last before the store is lost, and the flag or rule that says so.
   RejoinWindow rejoin_window() const { return run::rejoin_window(rules_, o_.node_rank, attempt_); }
@@ -193,10 +193,9 @@ class Coordinator {
   bool replaced_ = false;  // another launcher took this one's place: lost_, and cut_reason_ says who
   bool lost_ = false;  // the store could not be reached: nothing more is asked of it
   bool lost_told_ = false;  // failure() has said so
-  std::optional<std::chrono::steady_clock::time_point> cut_since_;  // the store stopped answering then
-  std::chrono::steady_clock::time_point next_reconnect_{};
+  Cut cut_;  // since when the store has not answered, and when to try it again (decisions.hpp)
   std::string cut_reason_;  // the store's last error
-  long long cut_for_ = 0;   // seconds from cut_since_ to when the store was given up
+  long long cut_for_ = 0;   // seconds from cut_.since to when the store was given up
   std::optional<std::pair<int, Failure>> unsent_;  // a report (attempt, failure) the store did not take
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};

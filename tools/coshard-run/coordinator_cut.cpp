@@ -16,9 +16,7 @@ namespace {
 
 using namespace coord;
 
-// A launcher cut off from the store tries to reach it again this often, each try this long: the
-// supervisor's loop, which relays the ranks' output, waits for each try.
-constexpr auto kReconnectEvery = std::chrono::seconds(1);
+// Each try to reach the store again takes this long at most (decisions.hpp: kReconnectEvery).
 constexpr auto kReconnectTry = std::chrono::milliseconds(500);
 
 // Drops the old connection on the scheduler's thread, where it lives, and opens another.
@@ -37,24 +35,23 @@ launch::StoreClient& Coordinator::store() {
 
 bool Coordinator::usable() {
   if (lost_) return false;
-  if (!cut_since_) return true;
-  if (Clock::now() < next_reconnect_) return false;
+  if (!cut_.since) return true;
+  if (!try_again_now(cut_, Clock::now())) return false;
   try {
     auto options = options_;
     options.connect_timeout = kReconnectTry;
     store_ = sched_->sync_wait(reopen(std::move(store_), std::move(options)));
   } catch (const Error& e) {
     cut_reason_ = e.message();
-    next_reconnect_ = Clock::now() + kReconnectEvery;
-    if (Clock::now() - *cut_since_ >= rejoin_window().length) {
+    if (try_failed(cut_, Clock::now(), rejoin_window().length)) {
       lost_ = true;
-      cut_for_ = seconds_since(*cut_since_);  // what lost_failure() says, however late it is asked
+      cut_for_ = seconds_since(*cut_.since);  // what lost_failure() says, however late it is asked
     }
     return false;
   }
   console_.say("coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
-               seconds_since(*cut_since_));
-  cut_since_.reset();
+               seconds_since(*cut_.since));
+  cut_.since.reset();
   try {
     if (replaced()) return false;
   } catch (const Error& e) {  // usable() never throws: its callers ask it outside their own try
@@ -72,7 +69,7 @@ bool Coordinator::usable() {
     }
     report(attempt, f);
   }
-  return !lost_ && !cut_since_;
+  return !lost_ && !cut_.since;
 }
 
 // Whether another launcher took this one's place (coordinator.hpp): it then has lost the store.
@@ -88,23 +85,23 @@ bool Coordinator::replaced() {
 
 void Coordinator::broke(const Error& e) {
   cut_reason_ = e.message();
-  // Node 0 serves the store in this process, so a call to it that timed out means that this
-  // launcher stalled past the call's deadline (stopped and continued, a paused VM, starved of CPU):
-  // its timer fired before its own store could answer. It tries again as a node cut off does,
-  // rather than end the job, until usable() reconnects or gives up at --rejoin-timeout; calls on
-  // the connection that the timeout closed fail too meanwhile. Anything else from its own store
-  // ends the job.
-  const bool stalled = o_.node_rank == 0 && (e.code() == Errc::timeout || cut_since_);
-  if (o_.node_rank == 0 && !stalled) {
-    lost_ = true;
-    return;
+  // Node 0 serves the store in this process: a call to it that timed out means this launcher
+  // stalled (on_break), and it tries again as a node cut off does, rather than end the job, until
+  // usable() reconnects or gives up at --rejoin-timeout.
+  const bool own = o_.node_rank == 0;
+  switch (on_break(cut_, own, e.code() == Errc::timeout)) {
+    case BreakMeans::lost:
+      lost_ = true;
+      return;
+    case BreakMeans::still_cut:
+      return;
+    case BreakMeans::cut:
+      break;
   }
-  if (cut_since_) return;
-  cut_since_ = Clock::now();
-  next_reconnect_ = *cut_since_;
+  begin_cut(cut_, Clock::now());
   const RejoinWindow window = rejoin_window();
   console_.say("coshard-run: the store at %s %s (%s); trying to reach it again for %lld s (%s)\n", where_.c_str(),
-               stalled ? "(this launcher's own) did not answer in time: was this launcher stopped?" : "stopped answering",
+               own ? "(this launcher's own) did not answer in time: was this launcher stopped?" : "stopped answering",
                e.message().c_str(), static_cast<long long>(window.length.count()), window.why.c_str());
 }
 
@@ -121,8 +118,8 @@ Failure Coordinator::lost_failure() const {
   // may be starting on this host.
   if (replaced_) return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = cut_reason_};
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
-  if (cut_since_) {
-    const long long cut_for = lost_ ? cut_for_ : seconds_since(*cut_since_);
+  if (cut_.since) {
+    const long long cut_for = lost_ ? cut_for_ : seconds_since(*cut_.since);
     what += "not reached for " + std::to_string(cut_for) + " s (" + rejoin_window().why + "): ";
   }
   return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};

@@ -149,7 +149,7 @@ void Coordinator::join(int cut_off_in) {
       await_attempt();
     } catch (const Error&) {
       try {  // a claim left behind would count as a node that joined (gather)
-        if (!replaced_ && !lost_ && !cut_since_) sched_->sync_wait(store().erase(key));
+        if (!replaced_ && !lost_ && !cut_.since) sched_->sync_wait(store().erase(key));
       } catch (const Error&) {
         // the store is gone: nothing is left to count it
       }
@@ -242,7 +242,7 @@ void Coordinator::gather() {
 // Node 0 gave up gathering the nodes (gather): those that joined wait for an attempt, so they are
 // told why rather than left to find its store gone. It waits a little for each to say it read it.
 void Coordinator::say_not_started(const std::string& why) noexcept {
-  if (lost_ || cut_since_) return;  // its own store not reached again after a stall: none to tell
+  if (lost_ || cut_.since) return;  // its own store not reached again after a stall: none to tell
   try {
     sched_->sync_wait(store().set("not-started", why));
     std::vector<std::string> keys;
@@ -307,7 +307,7 @@ std::string Coordinator::never_joined(const std::vector<int>& nodes) const {
 void Coordinator::await_attempt() {
   const std::string who = "node " + std::to_string(o_.node_rank);
   for (;;) {
-    const bool was_cut = cut_since_.has_value();  // heartbeat() may be the one to mend it
+    const bool was_cut = cut_.since.has_value();  // heartbeat() may be the one to mend it
     heartbeat();  // so that a second launcher for this node rank is refused, not taken for a successor
     if (replaced_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
     if (lost_) {
@@ -348,7 +348,7 @@ void Coordinator::await_attempt() {
 }
 
 bool Coordinator::may_rejoin(int attempt) const noexcept {
-  return o_.node_rank != 0 && o_.min_nodes < o_.nnodes && lost_ && !replaced_ && cut_since_ &&
+  return o_.node_rank != 0 && o_.min_nodes < o_.nnodes && lost_ && !replaced_ && cut_.since &&
          attempt + 1 < o_.max_restarts;
 }
 

@@ -205,4 +205,21 @@ RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt) {
                       std::to_string(rules.silent_for.count()) + " s"};
 }
 
+BreakMeans on_break(const Cut& c, bool own_store, bool timed_out) {
+  if (own_store && !timed_out && !c.since) return BreakMeans::lost;
+  return c.since ? BreakMeans::still_cut : BreakMeans::cut;
+}
+
+void begin_cut(Cut& c, LaunchClock::time_point now) {
+  c.since = now;
+  c.next_try = now;
+}
+
+bool try_again_now(const Cut& c, LaunchClock::time_point now) { return c.since && now >= c.next_try; }
+
+bool try_failed(Cut& c, LaunchClock::time_point now, std::chrono::seconds window) {
+  c.next_try = now + kReconnectEvery;
+  return c.since && now - *c.since >= window;
+}
+
 }  // namespace coshard::run

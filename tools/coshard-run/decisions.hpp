@@ -51,6 +51,33 @@ struct RejoinWindow {
 // broke. A cut shorter than that is ridden out; after it nothing but node 0's verdict can follow.
 RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt);
 
+// A cut from node 0's store as a launcher keeps it: since when the store stopped answering (none:
+// it answers), and when to try to reach it again.
+struct Cut {
+  std::optional<LaunchClock::time_point> since;
+  LaunchClock::time_point next_try{};
+};
+// A launcher cut off tries to reach the store again this often (each try is short: the
+// supervisor's loop, which relays the ranks' output, waits for it).
+inline constexpr std::chrono::seconds kReconnectEvery{1};
+enum class BreakMeans {
+  still_cut,  // the store was cut off already: nothing new
+  cut,        // a cut begins: try to reach the store again within rejoin_window
+  lost,       // the store is gone: the job ends here
+};
+// What a store call that failed means. `own_store`: this launcher serves the store (node 0), so a
+// call to it that timed out means this launcher stalled past the call's deadline (stopped and
+// continued, a paused VM): a cut too, as are calls on the connection that timeout closed. Any
+// other failure of its own store is a loss.
+BreakMeans on_break(const Cut& c, bool own_store, bool timed_out);
+// The cut begins at `now` (BreakMeans::cut): the first try is at once.
+void begin_cut(Cut& c, LaunchClock::time_point now);
+// Whether to try to reach the store at `now`: while cut, at most every kReconnectEvery.
+bool try_again_now(const Cut& c, LaunchClock::time_point now);
+// A try at `now` failed: the next one kReconnectEvery later. True when the cut has lasted
+// `window` (rejoin_window): the store is lost.
+bool try_failed(Cut& c, LaunchClock::time_point now, std::chrono::seconds window);
+
 // Each node's beat count, and since when it has not changed. A node not heard from yet is not
 // judged; one whose count changes is heard afresh.
 class Silence {

@@ -32,6 +32,32 @@ StopClock::time_point lost_store_stop(std::optional<StopClock::time_point> set, 
   return set ? std::min(*set, now + kLostStoreWait) : now + kLostStoreWait;
 }
 
+RankStopStep rank_stop_step(RankStop& s, StopClock::time_point now) {
+  if (s.begin_at && now >= *s.begin_at) {
+    s.begin_at.reset();
+    return RankStopStep::begin;
+  }
+  if (s.term_at && now >= *s.term_at) {
+    s.term_at.reset();
+    return RankStopStep::term;
+  }
+  if (s.kill_at && !s.killed && now >= *s.kill_at) {
+    s.killed = true;
+    return RankStopStep::kill;
+  }
+  return RankStopStep::none;
+}
+
+bool records_asked(RankStop& s, bool asked, StopClock::time_point now) {
+  if (!asked) return true;
+  s.term_at = now + std::chrono::seconds(1);
+  return false;
+}
+
+void signalled(RankStop& s, StopClock::time_point now, StopClock::duration grace) {
+  if (!s.kill_at) s.kill_at = now + grace;
+}
+
 LeftoverAction leftover_step(Leftovers& l, bool any_alive, bool any_held, StopClock::time_point now,
                              StopClock::duration grace) {
   using std::chrono::seconds;

@@ -35,6 +35,30 @@ OnFailure on_failure(const Failure& f, bool all_take_stop, std::chrono::seconds 
 inline constexpr std::chrono::seconds kLostStoreWait{10};
 StopClock::time_point lost_store_stop(std::optional<StopClock::time_point> set, StopClock::time_point now);
 
+// The stop of the ranks still running, as deadlines: when to begin it (after losing the store, or
+// the take-in's --take-in-timeout), SIGTERM a second after the flight records were asked for, and
+// SIGKILL --grace after the first signal. Each step is due once; an interrupt or a failure that
+// stops the ranks at once clears what was planned.
+struct RankStop {
+  std::optional<StopClock::time_point> begin_at;  // stop the ranks then, unless they end first
+  std::optional<StopClock::time_point> term_at;   // SIGTERM then: the flight records were asked a second before
+  std::optional<StopClock::time_point> kill_at;   // SIGKILL then: set by the first signal
+  bool killed = false;
+};
+enum class RankStopStep {
+  none,   // nothing due
+  begin,  // begin_at came: ask the running ranks for their flight records, then stop them
+  term,   // SIGTERM to the running ranks
+  kill,   // SIGKILL to the running ranks
+};
+// The step due at `now`, earliest first, each once: call until none.
+RankStopStep rank_stop_step(RankStop& s, StopClock::time_point now);
+// The running ranks were asked for their flight records (`asked`: one took SIGUSR1): SIGTERM a
+// second later. Returns true when it is due now instead (no rank takes SIGUSR1).
+bool records_asked(RankStop& s, bool asked, StopClock::time_point now);
+// A signal went to the running ranks (SIGINT, SIGTERM): SIGKILL after `grace`, from the first one.
+void signalled(RankStop& s, StopClock::time_point now, StopClock::duration grace);
+
 // Every rank has ended, but processes they started may live on in their process groups (a helper
 // in the background, a data-loader worker) and hold their output open. They get a second to end,
 // then SIGTERM, SIGKILL after the grace (at most 5 s: node 0 waits --grace and a minute for a

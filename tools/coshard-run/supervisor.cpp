@@ -67,21 +67,39 @@ void Supervisor::watch(int sigfd) {
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
       if (!exit_code_ && !interrupted_by_ && !lost_store_) taking_in_ ? check_stop_now() : check_other_nodes();
     }
-    if (ask_at_ && Clock::now() >= *ask_at_) {
-      ask_at_.reset();
-      if (!exit_code_) exit_code_ = 1;
-      if (taking_in_ && any_running() && !lost_store_) {
-        console_.say("coshard-run: the local ranks did not stop after a checkpoint within %lld s "
-                     "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
-        coordinator_.stop_now(attempt_);
-      }
-      if (any_running()) ask_for_flight_records();
+    stop_steps();
+  }
+}
+
+// What rank_stop_step says is due: the stop that a lost store or a take-in deferred, SIGTERM after
+// the flight records, SIGKILL after the grace.
+void Supervisor::stop_steps() {
+  for (RankStopStep step; (step = rank_stop_step(stop_, Clock::now())) != RankStopStep::none;) {
+    switch (step) {
+      case RankStopStep::begin:
+        if (!exit_code_) exit_code_ = 1;
+        if (taking_in_ && any_running() && !lost_store_) {
+          console_.say("coshard-run: the local ranks did not stop after a checkpoint within %lld s "
+                       "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
+          coordinator_.stop_now(attempt_);
+        }
+        if (any_running()) ask_for_flight_records();
+        break;
+      case RankStopStep::term:
+        stop_all(SIGTERM);
+        break;
+      case RankStopStep::kill:
+        for (const auto& c : children_) {
+          if (c.running) {
+            console_.say("coshard-run: rank %d (pid %d) did not stop within %.0f s; killing it\n", c.rank,
+                         static_cast<int>(c.pid), o_.grace_seconds);
+            ::kill(-c.pid, SIGKILL);
+          }
+        }
+        break;
+      case RankStopStep::none:
+        break;
     }
-    if (stop_at_ && Clock::now() >= *stop_at_) {
-      stop_at_.reset();
-      stop_all(SIGTERM);
-    }
-    kill_late_ranks();
   }
 }
 
@@ -132,9 +150,8 @@ void Supervisor::stop_all(int sig) {
     ::kill(-c.pid, sig);
     ::kill(-c.pid, SIGCONT);  // a stopped rank acts on the signal only once continued
   }
-  if (!kill_at_) {
-    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
-  }
+  signalled(stop_, Clock::now(),
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds)));
 }
 
 // The ranks still running write where they are before they are stopped, so the report can say
@@ -146,11 +163,7 @@ void Supervisor::ask_for_flight_records() {
       asked = ::kill(c.pid, SIGUSR1) == 0 || asked;
     }
   }
-  if (asked) {
-    stop_at_ = Clock::now() + std::chrono::seconds(1);
-  } else {
-    stop_all(SIGTERM);
-  }
+  if (records_asked(stop_, asked, Clock::now())) stop_all(SIGTERM);
 }
 
 void Supervisor::take_signals(int sigfd) {
@@ -166,14 +179,14 @@ void Supervisor::take_signals(int sigfd) {
       // A rank has no use for a hang-up, and SIGQUIT would dump its core: they get SIGTERM.
       const int pass = sig == SIGINT ? SIGINT : SIGTERM;
       console_.say("coshard-run: got %s, passing %s to the ranks\n", strsignal(sig), sig == pass ? "it" : "SIGTERM");
-      ask_at_.reset();  // stopping already
+      stop_.begin_at.reset();  // stopping already
       if (!interrupted_by_) {
         interrupted_by_ = sig;
         coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
                                               .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
         if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       }
-      stop_at_.reset();
+      stop_.term_at.reset();
       stop_all(pass);
     }
   }
@@ -325,7 +338,7 @@ void Supervisor::reap() {
                                                     " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) console_.say("coshard-run: %s\n", line.c_str());
       if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
-      ask_at_.reset();  // stopping now
+      stop_.begin_at.reset();  // stopping now
       ask_for_flight_records();
     }
   }
@@ -357,7 +370,7 @@ void Supervisor::check_other_nodes() {
 void Supervisor::stop_for(const Failure& f) {
   exit_code_ = f.code;
   stopped_for_other_node_ = true;
-  ask_at_.reset();
+  stop_.begin_at.reset();
   console_.say("coshard-run: node %d failed: %s; stopping the local ranks\n", f.node, f.what.c_str());
   ask_for_flight_records();
 }
@@ -365,13 +378,13 @@ void Supervisor::stop_for(const Failure& f) {
 // This launcher lost the store (`f` says how). Its ranks likely meet the same fault (a cut link,
 // node 0's host down) and name the peer they miss when their collectives time out: give them that
 // time, or what is left of --take-in-timeout if less. A rank failing meanwhile is handled as
-// usual (reap); otherwise they are stopped at ask_at_.
+// usual (reap); otherwise they are stopped at stop_.begin_at.
 void Supervisor::lose_store(const Failure& f) {
   lost_store_ = true;
   const auto now = Clock::now();
-  ask_at_ = lost_store_stop(ask_at_, now);
+  stop_.begin_at = lost_store_stop(stop_.begin_at, now);
   console_.say("coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
-               static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(*ask_at_ - now).count()));
+               static_cast<long long>(std::chrono::ceil<std::chrono::seconds>(*stop_.begin_at - now).count()));
 }
 
 // Another node asks to be taken in while this attempt's ranks are well, and every local rank takes
@@ -382,7 +395,7 @@ void Supervisor::stop_at_checkpoint(const Failure& f) {
   taking_in_ = true;
   // Not over a save the user asked for (SIGUSR2 passed on before): that one ends the job anyway.
   if (std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; })) {
-    ask_at_ = Clock::now() + o_.take_in_timeout;
+    stop_.begin_at = Clock::now() + o_.take_in_timeout;
   }
   if (!any_running()) return;  // they stopped already, after their peers elsewhere
   for (const auto& c : children_) {
@@ -410,21 +423,9 @@ void Supervisor::check_stop_now() {
   }
   exit_code_ = 1;
   stopped_for_other_node_ = true;
-  ask_at_.reset();
+  stop_.begin_at.reset();
   console_.say("coshard-run: %s; stopping the local ranks\n", why->c_str());
   if (any_running()) ask_for_flight_records();
-}
-
-void Supervisor::kill_late_ranks() {
-  if (!kill_at_ || killed_ || Clock::now() < *kill_at_) return;
-  for (const auto& c : children_) {
-    if (c.running) {
-      console_.say("coshard-run: rank %d (pid %d) did not stop within %.0f s; killing it\n", c.rank,
-                   static_cast<int>(c.pid), o_.grace_seconds);
-      ::kill(-c.pid, SIGKILL);
-    }
-  }
-  killed_ = true;
 }
 
 }  // namespace coshard::run

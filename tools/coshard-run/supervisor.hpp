@@ -65,7 +65,7 @@ class Supervisor {
   void signal_leftovers(const std::vector<char>& alive);
   void drain(Output& out, int rank);
   void reap();
-  void kill_late_ranks();
+  void stop_steps();
   void check_other_nodes();
   void stop_at_checkpoint(const Failure& f);
   void check_stop_now();
@@ -78,15 +78,12 @@ class Supervisor {
   Coordinator& coordinator_;
   int attempt_;
   Console& console_;
-  std::optional<Clock::time_point> ask_at_;   // after losing the store, or taking a node in: stop the ranks then
-  std::optional<Clock::time_point> stop_at_;  // after a failure: SIGTERM the rest then (records first)
-  std::optional<Clock::time_point> kill_at_;  // set once stopping: SIGKILL the rest then
-  bool killed_ = false;
+  RankStop stop_;  // when the running ranks are stopped (stopping.hpp)
   int exit_code_ = 0;
   int interrupted_by_ = 0;
   Clock::time_point next_check_{};  // when to ask again whether another node failed
   bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
-  bool lost_store_ = false;  // the ranks are stopped at ask_at_ unless one fails or all end first
+  bool lost_store_ = false;  // the ranks are stopped at stop_.begin_at unless one fails or all end first
   std::optional<Clock::time_point> stop_requested_;  // got SIGUSR2 then: passed on to each rank once it takes it
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with launch::StopSignal::kExitCode
