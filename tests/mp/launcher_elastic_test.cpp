@@ -157,18 +157,19 @@ TEST(LauncherElastic, ALauncherWaitingForTheStartBeatsSoThatASecondOneIsRefused)
   EXPECT_LT(r.node[1].seconds, 40) << r.node[1].output;
 }
 
-// As above with node 2 still absent, but node 0's launcher frozen (SIGSTOP) for 8 s while it waits
-// --last-call: node 1's store calls time out before node 0 started the job. Node 1 tries again for
+// As above with node 2 still absent, but node 0's launcher frozen (SIGSTOP) for 4 s while it waits
+// --last-call: node 1's store calls time out (after 2 s, a third of --silence-timeout 6) before
+// node 0 started the job. Node 1 tries again for
 // --rejoin-timeout, as it would in an attempt (it gave up at its first call that timed out), reaches
 // the store once node 0 runs on, and the job starts on nodes 0 and 1 after the last call.
 TEST(LauncherElastic, ANodeWaitingForTheStartRidesOutAStoreOutage) {
   const std::string log = rank_log("start-outage");
-  auto r = two_nodes("start-outage", attempt_0_only(log), "--nnodes 2:3 --max-restarts 1 --last-call 14 "
-                     "--rejoin-timeout 20 --join-timeout 30", [&] {
+  auto r = two_nodes("start-outage", attempt_0_only(log), "--nnodes 2:3 --max-restarts 1 --last-call 9 "
+                     "--rejoin-timeout 20 --join-timeout 30 --silence-timeout 6", [&] {
     std::this_thread::sleep_for(std::chrono::seconds(3));
     const int pid = launcher_pid("start-outage", 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
-    freeze(pid, std::chrono::seconds(8));
+    freeze(pid, std::chrono::seconds(4));
   });
   for (const auto& node : r.node) EXPECT_EQ(node.rc, 0) << node.output;
   EXPECT_NE(r.node[1].output.find("stopped answering"), std::string::npos) << r.node[1].output;
@@ -226,15 +227,16 @@ TEST(LauncherElastic, AJobStartsOnTheNodesThatJoinedAndTakesInOneThatJoinsLater)
 }
 
 // Node 1's launcher frozen (SIGSTOP) while every rank would sleep on: to node 0 it is a host that
-// crashed. Node 0 finds it silent, gives it --rejoin-timeout, then restarts without it: its own two
-// ranks become the whole job (ranks 0 and 1 of 2). Thawed, node 1's launcher finds itself left
-// out of that restart, stops its ranks and asks to be taken in, and the restart that this causes
-// runs ranks 0..3 of 4 again, which end the job.
+// crashed. Node 0 finds it silent (--silence-timeout 4), gives it --rejoin-timeout, then restarts
+// without it: its own two ranks become the whole job (ranks 0 and 1 of 2). Thawed, node 1's
+// launcher finds itself left out of that restart, stops its ranks and asks to be taken in, and the
+// restart that this causes runs ranks 0..3 of 4 again, which end the job.
 TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherRunsAgain) {
   const std::string started = rank_log("elastic");
   const std::string log = rank_log("elastic-world");
   const std::string script = "echo $RANK >> " + started + "\n" + world_script(log, "0|1");
-  auto r = two_nodes("elastic", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30", [&] {
+  auto r = two_nodes("elastic", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30 "
+                     "--silence-timeout 4", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid("elastic", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
@@ -266,8 +268,9 @@ TEST(LauncherElastic, TheJobGoesOnWithoutALostNodeAndTakesItBackWhenItsLauncherR
   EXPECT_LT(r.node[0].seconds, 90) << r.node[0].output;
 }
 
-// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 12 s: node 1 is cut off from the
-// store for longer than its --rejoin-timeout, so it stops its ranks and gives the attempt up. Under
+// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 6 s: node 1 is cut off from the
+// store for longer than a store call's limit (2 s, a third of --silence-timeout 6) and its
+// --rejoin-timeout, so it stops its ranks and gives the attempt up. Under
 // --nnodes 1:2 it keeps trying to reach the store, joins again once node 0 runs, and asks to be
 // taken in rather than run ranks in the attempt it gave up. Thawed, node 0 may find node 1 silent
 // first and go on alone for an attempt: either way the job ends on both nodes (the ranks sleep
@@ -278,11 +281,12 @@ TEST(LauncherElastic, ANodeCutOffForLongerThanTheRejoinTimeoutJoinsAgain) {
   const std::string script = "echo $RANK >> " + started + "\necho attempt $COSHARD_RESTART_COUNT rank $RANK of " +
                              "$WORLD_SIZE node $GROUP_RANK >> " + log + "\ncase \"$COSHARD_RESTART_COUNT $WORLD_SIZE\" " +
                              "in \"0 \"*|*\" 2\") exec sleep 120;; esac\n";
-  auto r = two_nodes("cut-off", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30", [&] {
+  auto r = two_nodes("cut-off", script, "--nnodes 1:2 --max-restarts 2 --grace 3 --rejoin-timeout 1 --join-timeout 30 "
+                     "--silence-timeout 6", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid("cut-off", 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
-    freeze(pid, std::chrono::seconds(12));
+    freeze(pid, std::chrono::seconds(6));
   });
   EXPECT_EQ(r.node[0].rc, 0) << r.node[0].output;
   EXPECT_EQ(r.node[1].rc, 0) << r.node[1].output;
@@ -384,7 +388,8 @@ TEST(LauncherElastic, ANodeThatStopsItsRanksWithoutACheckpointStopsTheOthersAtOn
 
 // Node 1's launcher frozen (SIGSTOP, as a host that crashed) while the ranks stop after a
 // checkpoint for node 2 (--nnodes 2:3): node 1's ranks can no longer save their share, so node 0,
-// which finds node 1 silent after 15 s, stops its own then rather than at --take-in-timeout (120 s),
+// which finds node 1 silent after --silence-timeout (4 s), stops its own then rather than at
+// --take-in-timeout (120 s),
 // and restarts on nodes 0 and 2. Node 1's launcher, thawed once the job is over, has lost the
 // store and stops its ranks as for any such loss.
 TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsTheOthers) {
@@ -393,7 +398,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
   std::vector<std::string> command;
   coshard::testing::CommandResult third;
   auto r = two_nodes("take-in-silent", script, "--nnodes 2:3 --max-restarts 1 --grace 3 --last-call 0 --join-timeout 30 "
-                     "--take-in-timeout 120 --rejoin-timeout 1", [&] {
+                     "--take-in-timeout 120 --rejoin-timeout 1 --silence-timeout 4", [&] {
     ASSERT_TRUE(await_ready(log, 4)) << "the ranks of nodes 0 and 1 did not start";
     std::string line = command.at(1);
     line.replace(line.find("--node-rank 1 "), 14, "--node-rank 2 ");
@@ -416,7 +421,7 @@ TEST(LauncherElastic, ANodeThatFallsSilentWhileTheRanksStopForANodeTakenInStopsT
   EXPECT_EQ(third.rc, 0) << third.output;
   EXPECT_NE(r.node[0].output.find("node 1 fell silent; stopping the local ranks"), std::string::npos)
       << r.node[0].output;
-  EXPECT_LT(r.node[0].seconds, 90) << r.node[0].output;  // 15 s of silence, not the 120 s take-in timeout
+  EXPECT_LT(r.node[0].seconds, 90) << r.node[0].output;  // 4 s of silence, not the 120 s take-in timeout
   expect_lines(log, {"usr2 rank 0", "attempt 1 rank 1 of 4 node 0"});
   // Node 1 finds the store lost, and stops its ranks as after any loss of the store, not at the
   // take-in timeout; it is no longer in the job.

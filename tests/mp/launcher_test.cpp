@@ -419,19 +419,19 @@ TEST(LauncherNodes, AnInterruptedNodeEndsTheJobWithoutARestart) {
   }
 }
 
-// Node 1's ranks ignore SIGTERM, so its launcher takes --grace 20 s to stop them after rank 1 on
+// Node 1's ranks ignore SIGTERM, so its launcher takes --grace 8 s to stop them after rank 1 on
 // node 0 failed: it keeps beating meanwhile, and node 0 waits for it and restarts both nodes
-// instead of taking it for lost after 15 s of silence.
+// instead of taking it for lost after --silence-timeout 4 s.
 TEST(LauncherNodes, ANodeSlowToStopItsRanksIsWaitedForNotTakenForLost) {
   const std::string script =
       "if [ $RANK -ge 2 ]; then trap '' TERM; fi\n"
       "if [ $COSHARD_RESTART_COUNT = 0 ]; then if [ $RANK = 1 ]; then sleep 1; exit 5; fi; sleep 60; fi\n";
-  auto r = two_nodes("slow-stop", script, "--max-restarts 1 --grace 20");
+  auto r = two_nodes("slow-stop", script, "--max-restarts 1 --grace 8 --silence-timeout 4");
   for (const auto& node : r.node) {
     EXPECT_EQ(node.rc, 0) << node.output;
     EXPECT_NE(node.output.find("restart 1 of 1: node 0: rank 1 (pid"), std::string::npos) << node.output;
   }
-  EXPECT_NE(r.node[1].output.find("did not stop within 20 s; killing it"), std::string::npos) << r.node[1].output;
+  EXPECT_NE(r.node[1].output.find("did not stop within 8 s; killing it"), std::string::npos) << r.node[1].output;
 }
 
 // A launcher killed outright (its host crashed) while its ranks, like node 0's, would sleep on
@@ -440,7 +440,7 @@ TEST(LauncherNodes, ANodeSlowToStopItsRanksIsWaitedForNotTakenForLost) {
 TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   const std::string started = rank_log("silent");
   auto r = two_nodes("silent", "echo $RANK >> " + started + "; sleep 120\n",
-                     "--max-restarts 2 --grace 3 --rejoin-timeout 5", [&] {
+                     "--max-restarts 2 --grace 3 --rejoin-timeout 5 --silence-timeout 4", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid("silent", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
@@ -448,7 +448,7 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
   });
   EXPECT_EQ(r.node[1].rc, 128 + SIGKILL) << r.node[1].output;
   EXPECT_EQ(r.node[0].rc, 1) << r.node[0].output;
-  EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: its coshard-run fell silent 15 s ago"), std::string::npos)
+  EXPECT_NE(r.node[0].output.find("coshard-run: node 1 failed: its coshard-run fell silent 4 s ago"), std::string::npos)
       << r.node[0].output;
   EXPECT_NE(r.node[0].output.find("node 1 fell silent; waiting up to 5 s (--rejoin-timeout) for it to come back"),
             std::string::npos) << r.node[0].output;
@@ -458,14 +458,14 @@ TEST(LauncherNodes, ANodeThatFallsSilentEndsTheJobOnTheOthers) {
 }
 
 // Node 1's launcher killed outright while its ranks, like node 0's, would sleep on: its host
-// crashed. Started again (the host is back), it waits 15 s for the old one to beat, takes its
-// place, and both nodes restart: the second attempt's ranks end at once.
+// crashed. Started again (the host is back), it waits --silence-timeout (4 s) for the old one to
+// beat, takes its place, and both nodes restart: the second attempt's ranks end at once.
 TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
   const std::string started = rank_log("back");
   const std::string script = "echo $RANK >> " + started + "; if [ $COSHARD_RESTART_COUNT = 0 ]; then sleep 120; fi\n";
   std::vector<std::string> command;
   coshard::testing::CommandResult again;
-  auto r = two_nodes("back", script, "--max-restarts 1 --grace 3", [&] {
+  auto r = two_nodes("back", script, "--max-restarts 1 --grace 3 --silence-timeout 4", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid("back", 1);
     ASSERT_GT(pid, 0) << "node 1's launcher not found";
@@ -485,18 +485,20 @@ TEST(LauncherNodes, ALauncherStartedAgainAfterItsHostCrashedTakesItsPlace) {
   EXPECT_LT(r.node[0].seconds, 60) << r.node[0].output;
 }
 
-// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 9 s while every rank runs on: a
-// store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out; its launcher
-// keeps trying instead of stopping its ranks, reaches the store once node 0 runs again, and the job
-// ends as if nothing happened. With restarts left it tries for --rejoin-timeout; with none, until
-// node 0 would end the job, 15 s after node 1's last beat (it used to give up at once).
+// Node 0's launcher, which serves the store, frozen (SIGSTOP) for 6 s while every rank runs on: a
+// store outage, as node 1 sees a cut link to node 0. Node 1's store calls time out (after 4 s, a
+// third of --silence-timeout 12); its launcher keeps trying instead of stopping its ranks, reaches
+// the store once node 0 runs again, and the job ends as if nothing happened. With restarts left it
+// tries for --rejoin-timeout; with none, until node 0 would end the job, 12 s after node 1's last
+// beat (it used to give up at once).
 void ride_out_a_store_outage(const std::string& name, const std::string& restarts, const std::string& window) {
   const std::string started = rank_log(name);
-  auto r = two_nodes(name, "echo $RANK >> " + started + "; sleep 25\n", "--max-restarts " + restarts + " --grace 3", [&] {
+  auto r = two_nodes(name, "echo $RANK >> " + started + "; sleep 16\n",
+                     "--max-restarts " + restarts + " --grace 3 --silence-timeout 12", [&] {
     await_node_1_ranks(started);
     const int pid = launcher_pid(name, 0);
     ASSERT_GT(pid, 0) << "node 0's launcher not found";
-    freeze(pid, std::chrono::seconds(9));
+    freeze(pid, std::chrono::seconds(6));
   });
   for (const auto& node : r.node) {
     EXPECT_EQ(node.rc, 0) << node.output;
@@ -513,15 +515,16 @@ TEST(LauncherNodes, AStoreOutageShorterThanTheRejoinTimeoutIsRiddenOut) {
 }
 
 TEST(LauncherNodes, AStoreOutageWithNoRestartLeftIsRiddenOutIfNodeZeroWouldWaitForIt) {
-  ride_out_a_store_outage("outage-last", "0", "10 s (no restart left: node 0 ends the job once a node is silent for 15 s)");
+  ride_out_a_store_outage("outage-last", "0", "8 s (no restart left: node 0 ends the job once a node is silent for 12 s)");
 }
 
-// Both launchers frozen (a paused VM), node 0's for 20 s and thawed 6 s before node 1's: node 0 did
-// not watch node 1 while it stood still itself, so it gives node 1 a fresh 15 s rather than take
-// the 27 s without a beat for silence (it restarted the job).
+// Both launchers frozen (a paused VM), node 0's for 10 s and thawed 3 s before node 1's: node 0 did
+// not watch node 1 while it stood still itself, so it gives node 1 a fresh --silence-timeout (8 s)
+// rather than take the 14.5 s without a beat for silence (it restarted the job).
 TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
   const std::string started = rank_log("paused");
-  auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 35\n", "--max-restarts 1 --grace 3", [&] {
+  auto r = two_nodes("paused", "echo $RANK >> " + started + "; sleep 20\n",
+                     "--max-restarts 1 --grace 3 --silence-timeout 8", [&] {
     await_node_1_ranks(started);
     const int zero = launcher_pid("paused", 0), one = launcher_pid("paused", 1);
     ASSERT_GT(zero, 0) << "node 0's launcher not found";
@@ -530,9 +533,9 @@ TEST(LauncherNodes, ALauncherThatStoodStillJudgesTheOthersSilenceAfresh) {
     ::kill(one, SIGSTOP);
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     ::kill(zero, SIGSTOP);
-    std::this_thread::sleep_for(std::chrono::seconds(20));
+    std::this_thread::sleep_for(std::chrono::seconds(10));
     ::kill(zero, SIGCONT);
-    std::this_thread::sleep_for(std::chrono::seconds(6));
+    std::this_thread::sleep_for(std::chrono::seconds(3));
     ::kill(one, SIGCONT);
   });
   for (const auto& node : r.node) {
