@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-from cxx import strip
+from cxx import report, strip
 
 DIRS = ["runtime", "kernels", "launch", "transport", "ops", "fsdp", "metrics", "models", "examples", "tools", "tests", "bench"]
 EXTS = (".cpp", ".hpp", ".h", ".cu", ".cuh")
@@ -119,14 +119,9 @@ def main():
                 if nm.endswith(EXTS):
                     p = os.path.join(dirpath, nm)
                     found += check(p, os.path.relpath(p, root))
-    for f in found:
-        print(f, file=sys.stderr)
-    if found:
-        print(f"coroutines: {len(found)} coroutine parameter(s) may dangle or be destroyed twice across a suspension; "
-              "see the top of scripts/checks/coroutines.py for the rule", file=sys.stderr)
-        return 1
-    print("coroutines: every Task-returning function takes its parameters by value or by non-const reference")
-    return 0
+    return report(found, "coroutines: {count} coroutine parameter(s) may dangle or be destroyed twice across a "
+                  "suspension; see the top of scripts/checks/coroutines.py for the rule",
+                  "coroutines: every Task-returning function takes its parameters by value or by non-const reference")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,20 @@
 """Lexical helpers shared by the source checks: C++ text with comments, string and character
-literals and preprocessor lines blanked out (newlines kept, so line numbers stay right)."""
+literals and preprocessor lines blanked out (newlines kept, so line numbers stay right), and how a
+check reports what it found."""
 import re
+import sys
+
+
+def report(found, failed, passed):
+    """Prints each finding and `failed` (given their count) to stderr, or `passed` when there are
+    none; returns the check's exit code."""
+    for f in found:
+        print(f, file=sys.stderr)
+    if found:
+        print(failed.format(count=len(found)), file=sys.stderr)
+        return 1
+    print(passed)
+    return 0
 
 
 def strip(text):

@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from cxx import strip
+from cxx import report, strip
 
 OWNERS = {
     "shard": {"sharded_state.cpp", "shard_optimizer.cpp", "sharded_checkpoint.cpp"},
@@ -63,14 +63,9 @@ def main():
     for nm in sorted(os.listdir(src)):
         if nm.endswith((".cpp", ".hpp")) and nm != "unit_state.hpp":
             found += check(os.path.join(src, nm), os.path.relpath(os.path.join(src, nm), root))
-    for f in found:
-        print(f, file=sys.stderr)
-    if found:
-        print(f"sections: {len(found)} write(s) of a unit's state by a collaborator that does not own the section; "
-              "see fsdp/src/unit_state.hpp", file=sys.stderr)
-        return 1
-    print("sections: each section of a unit's state is written by its owner only")
-    return 0
+    return report(found, "sections: {count} write(s) of a unit's state by a collaborator that does not own the "
+                  "section; see fsdp/src/unit_state.hpp",
+                  "sections: each section of a unit's state is written by its owner only")
 
 
 if __name__ == "__main__":
