@@ -22,10 +22,10 @@ using coshard::run::LineSink;
 
 struct Pipe {
   std::array<UniqueFd, 2> ends = make_pipe(O_CLOEXEC);
-  int write = ends[1].get();
+  int write() const { return ends[1].get(); }
   Pipe() {
     EXPECT_TRUE(ends[0]) << std::strerror(errno);
-    ::fcntl(write, F_SETPIPE_SZ, 4096);  // one page: the smallest pipe, full after one write
+    ::fcntl(write(), F_SETPIPE_SZ, 4096);  // one page: the smallest pipe, full after one write
     ::fcntl(ends[0].get(), F_SETFL, O_NONBLOCK);
   }
   std::string take() const {
@@ -38,7 +38,7 @@ struct Pipe {
 
 TEST(Console, LinesWaitForAFullPipeWithoutBlockingAndComeOutWholeAndInOrder) {
   Pipe p;
-  LineSink sink(p.write, "stdout");
+  LineSink sink(p.write(), "stdout");
   std::string all;
   for (int i = 0; i < 2000; ++i) all += "[rank 0] line " + std::to_string(i) + "\n";
   sink.add(all);
@@ -64,7 +64,7 @@ TEST(Console, LinesWaitForAFullPipeWithoutBlockingAndComeOutWholeAndInOrder) {
 TEST(Console, AReaderThatEndedIsSaidOnceAndLaterLinesAreDropped) {
   Pipe p;
   p.ends[0].reset();
-  LineSink sink(p.write, "stdout");
+  LineSink sink(p.write(), "stdout");
   ::signal(SIGPIPE, SIG_IGN);  // its default would end this test; coshard-run blocks it
   sink.add("[rank 0] first\n");
   const auto said = sink.write_ready();

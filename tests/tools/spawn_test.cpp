@@ -90,8 +90,7 @@ sigset_t empty_mask() {
 }
 
 struct DevNull {
-  UniqueFd owned{::open("/dev/null", O_WRONLY | O_CLOEXEC)};
-  int fd = owned.get();
+  UniqueFd fd{::open("/dev/null", O_WRONLY | O_CLOEXEC)};
 };
 
 int run(const ChildCommand& cmd) {
@@ -126,7 +125,7 @@ TEST(Spawn, EveryChildReachesExecWhileOtherThreadsAllocate) {
   int hung = 0, failed = 0;
   const int children = 600;
   for (int i = 0; i < children; ++i) {
-    auto status = wait_for(spawn_child(cmd, null.fd, null.fd, empty_mask()), std::chrono::seconds(10));
+    auto status = wait_for(spawn_child(cmd, null.fd.get(), null.fd.get(), empty_mask()), std::chrono::seconds(10));
     if (!status) ++hung;
     else if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) ++failed;
   }
@@ -209,7 +208,7 @@ TEST(Spawn, AnExecFailureThrowsWithItsReasonAndLeavesNoChild) {
   ASSERT_EQ(std::system(("printf 'echo hi\n' > " + file + " && chmod +x " + file).c_str()), 0);
   const ChildCommand cmd({file}, {});
   DevNull null;
-  const std::string what = error_of([&] { spawn_child(cmd, null.fd, null.fd, empty_mask()); });
+  const std::string what = error_of([&] { spawn_child(cmd, null.fd.get(), null.fd.get(), empty_mask()); });
   EXPECT_NE(what.find("cannot start '" + file + "': Exec format error (not a program this machine runs, nor a "
                       "script with #!)"),
             std::string::npos)

@@ -72,7 +72,7 @@ BlockedSignals block_signals() {
   sigaddset(&mask, SIGPIPE);
   if (::sigprocmask(SIG_BLOCK, &mask, &s.old_mask) != 0) throw Error(Errc::io, "sigprocmask failed");
   s.fd = UniqueFd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
-  if (s.fd.get() < 0) throw Error(Errc::io, std::string("signalfd failed: ") + std::strerror(errno));
+  if (!s.fd) throw Error(Errc::io, std::string("signalfd failed: ") + std::strerror(errno));
   return s;
 }
 

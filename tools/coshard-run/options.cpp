@@ -206,7 +206,6 @@ ParseResult parse_options(int argc, char** argv, const launch::EnvLookup& env) {
     const Given given{.nnodes = app.count("--nnodes") > 0, .node_rank = app.count("--node-rank") > 0,
                       .master = app.count("--master") > 0, .last_call = app.count("--last-call") > 0,
                       .take_in_timeout = app.count("--take-in-timeout") > 0};
-    if (given.master && w.master.empty()) throw std::invalid_argument("--master needs ADDR:PORT, got ''");
     if (app.count("--token") > 0 && w.token.empty()) throw std::invalid_argument("--token must not be empty");
     Options o = to_options(w, given);
     for (int i = end + 1; i < argc; ++i) o.command.emplace_back(argv[i]);

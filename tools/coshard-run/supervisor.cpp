@@ -150,8 +150,7 @@ void Supervisor::stop_all(int sig) {
     ::kill(-c.pid, sig);
     ::kill(-c.pid, SIGCONT);  // a stopped rank acts on the signal only once continued
   }
-  signalled(stop_, Clock::now(),
-            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds)));
+  signalled(stop_, Clock::now(), grace());
 }
 
 // The ranks still running write where they are before they are stopped, so the report can say
@@ -264,8 +263,7 @@ bool Supervisor::leftovers_ended() {
       any_alive |= alive[i] != 0;
     }
   }
-  const auto grace = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
-  switch (leftover_step(leftovers_, any_alive, any_held, Clock::now(), grace)) {
+  switch (leftover_step(leftovers_, any_alive, any_held, Clock::now(), grace())) {
     case LeftoverAction::done:
       return true;
     case LeftoverAction::wait:

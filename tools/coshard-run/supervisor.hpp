@@ -60,6 +60,10 @@ class Supervisor {
   void note_stop_takers();
   void pass_on_stop_request();
   void relay(Output& out);
+  // --grace, as the clock counts.
+  Clock::duration grace() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.grace_seconds));
+  }
   LineSink& sink(const Output& out) { return out.to_stderr ? console_.err : console_.out; }
   bool leftovers_ended();
   void signal_leftovers(const std::vector<char>& alive);

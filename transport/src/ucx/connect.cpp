@@ -174,7 +174,8 @@ Task<std::unique_ptr<Communicator>> connect(Runtime& rt, launch::StoreClient* st
     throw Error(Errc::bad_config, "communicator '" + options.name + "' of " + std::to_string(size) +
                                       " ranks needs the rendezvous store to exchange addresses");
   }
-  auto wire = std::make_unique<Wire>(ctx, rank, size, Wire::Options{.liveness_interval = ucx.liveness_interval, .log = rt.log_sink()});
+  auto wire = std::make_unique<Wire>(ctx, rank, size,
+                                     Wire::Options{.liveness_interval = ucx.liveness_interval, .log = rt.log_sink()});
   auto me = wire->self();
   me.job_rank = rt.rank();
   propose(ucx, me);

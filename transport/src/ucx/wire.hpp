@@ -82,8 +82,8 @@ class Wire {
   Wire(std::shared_ptr<UcxContext> ctx, int rank, int size, Options options);
   ~Wire();  // flushes and closes the endpoints (bounded), then destroys the worker
   Wire(const Wire&) = delete;
-  const LogSink& log_sink() const noexcept { return options_.log; }
   Wire& operator=(const Wire&) = delete;
+  const LogSink& log_sink() const noexcept { return options_.log; }  // Options::log
 
   // This rank's identity, to publish through the store.
   PeerIdentity self() const;
