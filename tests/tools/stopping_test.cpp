@@ -141,3 +141,88 @@ TEST(LauncherStopping, ADeferredStopBeginsWhenDueAndItsStepsFollowInOrder) {
 }
 
 }  // namespace
+
+// Every phase against every event: what the attempt becomes here. Each row is one cell.
+TEST(LauncherPhase, EachEventMovesTheAttemptToItsPhaseOrLeavesIt) {
+  const AttemptPhase running{};
+  const AttemptPhase taking_in{.phase = Phase::taking_in};
+  const AttemptPhase store_lost{.phase = Phase::store_lost};
+  const AttemptPhase failed_here{.phase = Phase::stopping, .cause = StopCause::rank_failed, .code = 3};
+  const AttemptPhase failed_there{.phase = Phase::stopping, .cause = StopCause::other_node, .code = 7};
+  const AttemptPhase too_late{.phase = Phase::stopping, .cause = StopCause::deadline, .code = 1};
+  const AttemptPhase interrupted{.phase = Phase::interrupted, .signal = SIGTERM};
+  const AttemptPhase by_sigint{.phase = Phase::interrupted, .signal = SIGINT};
+  const struct {
+    AttemptPhase from;
+    PhaseEvent event;
+    int value;
+    AttemptPhase to;
+  } rows[] = {
+      {running, PhaseEvent::take_in, 0, taking_in},
+      {running, PhaseEvent::store_lost, 0, store_lost},
+      {running, PhaseEvent::other_failed, 7, failed_there},
+      {running, PhaseEvent::rank_failed, 3, failed_here},
+      {running, PhaseEvent::deadline, 1, running},  // no deadline is set while the ranks run
+      {running, PhaseEvent::interrupt, SIGTERM, interrupted},
+      {taking_in, PhaseEvent::take_in, 0, taking_in},
+      {taking_in, PhaseEvent::store_lost, 0, store_lost},
+      {taking_in, PhaseEvent::other_failed, 7, failed_there},
+      {taking_in, PhaseEvent::rank_failed, 3, failed_here},
+      {taking_in, PhaseEvent::deadline, 1, too_late},  // --take-in-timeout
+      {taking_in, PhaseEvent::interrupt, SIGTERM, interrupted},
+      {store_lost, PhaseEvent::take_in, 0, store_lost},
+      {store_lost, PhaseEvent::store_lost, 0, store_lost},
+      {store_lost, PhaseEvent::other_failed, 7, failed_there},
+      {store_lost, PhaseEvent::rank_failed, 3, failed_here},  // a rank that fails meanwhile is this node's failure
+      {store_lost, PhaseEvent::deadline, 1, too_late},
+      {store_lost, PhaseEvent::interrupt, SIGTERM, interrupted},
+      {failed_here, PhaseEvent::take_in, 0, failed_here},
+      {failed_here, PhaseEvent::store_lost, 0, failed_here},
+      {failed_here, PhaseEvent::other_failed, 7, failed_here},
+      {failed_here, PhaseEvent::rank_failed, 9, failed_here},  // the first failure stands
+      {failed_here, PhaseEvent::deadline, 1, failed_here},
+      {failed_here, PhaseEvent::interrupt, SIGTERM, interrupted},  // an interrupt after a failure: no restart
+      {failed_there, PhaseEvent::rank_failed, 3, failed_there},  // a rank stopped by this launcher
+      {too_late, PhaseEvent::rank_failed, 3, too_late},
+      {too_late, PhaseEvent::interrupt, SIGINT, by_sigint},
+      {interrupted, PhaseEvent::take_in, 0, interrupted},
+      {interrupted, PhaseEvent::store_lost, 0, interrupted},
+      {interrupted, PhaseEvent::other_failed, 7, interrupted},
+      {interrupted, PhaseEvent::rank_failed, 3, interrupted},  // the ranks die of the signal passed on
+      {interrupted, PhaseEvent::deadline, 1, interrupted},
+      {interrupted, PhaseEvent::interrupt, SIGINT, interrupted},  // the first signal stands
+  };
+  int row = 0;
+  for (const auto& r : rows) {
+    const AttemptPhase to = attempt_step(r.from, r.event, r.value);
+    EXPECT_EQ(to, r.to) << "row " << row << ": phase " << static_cast<int>(to.phase) << " cause "
+                        << static_cast<int>(to.cause) << " code " << to.code << " signal " << to.signal;
+    ++row;
+  }
+  // A failure whose record has no code still fails the attempt.
+  EXPECT_EQ(attempt_step(running, PhaseEvent::other_failed, 0).code, 1);
+}
+
+TEST(LauncherPhase, ThePhaseSaysWhatIsWatchedPassedOnNamedAndTheExitCode) {
+  const struct {
+    AttemptPhase p;
+    bool watches, passes, names;
+    int code, code_after_stop;  // the exit code, and with a rank stopped on request
+  } rows[] = {
+      {{}, true, true, false, 0, 75},
+      {{.phase = Phase::taking_in}, true, true, false, 0, 75},
+      {{.phase = Phase::store_lost}, false, true, false, 0, 75},
+      {{.phase = Phase::stopping, .cause = StopCause::rank_failed, .code = 3}, false, false, true, 3, 3},
+      {{.phase = Phase::stopping, .cause = StopCause::other_node, .code = 7}, false, false, false, 7, 7},
+      {{.phase = Phase::stopping, .cause = StopCause::deadline, .code = 1}, false, false, true, 1, 1},
+      {{.phase = Phase::interrupted, .signal = SIGINT}, false, false, false, 130, 130},
+  };
+  for (const auto& r : rows) {
+    const int phase = static_cast<int>(r.p.phase);
+    EXPECT_EQ(watches_others(r.p), r.watches) << phase;
+    EXPECT_EQ(passes_stop_request(r.p), r.passes) << phase;
+    EXPECT_EQ(names_failed_ranks(r.p), r.names) << phase;
+    EXPECT_EQ(exit_code(r.p, false), r.code) << phase;
+    EXPECT_EQ(exit_code(r.p, true), r.code_after_stop) << phase;
+  }
+}

@@ -22,6 +22,49 @@ RankEnd rank_end(int wait_status, bool takes_stop) {
   return e;
 }
 
+AttemptPhase attempt_step(const AttemptPhase& p, PhaseEvent e, int value) {
+  const bool live = p.phase == Phase::running || p.phase == Phase::taking_in || p.phase == Phase::store_lost;
+  switch (e) {
+    case PhaseEvent::take_in:
+      if (p.phase == Phase::running) return AttemptPhase{.phase = Phase::taking_in};
+      break;
+    case PhaseEvent::store_lost:
+      if (p.phase == Phase::running || p.phase == Phase::taking_in) return AttemptPhase{.phase = Phase::store_lost};
+      break;
+    case PhaseEvent::other_failed:
+    case PhaseEvent::rank_failed:
+      if (live) {
+        return AttemptPhase{.phase = Phase::stopping,
+                            .cause = e == PhaseEvent::rank_failed ? StopCause::rank_failed : StopCause::other_node,
+                            .code = value ? value : 1};
+      }
+      break;
+    case PhaseEvent::deadline:
+      if (p.phase == Phase::taking_in || p.phase == Phase::store_lost) {
+        return AttemptPhase{.phase = Phase::stopping, .cause = StopCause::deadline, .code = 1};
+      }
+      break;
+    case PhaseEvent::interrupt:
+      if (p.phase != Phase::interrupted) return AttemptPhase{.phase = Phase::interrupted, .signal = value};
+      break;
+  }
+  return p;
+}
+
+bool watches_others(const AttemptPhase& p) { return p.phase == Phase::running || p.phase == Phase::taking_in; }
+
+bool passes_stop_request(const AttemptPhase& p) { return watches_others(p) || p.phase == Phase::store_lost; }
+
+int exit_code(const AttemptPhase& p, bool stopped_on_request) {
+  if (p.phase == Phase::interrupted) return 128 + p.signal;
+  if (p.phase == Phase::stopping) return p.code;
+  return stopped_on_request ? launch::StopSignal::kExitCode : 0;
+}
+
+bool names_failed_ranks(const AttemptPhase& p) {
+  return p.phase == Phase::stopping && p.cause != StopCause::other_node;
+}
+
 OnFailure on_failure(const Failure& f, bool all_take_stop, std::chrono::seconds take_in_timeout) {
   if (f.at_checkpoint && take_in_timeout.count() > 0 && all_take_stop) return OnFailure::stop_at_checkpoint;
   if (f.node < 0) return OnFailure::lose_store;

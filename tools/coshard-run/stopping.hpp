@@ -12,6 +12,60 @@ namespace coshard::run {
 
 using StopClock = std::chrono::steady_clock;
 
+// Where this node's attempt stands, as the Supervisor keeps it: one phase, with the data that
+// phase has, changed only by attempt_step. Which ranks take SIGUSR2, or stopped on it, is the
+// ranks' own (Child), not the attempt's.
+//
+//   running ──take_in──► taking_in ──deadline (--take-in-timeout)──► stopping (deadline)
+//      │                    │
+//      ├────store_lost──────┴──► store_lost ──deadline (kLostStoreWait)──► stopping (deadline)
+//      │
+//   running, taking_in, store_lost ──rank_failed──► stopping (rank_failed)
+//                                  ──other_failed─► stopping (other_node)
+//   any phase but interrupted ──interrupt──► interrupted
+enum class Phase {
+  running,      // the ranks run; the Supervisor watches for another node's failure
+  taking_in,    // asked to stop after a checkpoint for a node taken in; it watches for a node that
+                // stopped its ranks without one
+  store_lost,   // the store is gone: the ranks get until RankStop::begin_at to end by themselves
+  stopping,     // the attempt failed here (StopCause says how): the running ranks are being stopped
+  interrupted,  // the launcher got SIGINT/SIGTERM and passed it on: no restart
+};
+enum class StopCause {
+  none,
+  rank_failed,  // a local rank failed: this node reported it
+  other_node,   // another node failed, or this launcher was replaced: its ranks' ends are not named
+  deadline,     // the take-in's --take-in-timeout, or the wait after losing the store, passed
+};
+struct AttemptPhase {
+  Phase phase = Phase::running;
+  StopCause cause = StopCause::none;  // stopping
+  int code = 0;                       // stopping: the launcher's exit code, never 0
+  int signal = 0;                     // interrupted: the signal, which also gives the exit code
+  bool operator==(const AttemptPhase&) const = default;
+};
+enum class PhaseEvent {
+  take_in,       // another node asks to be taken in, and every local rank takes SIGUSR2
+  store_lost,    // the Coordinator lost the store
+  other_failed,  // another node's failure (value: its code) stops the ranks now
+  rank_failed,   // a local rank failed (value: its RankEnd::code)
+  deadline,      // RankStop::begin_at came
+  interrupt,     // SIGINT, SIGTERM, SIGHUP or SIGQUIT (value: the signal)
+};
+// The phase after `e`; the same phase when `e` means nothing there (a rank that fails while the
+// ranks are stopped already, a second interrupt).
+AttemptPhase attempt_step(const AttemptPhase& p, PhaseEvent e, int value);
+// Whether the Supervisor asks the Coordinator about the other nodes: only while the ranks run or
+// stop after a checkpoint for a take-in (stopping_now then). Not once the attempt ended here.
+bool watches_others(const AttemptPhase& p);
+// Whether a SIGUSR2 the launcher got is passed on: not once a failure or an interrupt stops the ranks.
+bool passes_stop_request(const AttemptPhase& p);
+// The launcher's exit code for the attempt: 128 + the signal, the failure's code, 75 when ranks
+// stopped on request (`stopped_on_request`), else 0.
+int exit_code(const AttemptPhase& p, bool stopped_on_request);
+// Whether the launcher names its ranks that did not end well: when the failure was this node's.
+bool names_failed_ranks(const AttemptPhase& p);
+
 // A rank's end, from its wait status and whether it was seen taking SIGUSR2.
 struct RankEnd {
   bool ok = false;       // exit 0, or a stop on request

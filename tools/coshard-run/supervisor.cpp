@@ -65,7 +65,7 @@ void Supervisor::watch(int sigfd) {
     if (Clock::now() >= next_check_) {
       next_check_ = Clock::now() + std::chrono::milliseconds(200);  // the store is asked at most 5 times a second
       coordinator_.heartbeat();  // also while the ranks are being stopped, however long --grace is
-      if (!exit_code_ && !interrupted_by_ && !lost_store_) taking_in_ ? check_stop_now() : check_other_nodes();
+      if (watches_others(phase_)) phase_.phase == Phase::taking_in ? check_stop_now() : check_other_nodes();
     }
     stop_steps();
   }
@@ -76,15 +76,17 @@ void Supervisor::watch(int sigfd) {
 void Supervisor::stop_steps() {
   for (RankStopStep step; (step = rank_stop_step(stop_, Clock::now())) != RankStopStep::none;) {
     switch (step) {
-      case RankStopStep::begin:
-        if (!exit_code_) exit_code_ = 1;
-        if (taking_in_ && any_running() && !lost_store_) {
+      case RankStopStep::begin: {
+        const bool taking_in = phase_.phase == Phase::taking_in;
+        phase_ = attempt_step(phase_, PhaseEvent::deadline, 1);
+        if (taking_in && any_running()) {
           console_.say("coshard-run: the local ranks did not stop after a checkpoint within %lld s "
                        "(--take-in-timeout); stopping them\n", static_cast<long long>(o_.take_in_timeout.count()));
           coordinator_.stop_now(attempt_);
         }
         if (any_running()) ask_for_flight_records();
         break;
+      }
       case RankStopStep::term:
         stop_all(SIGTERM);
         break;
@@ -109,16 +111,14 @@ bool Supervisor::stop_requested() const noexcept {
 }
 
 int Supervisor::result() const {
-  if (interrupted_by_) return 128 + interrupted_by_;
-  if (!exit_code_ && stopped_on_request_) return launch::StopSignal::kExitCode;
-  if (exit_code_ && !stopped_for_other_node_) {
+  if (names_failed_ranks(phase_)) {
     for (const auto& c : children_) {
       if (!rank_end(c.status, c.takes_stop).ok) {
         console_.say("coshard-run:   rank %d %s\n", c.rank, describe(c.status).c_str());
       }
     }
   }
-  return exit_code_;
+  return exit_code(phase_, stopped_on_request_);
 }
 
 // The streams to read now, each after its pollfd in `fds`. While ranks run, one whose lines the
@@ -179,11 +179,12 @@ void Supervisor::take_signals(int sigfd) {
       const int pass = sig == SIGINT ? SIGINT : SIGTERM;
       console_.say("coshard-run: got %s, passing %s to the ranks\n", strsignal(sig), sig == pass ? "it" : "SIGTERM");
       stop_.begin_at.reset();  // stopping already
-      if (!interrupted_by_) {
-        interrupted_by_ = sig;
+      if (phase_.phase != Phase::interrupted) {
+        const bool taking_in = phase_.phase == Phase::taking_in;
+        phase_ = attempt_step(phase_, PhaseEvent::interrupt, sig);
         coordinator_.report(attempt_, Failure{.node = o_.node_rank, .code = 128 + sig, .restartable = false,
                                               .what = "coshard-run on " + this_host() + " got " + strsignal(sig)});
-        if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
+        if (taking_in) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       }
       stop_.term_at.reset();
       stop_all(pass);
@@ -203,7 +204,7 @@ void Supervisor::note_stop_takers() {
 // gpt2-train without --checkpoint-dir) would die of it and get nothing. Not after the attempt
 // started ending: a failure or an interrupt is already stopping the ranks.
 void Supervisor::pass_on_stop_request() {
-  if (exit_code_ || interrupted_by_) return;
+  if (!passes_stop_request(phase_)) return;
   bool any = false;
   for (auto& c : children_) {
     if (c.running && !c.asked_to_stop && c.takes_stop) {
@@ -327,15 +328,16 @@ void Supervisor::reap() {
     c.status = status;
     const RankEnd end = rank_end(status, c.takes_stop);
     stopped_on_request_ |= end.stopped;
-    if (!end.ok && !exit_code_ && !interrupted_by_) {
-      exit_code_ = end.code;
+    const AttemptPhase was = phase_;
+    if (!end.ok) phase_ = attempt_step(phase_, PhaseEvent::rank_failed, end.code);
+    if (phase_ != was) {
       console_.say("coshard-run: rank %d (pid %d) %s; stopping the other ranks\n", c.rank,
                    static_cast<int>(c.pid), describe(status).c_str());
-      coordinator_.report(attempt_, Failure{.node = o_.node_rank, .rank = c.rank, .code = exit_code_, .restartable = true,
+      coordinator_.report(attempt_, Failure{.node = o_.node_rank, .rank = c.rank, .code = phase_.code, .restartable = true,
                                             .what = "rank " + std::to_string(c.rank) + " (pid " + std::to_string(c.pid) +
                                                     " on " + this_host() + ") " + describe(status)});
       for (const auto& line : stopped_ranks(children_)) console_.say("coshard-run: %s\n", line.c_str());
-      if (taking_in_) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
+      if (was.phase == Phase::taking_in) coordinator_.stop_now(attempt_);  // the report loses to the take-in's
       stop_.begin_at.reset();  // stopping now
       ask_for_flight_records();
     }
@@ -366,8 +368,7 @@ void Supervisor::check_other_nodes() {
 
 // `f`, another node's failure or this launcher's replacement, ends the attempt here: the ranks stop now.
 void Supervisor::stop_for(const Failure& f) {
-  exit_code_ = f.code;
-  stopped_for_other_node_ = true;
+  phase_ = attempt_step(phase_, PhaseEvent::other_failed, f.code);
   stop_.begin_at.reset();
   console_.say("coshard-run: node %d failed: %s; stopping the local ranks\n", f.node, f.what.c_str());
   ask_for_flight_records();
@@ -378,7 +379,7 @@ void Supervisor::stop_for(const Failure& f) {
 // time, or what is left of --take-in-timeout if less. A rank failing meanwhile is handled as
 // usual (reap); otherwise they are stopped at stop_.begin_at.
 void Supervisor::lose_store(const Failure& f) {
-  lost_store_ = true;
+  phase_ = attempt_step(phase_, PhaseEvent::store_lost, 0);
   const auto now = Clock::now();
   stop_.begin_at = lost_store_stop(stop_.begin_at, now);
   console_.say("coshard-run: %s; stopping the local ranks in %lld s unless they end first\n", f.what.c_str(),
@@ -390,7 +391,7 @@ void Supervisor::lose_store(const Failure& f) {
 // and the restart resumes from it with no step lost; at --take-in-timeout they are stopped as
 // after a failure.
 void Supervisor::stop_at_checkpoint(const Failure& f) {
-  taking_in_ = true;
+  phase_ = attempt_step(phase_, PhaseEvent::take_in, 0);
   // Not over a save the user asked for (SIGUSR2 passed on before): that one ends the job anyway.
   if (std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.asked_to_stop; })) {
     stop_.begin_at = Clock::now() + o_.take_in_timeout;
@@ -419,8 +420,7 @@ void Supervisor::check_stop_now() {
     }
     return;
   }
-  exit_code_ = 1;
-  stopped_for_other_node_ = true;
+  phase_ = attempt_step(phase_, PhaseEvent::other_failed, 1);
   stop_.begin_at.reset();
   console_.say("coshard-run: %s; stopping the local ranks\n", why->c_str());
   if (any_running()) ask_for_flight_records();

@@ -42,7 +42,7 @@ class Supervisor {
   // The launcher's exit code; names the ranks that failed when one did.
   int result() const;
   // True when the launcher itself was told to stop (SIGINT/SIGTERM): no restart then.
-  bool interrupted() const noexcept { return interrupted_by_ != 0; }
+  bool interrupted() const noexcept { return phase_.phase == Phase::interrupted; }
   // True when this launcher got SIGUSR2 and passed it on, or its ranks stopped on it: no restart
   // then either. (A SIGUSR2 that no rank takes changes nothing: the job goes on, restarts included.
   // Ranks that stop after a checkpoint with no SIGUSR2 here followed their peers elsewhere, or a
@@ -82,16 +82,12 @@ class Supervisor {
   Coordinator& coordinator_;
   int attempt_;
   Console& console_;
+  AttemptPhase phase_;  // where the attempt stands here (stopping.hpp), changed by attempt_step only
   RankStop stop_;  // when the running ranks are stopped (stopping.hpp)
-  int exit_code_ = 0;
-  int interrupted_by_ = 0;
   Clock::time_point next_check_{};  // when to ask again whether another node failed
-  bool stopped_for_other_node_ = false;  // the failure was another node's: the local ranks were stopped
-  bool lost_store_ = false;  // the ranks are stopped at stop_.begin_at unless one fails or all end first
   std::optional<Clock::time_point> stop_requested_;  // got SIGUSR2 then: passed on to each rank once it takes it
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with launch::StopSignal::kExitCode
-  bool taking_in_ = false;  // the ranks were asked to stop after a checkpoint for a node taken in
   Leftovers leftovers_;  // every rank had ended, but not what they started
 };
 
