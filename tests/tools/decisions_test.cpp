@@ -437,36 +437,61 @@ TEST(LauncherRecords, AClaimOfAnotherBuildIsToldByItsProtocolField) {
   EXPECT_NE(foreign_protocol("node 0", decode_claim("2 1 2 node0 4242 3 300 2"), "node 1"), "");
 }
 
-// A failed store call: a cut to ride out, nothing new while cut already, or, from node 0's own
-// store, a loss unless the call timed out (this launcher stalled) or it was cut already.
+// A failed store call: a cut to ride out, nothing new while cut or lost already, or, from node 0's
+// own store, a loss unless the call timed out (this launcher stalled) or it was cut already.
 TEST(LauncherDecisions, AFailedStoreCallIsACutOrALossOfNodeZerosOwnStore) {
-  Cut fine, cut;
-  begin_cut(cut, t0);
+  StoreLink fine, cut, broken;
+  take_break(cut, BreakMeans::cut, t0);
+  take_break(broken, BreakMeans::lost, t0);
+  EXPECT_EQ(cut.state, Link::cut);
+  EXPECT_EQ(broken.state, Link::broken);
+  EXPECT_TRUE(broken.lost());
+  EXPECT_FALSE(broken.cut_off());  // it never stopped answering: no "not reached for" to say
   const struct {
-    const Cut& c;
+    const StoreLink& l;
     bool own, timed_out;
     BreakMeans means;
   } rows[] = {
-      {fine, false, false, BreakMeans::cut},     {fine, false, true, BreakMeans::cut},
-      {cut, false, false, BreakMeans::still_cut}, {fine, true, true, BreakMeans::cut},
-      {fine, true, false, BreakMeans::lost},      {cut, true, false, BreakMeans::still_cut},
+      {fine, false, false, BreakMeans::cut},        {fine, false, true, BreakMeans::cut},
+      {cut, false, false, BreakMeans::still_cut},   {fine, true, true, BreakMeans::cut},
+      {fine, true, false, BreakMeans::lost},        {cut, true, false, BreakMeans::still_cut},
+      {broken, false, false, BreakMeans::still_cut}, {broken, true, false, BreakMeans::still_cut},
   };
   for (const auto& r : rows) {
-    EXPECT_EQ(on_break(r.c, r.own, r.timed_out), r.means) << r.own << r.timed_out << r.c.since.has_value();
+    EXPECT_EQ(on_break(r.l, r.own, r.timed_out), r.means) << r.own << r.timed_out << static_cast<int>(r.l.state);
   }
+  StoreLink still = cut;
+  take_break(still, BreakMeans::still_cut, t0 + seconds(5));
+  EXPECT_EQ(still.since, t0);  // a cut counts from its first failed call
 }
 
-// A cut is tried at once, then every kReconnectEvery, and given up once it lasted the window.
+// A cut is tried at once, then every kReconnectEvery, and given up once it lasted the window; one
+// reached again is up, and one whose node rank another launcher took is lost for good.
 TEST(LauncherDecisions, ACutIsTriedEverySecondAndGivenUpAfterItsWindow) {
-  Cut c;
+  StoreLink c;
   EXPECT_FALSE(try_again_now(c, t0));  // not cut: nothing to try
-  begin_cut(c, t0);
+  take_break(c, BreakMeans::cut, t0);
   EXPECT_TRUE(try_again_now(c, t0));
   EXPECT_FALSE(try_failed(c, t0 + milliseconds(500), seconds(3)));
   EXPECT_FALSE(try_again_now(c, t0 + milliseconds(1499)));
   EXPECT_TRUE(try_again_now(c, t0 + milliseconds(1500)));
   EXPECT_FALSE(try_failed(c, t0 + milliseconds(2999), seconds(3)));
-  EXPECT_TRUE(try_failed(c, t0 + seconds(3), seconds(3)));
+  EXPECT_EQ(c.state, Link::cut);
+  StoreLink healed = c;
+  reached_again(healed);
+  EXPECT_EQ(healed.state, Link::up);
+  EXPECT_TRUE(try_failed(c, t0 + milliseconds(3400), seconds(3)));
+  EXPECT_EQ(c.state, Link::given_up);
+  EXPECT_EQ(c.cut_for, 3);
+  EXPECT_TRUE(c.lost());
+  EXPECT_TRUE(c.cut_off());
+  EXPECT_FALSE(try_again_now(c, t0 + seconds(10)));  // given up: never tried again
+  reached_again(c);
+  EXPECT_EQ(c.state, Link::given_up);
+  replaced_by(healed, "coshard-run on h2");
+  EXPECT_EQ(healed.state, Link::replaced);
+  EXPECT_EQ(healed.reason, "coshard-run on h2");
+  EXPECT_TRUE(healed.lost());
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ Failure read_failure(const std::string& key, const std::string& said) {
 
 std::optional<Failure> Coordinator::failure(int attempt) {
   auto lost = [&]() -> std::optional<Failure> {
-    if (!lost_ || std::exchange(lost_told_, true)) return std::nullopt;
+    if (!link_.lost() || std::exchange(link_.told, true)) return std::nullopt;
     return lost_failure();
   };
   try {
@@ -106,7 +106,7 @@ Failure Coordinator::report(int attempt, Failure f) {
   } catch (const Error& e) {
     broke(e);
   }
-  if (!lost_ && !unsent_) unsent_.emplace(attempt, f);  // sent once the store answers again
+  if (!link_.lost() && !unsent_) unsent_.emplace(attempt, f);  // sent once the store answers again
   return f;
 }
 
@@ -129,14 +129,14 @@ void Coordinator::ask_in(int attempt, const std::string& why, bool at_checkpoint
   } catch (const Error& e) {
     broke(e);
   }
-  if (!lost_ && !unsent_) unsent_.emplace(attempt, f);  // both go out once the store answers (usable)
+  if (!link_.lost() && !unsent_) unsent_.emplace(attempt, f);  // both go out once the store answers (usable)
 }
 
 Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
   const int code = end.rc ? end.rc : 1;
   // No restart can follow an interrupt: nothing to wait for, but on node 0, whose own store
   // answers again once the stall that cut it off is over, and who owes the others a verdict.
-  if (end.interrupted && cut_.since && o_.node_rank != 0) {
+  if (end.interrupted && link_.cut_off() && o_.node_rank != 0) {
     return Verdict{.code = code, .reason = "interrupted while the store at " + where_ + " did not answer"};
   }
   Verdict v;
@@ -145,7 +145,7 @@ Verdict Coordinator::finish(int attempt, const AttemptEnd& end) {
       return Verdict{.code = 128 + sig,
                      .reason = std::string("got ") + strsignal(sig) + " while trying to reach the store at " + where_};
     }
-    if (lost_) return Verdict{.code = code, .reason = lost_failure().what};
+    if (link_.lost()) return Verdict{.code = code, .reason = lost_failure().what};
     try {
       sched_->sync_wait(store().set(attempt_key(attempt, "done/" + std::to_string(o_.node_rank)),
                                     encode(DoneReport{.rc = end.rc,
@@ -299,7 +299,7 @@ Verdict Coordinator::await_verdict(int attempt) {
   silence_.forget_all();
   for (;;) {
     heartbeat();  // so that a second launcher for this node rank sees this one alive, not silent
-    if (lost_) return Verdict{.code = 1, .reason = lost_failure().what};  // another took its place
+    if (link_.lost()) return Verdict{.code = 1, .reason = lost_failure().what};  // another took its place
     const std::string key = attempt_key(attempt, "verdict");
     if (auto v = sched_->sync_wait(store().get(key))) return read_verdict(key, *v);
     if (silent(0)) {

@@ -106,7 +106,7 @@ class Coordinator {
   // protocol (they are then reported).
   std::optional<Failure> failure(int attempt);
   // Whether the store could not be reached again within rejoin_window(): failure() says so once.
-  bool lost() const noexcept { return lost_; }
+  bool lost() const noexcept { return link_.lost(); }
   // While the ranks stop after a checkpoint for a node taken in (Failure::at_checkpoint): says that
   // this node stopped its ranks without one (they do not take SIGUSR2, one failed, the launcher
   // was interrupted, or --take-in-timeout passed), or `why` another reason, since the others'
@@ -129,7 +129,7 @@ class Coordinator {
   // an unreachable store does, for its caller's catch (broke), rather than dereference nothing.
   launch::StoreClient& store();
   // Whether the store may be asked now: after a store call failed, one try to reach it again
-  // (try_again_now) until rejoin_window(), then lost_ (try_failed); a report it missed meanwhile
+  // (try_again_now) until rejoin_window(), then gives it up (try_failed); a report it missed meanwhile
   // goes out first.
   bool usable();
   // A store call failed: the store is cut off or lost, as on_break says.
@@ -190,12 +190,7 @@ class Coordinator {
   std::vector<int> nodes_;
   std::string claim_;  // this launcher's claim of its node rank
   int asked_in_ = -1;  // the attempt this node asked to be taken in at, where it runs no ranks
-  bool replaced_ = false;  // another launcher took this one's place: lost_, and cut_reason_ says who
-  bool lost_ = false;  // the store could not be reached: nothing more is asked of it
-  bool lost_told_ = false;  // failure() has said so
-  Cut cut_;  // since when the store has not answered, and when to try it again (decisions.hpp)
-  std::string cut_reason_;  // the store's last error
-  long long cut_for_ = 0;   // seconds from cut_.since to when the store was given up
+  StoreLink link_;  // up, cut (since when, the next try), or lost, and how (decisions.hpp)
   std::optional<std::pair<int, Failure>> unsent_;  // a report (attempt, failure) the store did not take
   std::int64_t beats_ = 0;
   std::chrono::steady_clock::time_point next_beat_{};

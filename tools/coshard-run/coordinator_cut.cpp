@@ -29,29 +29,25 @@ Task<std::unique_ptr<launch::StoreClient>> reopen(std::unique_ptr<launch::StoreC
 }  // namespace
 
 launch::StoreClient& Coordinator::store() {
-  if (!store_) throw Error(Errc::peer_lost, "the store at " + where_ + " is not reached again yet: " + cut_reason_);
+  if (!store_) throw Error(Errc::peer_lost, "the store at " + where_ + " is not reached again yet: " + link_.reason);
   return *store_;
 }
 
 bool Coordinator::usable() {
-  if (lost_) return false;
-  if (!cut_.since) return true;
-  if (!try_again_now(cut_, Clock::now())) return false;
+  if (link_.state != Link::cut) return link_.state == Link::up;
+  if (!try_again_now(link_, Clock::now())) return false;
   try {
     auto options = options_;
     options.connect_timeout = kReconnectTry;
     store_ = sched_->sync_wait(reopen(std::move(store_), std::move(options)));
   } catch (const Error& e) {
-    cut_reason_ = e.message();
-    if (try_failed(cut_, Clock::now(), rejoin_window().length)) {
-      lost_ = true;
-      cut_for_ = seconds_since(*cut_.since);  // what lost_failure() says, however late it is asked
-    }
+    link_.reason = e.message();
+    try_failed(link_, Clock::now(), rejoin_window().length);  // given up: lost_failure() says after how long
     return false;
   }
   console_.say("coshard-run: reached the store at %s again after %lld s\n", where_.c_str(),
-               seconds_since(*cut_.since));
-  cut_.since.reset();
+               seconds_since(link_.since));
+  reached_again(link_);
   try {
     if (replaced()) return false;
   } catch (const Error& e) {  // usable() never throws: its callers ask it outside their own try
@@ -69,7 +65,7 @@ bool Coordinator::usable() {
     }
     report(attempt, f);
   }
-  return !lost_ && !cut_.since;
+  return link_.state == Link::up;
 }
 
 // Whether another launcher took this one's place (coordinator.hpp): it then has lost the store.
@@ -77,28 +73,20 @@ bool Coordinator::replaced() {
   if (o_.node_rank == 0 || o_.max_restarts == 0) return false;
   const auto holder = sched_->sync_wait(store().get("node/" + std::to_string(o_.node_rank)));
   if (!holder || *holder == claim_) return false;
-  lost_ = replaced_ = true;
-  cut_reason_ = decode_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
-                "'s place after this launcher fell silent";
+  replaced_by(link_, decode_claim(*holder).describe() + " took node " + std::to_string(o_.node_rank) +
+                         "'s place after this launcher fell silent");
   return true;
 }
 
 void Coordinator::broke(const Error& e) {
-  cut_reason_ = e.message();
+  link_.reason = e.message();
   // Node 0 serves the store in this process: a call to it that timed out means this launcher
   // stalled (on_break), and it tries again as a node cut off does, rather than end the job, until
   // usable() reconnects or gives up at --rejoin-timeout.
   const bool own = o_.node_rank == 0;
-  switch (on_break(cut_, own, e.code() == Errc::timeout)) {
-    case BreakMeans::lost:
-      lost_ = true;
-      return;
-    case BreakMeans::still_cut:
-      return;
-    case BreakMeans::cut:
-      break;
-  }
-  begin_cut(cut_, Clock::now());
+  const BreakMeans means = on_break(link_, own, e.code() == Errc::timeout);
+  take_break(link_, means, Clock::now());
+  if (means != BreakMeans::cut) return;
   const RejoinWindow window = rejoin_window();
   console_.say("coshard-run: the store at %s %s (%s); trying to reach it again for %lld s (%s)\n", where_.c_str(),
                own ? "(this launcher's own) did not answer in time: was this launcher stopped?" : "stopped answering",
@@ -106,7 +94,7 @@ void Coordinator::broke(const Error& e) {
 }
 
 int Coordinator::await_store() {
-  while (!lost_ && !usable()) {
+  while (!link_.lost() && !usable()) {
     if (const int sig = pending_stop()) return sig;
     console_.wait(kPoll);  // writing what waits meanwhile
   }
@@ -116,13 +104,15 @@ int Coordinator::await_store() {
 Failure Coordinator::lost_failure() const {
   // Named as this node's failure, so that the supervisor stops the ranks at once: the successor's
   // may be starting on this host.
-  if (replaced_) return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = cut_reason_};
+  if (link_.state == Link::replaced) {
+    return Failure{.node = o_.node_rank, .code = 1, .restartable = false, .what = link_.reason};
+  }
   std::string what = "lost the store at " + where_ + " (node 0's coshard-run): ";
-  if (cut_.since) {
-    const long long cut_for = lost_ ? cut_for_ : seconds_since(*cut_.since);
+  if (link_.cut_off()) {
+    const long long cut_for = link_.state == Link::given_up ? link_.cut_for : seconds_since(link_.since);
     what += "not reached for " + std::to_string(cut_for) + " s (" + rejoin_window().why + "): ";
   }
-  return Failure{.node = -1, .code = 1, .restartable = false, .what = what + cut_reason_};
+  return Failure{.node = -1, .code = 1, .restartable = false, .what = what + link_.reason};
 }
 
 }  // namespace coshard::run

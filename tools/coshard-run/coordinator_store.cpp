@@ -149,7 +149,7 @@ void Coordinator::join(int cut_off_in) {
       await_attempt();
     } catch (const Error&) {
       try {  // a claim left behind would count as a node that joined (gather)
-        if (!replaced_ && !lost_ && !cut_.since) sched_->sync_wait(store().erase(key));
+        if (link_.state == Link::up) sched_->sync_wait(store().erase(key));
       } catch (const Error&) {
         // the store is gone: nothing is left to count it
       }
@@ -203,9 +203,9 @@ void Coordinator::gather() {
       }
     } catch (const Error& e) {
       broke(e);  // a stall of this launcher is a cut, which usable() mends or gives up at --rejoin-timeout
-      if (lost_) throw;
+      if (link_.lost()) throw;
     }
-    if (lost_) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
+    if (link_.lost()) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
     if (claims.empty()) {  // its own store not reached again yet (a stall): polled again
       unless_stopped();
       console_.wait(kPoll);
@@ -242,7 +242,7 @@ void Coordinator::gather() {
 // Node 0 gave up gathering the nodes (gather): those that joined wait for an attempt, so they are
 // told why rather than left to find its store gone. It waits a little for each to say it read it.
 void Coordinator::say_not_started(const std::string& why) noexcept {
-  if (lost_ || cut_.since) return;  // its own store not reached again after a stall: none to tell
+  if (link_.state != Link::up) return;  // its own store not reached again after a stall: none to tell
   try {
     sched_->sync_wait(store().set("not-started", why));
     std::vector<std::string> keys;
@@ -307,10 +307,12 @@ std::string Coordinator::never_joined(const std::vector<int>& nodes) const {
 void Coordinator::await_attempt() {
   const std::string who = "node " + std::to_string(o_.node_rank);
   for (;;) {
-    const bool was_cut = cut_.since.has_value();  // heartbeat() may be the one to mend it
+    const bool was_cut = link_.cut_off();  // heartbeat() may be the one to mend it
     heartbeat();  // so that a second launcher for this node rank is refused, not taken for a successor
-    if (replaced_) throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
-    if (lost_) {
+    if (link_.state == Link::replaced) {
+      throw Error(Errc::bad_config, who + " cannot join the job: " + lost_failure().what);
+    }
+    if (link_.lost()) {
       throw Error(Errc::peer_lost, who + " " + lost_failure().what + ", before node 0 started the job; node 0's "
                                    "output says why");
     }
@@ -348,7 +350,7 @@ void Coordinator::await_attempt() {
 }
 
 bool Coordinator::may_rejoin(int attempt) const noexcept {
-  return o_.node_rank != 0 && o_.min_nodes < o_.nnodes && lost_ && !replaced_ && cut_.since &&
+  return o_.node_rank != 0 && o_.min_nodes < o_.nnodes && link_.state == Link::given_up &&
          attempt + 1 < o_.max_restarts;
 }
 
@@ -451,7 +453,7 @@ void Coordinator::begin(int attempt) {
       throw Error(Errc::cancelled, std::string("node 0 got ") + strsignal(sig) + " while it began attempt " +
                                        std::to_string(attempt));
     }
-    if (lost_) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
+    if (link_.lost()) throw Error(Errc::peer_lost, "node 0 " + lost_failure().what);
   }
 }
 
@@ -463,7 +465,7 @@ void Coordinator::heartbeat() {
   const auto now = Clock::now();
   if (now - awake_ > store_call_limit(rules_)) silence_.stood_still(now);
   awake_ = now;
-  if (lost_ || now < next_beat_) return;
+  if (link_.lost() || now < next_beat_) return;
   next_beat_ = Clock::now() + std::chrono::seconds(1);
   if (!usable()) return;
   try {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "coordinator_internal.hpp"
 #include "coshard/launch/stop_signal.hpp"
@@ -205,21 +206,40 @@ RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt) {
                       std::to_string(rules.silent_for.count()) + " s"};
 }
 
-BreakMeans on_break(const Cut& c, bool own_store, bool timed_out) {
-  if (own_store && !timed_out && !c.since) return BreakMeans::lost;
-  return c.since ? BreakMeans::still_cut : BreakMeans::cut;
+BreakMeans on_break(const StoreLink& l, bool own_store, bool timed_out) {
+  if (l.state != Link::up) return BreakMeans::still_cut;
+  return own_store && !timed_out ? BreakMeans::lost : BreakMeans::cut;
 }
 
-void begin_cut(Cut& c, LaunchClock::time_point now) {
-  c.since = now;
-  c.next_try = now;
+void take_break(StoreLink& l, BreakMeans means, LaunchClock::time_point now) {
+  if (means == BreakMeans::lost) {
+    l.state = Link::broken;
+  } else if (means == BreakMeans::cut) {
+    l.state = Link::cut;
+    l.since = now;
+    l.next_try = now;
+  }
 }
 
-bool try_again_now(const Cut& c, LaunchClock::time_point now) { return c.since && now >= c.next_try; }
+bool try_again_now(const StoreLink& l, LaunchClock::time_point now) {
+  return l.state == Link::cut && now >= l.next_try;
+}
 
-bool try_failed(Cut& c, LaunchClock::time_point now, std::chrono::seconds window) {
-  c.next_try = now + kReconnectEvery;
-  return c.since && now - *c.since >= window;
+bool try_failed(StoreLink& l, LaunchClock::time_point now, std::chrono::seconds window) {
+  l.next_try = now + kReconnectEvery;
+  if (l.state != Link::cut || now - l.since < window) return false;
+  l.state = Link::given_up;
+  l.cut_for = std::chrono::duration_cast<std::chrono::seconds>(now - l.since).count();
+  return true;
+}
+
+void reached_again(StoreLink& l) {
+  if (l.state == Link::cut) l.state = Link::up;
+}
+
+void replaced_by(StoreLink& l, std::string who) {
+  l.state = Link::replaced;
+  l.reason = std::move(who);
 }
 
 }  // namespace coshard::run

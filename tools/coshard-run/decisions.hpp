@@ -51,17 +51,37 @@ struct RejoinWindow {
 // broke. A cut shorter than that is ridden out; after it nothing but node 0's verdict can follow.
 RejoinWindow rejoin_window(const JobRules& rules, int node_rank, int attempt);
 
-// A cut from node 0's store as a launcher keeps it: since when the store stopped answering (none:
-// it answers), and when to try to reach it again.
-struct Cut {
-  std::optional<LaunchClock::time_point> since;
-  LaunchClock::time_point next_try{};
+// This launcher's link to node 0's store: one state, with the data that state has. A cut is
+// tried again every kReconnectEvery until rejoin_window, then given up; the three lost states end
+// what this launcher asks of the store.
+//
+//   up ──on_break: cut──► cut ──reached_again──► up
+//    │                     └──try_failed past the window──► given_up
+//    ├──on_break: lost (node 0's own store failed) ──► broken
+//    └──another launcher holds this node rank (Coordinator::replaced) ──► replaced
+enum class Link {
+  up,        // the store answers
+  cut,       // it stopped answering at `since`
+  given_up,  // the cut lasted rejoin_window: lost, `cut_for` seconds after `since`
+  broken,    // node 0's own store failed, not for a stall: lost
+  replaced,  // another launcher took this one's node rank after it fell silent: lost, `reason` says who
+};
+struct StoreLink {
+  Link state = Link::up;
+  LaunchClock::time_point since{};     // cut, given_up: when the store stopped answering
+  LaunchClock::time_point next_try{};  // cut: when to try to reach it again
+  long long cut_for = 0;               // given_up: seconds from `since` to giving up
+  std::string reason;                  // the store's last error, or who took this launcher's place
+  bool told = false;                   // lost: Coordinator::failure() has said so
+  bool lost() const noexcept { return state == Link::given_up || state == Link::broken || state == Link::replaced; }
+  // The store stopped answering and has not since (cut, or given up after a cut).
+  bool cut_off() const noexcept { return state == Link::cut || state == Link::given_up; }
 };
 // A launcher cut off tries to reach the store again this often (each try is short: the
 // supervisor's loop, which relays the ranks' output, waits for it).
 inline constexpr std::chrono::seconds kReconnectEvery{1};
 enum class BreakMeans {
-  still_cut,  // the store was cut off already: nothing new
+  still_cut,  // the store was cut off or lost already: nothing new
   cut,        // a cut begins: try to reach the store again within rejoin_window
   lost,       // the store is gone: the job ends here
 };
@@ -69,14 +89,19 @@ enum class BreakMeans {
 // call to it that timed out means this launcher stalled past the call's deadline (stopped and
 // continued, a paused VM): a cut too, as are calls on the connection that timeout closed. Any
 // other failure of its own store is a loss.
-BreakMeans on_break(const Cut& c, bool own_store, bool timed_out);
-// The cut begins at `now` (BreakMeans::cut): the first try is at once.
-void begin_cut(Cut& c, LaunchClock::time_point now);
+BreakMeans on_break(const StoreLink& l, bool own_store, bool timed_out);
+// The link after on_break said `means` at `now`: a cut begins (its first try at once), or the
+// store is broken.
+void take_break(StoreLink& l, BreakMeans means, LaunchClock::time_point now);
 // Whether to try to reach the store at `now`: while cut, at most every kReconnectEvery.
-bool try_again_now(const Cut& c, LaunchClock::time_point now);
-// A try at `now` failed: the next one kReconnectEvery later. True when the cut has lasted
-// `window` (rejoin_window): the store is lost.
-bool try_failed(Cut& c, LaunchClock::time_point now, std::chrono::seconds window);
+bool try_again_now(const StoreLink& l, LaunchClock::time_point now);
+// A try at `now` failed: the next one kReconnectEvery later. Once the cut has lasted `window`
+// (rejoin_window) the store is given up: true then.
+bool try_failed(StoreLink& l, LaunchClock::time_point now, std::chrono::seconds window);
+// A try reached the store: up again.
+void reached_again(StoreLink& l);
+// Another launcher holds this node rank (`who` says which): the store is lost to this one.
+void replaced_by(StoreLink& l, std::string who);
 
 // Each node's beat count, and since when it has not changed. A node not heard from yet is not
 // judged; one whose count changes is heard afresh.
