@@ -3,6 +3,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -37,12 +38,20 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
     out.error = FrameError::bad_length;
     co_return out;
   }
-  out.body.resize(out.length);
-  r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(out.body), std::move(h)); },
-                       [&] { s.cancel(); });
-  if (r.ec) {
-    out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
-    out.ec = r.ec;
+  // The body grows as its bytes arrive, a chunk at a time: a length alone (a client that announces
+  // 16 MiB and sends nothing) holds no more memory than what it sent.
+  constexpr std::size_t kChunk = 64 << 10;
+  for (std::size_t got = 0; got < out.length;) {
+    const std::size_t n = std::min<std::size_t>(kChunk, out.length - got);
+    out.body.resize(got + n);
+    r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(out.body.data() + got, n), std::move(h)); },
+                         [&] { s.cancel(); });
+    if (r.ec) {
+      out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
+      out.ec = r.ec;
+      break;
+    }
+    got += n;
   }
   co_return out;
 }

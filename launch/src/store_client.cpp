@@ -180,6 +180,11 @@ StoreClient::~StoreClient() = default;
 Task<std::unique_ptr<StoreClient>> StoreClient::connect(Options options) {
   auto ctx = co_await current_context();
   if (!ctx.scheduler) coshard::detail::throw_no_scheduler("StoreClient::connect");
+  if (options.token.size() > StoreServer::kMaxTokenBytes) {
+    throw Error(Errc::bad_config, "the rendezvous store token (COSHARD_TOKEN, coshard-run --token) has " +
+                                      std::to_string(options.token.size()) + " bytes, more than the store's " +
+                                      std::to_string(StoreServer::kMaxTokenBytes));
+  }
   auto impl = std::make_unique<Impl>(*ctx.scheduler, std::move(options));
   co_await connect_with_retry(*impl);
   auto hello = request(wire::Op::hello);

@@ -1,6 +1,9 @@
+#include <sys/resource.h>
+
 #include <asio/ip/tcp.hpp>
 #include <atomic>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -18,8 +21,32 @@ namespace coshard::launch {
 using asio::ip::tcp;
 using namespace std::chrono_literals;
 
+namespace {
+
+// A connection awaiting its hello for longer than this is taken for an idle or hostile one when
+// room is needed: a client's hello follows its connect by a round trip.
+constexpr auto kStaleHandshake = 1s;
+
+// The lowest descriptor number at which the store stops taking connections: the kernel hands out
+// the lowest free number, so a new socket numbered this high means only the reserve is left.
+std::size_t descriptor_ceiling(std::size_t reserved) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  const auto soft = static_cast<std::size_t>(lim.rlim_cur);
+  if (reserved == 0) reserved = std::min<std::size_t>(64, soft / 4);
+  return soft > reserved ? soft - reserved : 0;
+}
+
+bool out_of_descriptors(const std::error_code& ec) {
+  return ec == asio::error::no_descriptors || ec == std::errc::too_many_files_open_in_system ||
+         ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
+}  // namespace
+
 struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
-  State(Scheduler& s, Options o) : sched(s), options(std::move(o)), acceptor(s.io_context()) {}
+  State(Scheduler& s, Options o)
+      : sched(s), options(std::move(o)), acceptor(s.io_context()), ceiling(descriptor_ceiling(options.reserved_descriptors)) {}
 
   Scheduler& sched;
   Options options;
@@ -30,10 +57,19 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
   std::map<std::string, std::string> kv;
   std::set<Semaphore*> watchers;  // sessions waiting for a change
   std::set<std::shared_ptr<tcp::socket>> sockets;
+  struct Waiting {
+    std::shared_ptr<tcp::socket> sock;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::list<Waiting> handshakes;  // connections awaiting their hello, oldest first
+  const std::size_t ceiling;      // descriptor_ceiling
+  std::optional<std::chrono::steady_clock::time_point> said_refusing;
   bool closed = false;
 
   std::atomic<std::size_t> connections{0};
   std::atomic<std::size_t> rejected{0};
+  std::atomic<std::size_t> evicted{0};
+  std::atomic<std::size_t> refused{0};
   std::mutex m;
   std::condition_variable cv;
   std::size_t tasks = 0;  // accept loop + sessions still running
@@ -60,18 +96,65 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     changed();  // sessions waiting for keys wake up, see `closed` and end
   }
 
+  // Drops the connection that has awaited its hello longest, if it has waited past kStaleHandshake.
+  bool evict_stale() {
+    if (handshakes.empty() || std::chrono::steady_clock::now() - handshakes.front().since < kStaleHandshake) return false;
+    ++evicted;  // before the close, which its client may see at once
+    std::error_code ignored;
+    handshakes.front().sock->close(ignored);  // its session sees the read fail and ends
+    handshakes.pop_front();
+    return true;
+  }
+
+  // Whether to serve `sock`, just accepted: past max_handshakes a stale one makes room; at the
+  // descriptor ceiling one must, else the new connection is closed.
+  // An admitted connection awaits its hello from now (session() forgets it after the handshake).
+  bool admit(const std::shared_ptr<tcp::socket>& sock) {
+    if (handshakes.size() >= options.max_handshakes) evict_stale();
+    if (static_cast<std::size_t>(sock->native_handle()) < ceiling || evict_stale()) {
+      handshakes.push_back({sock, std::chrono::steady_clock::now()});
+      return true;
+    }
+    ++refused;
+    const auto now = std::chrono::steady_clock::now();
+    if (!said_refusing || now - *said_refusing >= 1min) {
+      said_refusing = now;
+      log(options.log, LogLevel::warning,
+          "the rendezvous store on port " + std::to_string(port) + " refuses connections: descriptor " +
+              std::to_string(sock->native_handle()) + " leaves only the reserve of its process (" +
+              std::to_string(sockets.size()) + " connections open); raise the limit (ulimit -n) for a job this large");
+    }
+    return false;
+  }
+  void forget_handshake(const std::shared_ptr<tcp::socket>& sock) {
+    std::erase_if(handshakes, [&](const Waiting& w) { return w.sock == sock; });
+  }
+
   static Task<void> accept_loop(std::shared_ptr<State> self) {
     struct Done {
       State* s;
       ~Done() { s->task_ended(); }
     } done{self.get()};
+    auto pause = 10ms;
     while (!self->closed) {
       auto sock = std::make_shared<tcp::socket>(self->sched.io_context());
       auto r = co_await asio_op([&](auto h) { self->acceptor.async_accept(*sock, std::move(h)); },
                                 [&] { self->acceptor.cancel(); });
       if (r.ec) {
         if (self->closed || r.ec == asio::error::operation_aborted) break;
-        continue;  // e.g. too many open files: keep serving the others
+        // Out of descriptors (or kernel memory): the queued connection stays queued, and accepting
+        // again at once would spin. The sessions that end meanwhile give some back.
+        if (out_of_descriptors(r.ec)) {
+          co_await sleep_for(pause);
+          pause = std::min<std::chrono::milliseconds>(pause * 2, 1s);
+        }
+        continue;  // keep serving the others
+      }
+      pause = 10ms;
+      if (!self->admit(sock)) {
+        std::error_code ignored;
+        sock->close(ignored);
+        continue;
       }
       self->task_started();
       self->sched.spawn(session(self, std::move(sock)));
@@ -87,13 +170,16 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
       ~Done() {
         std::error_code ignored;
         sock->close(ignored);
+        s->forget_handshake(sock);  // one that ended before its hello was read
         s->sockets.erase(sock);
         --s->connections;
         s->task_ended();
       }
     } done{self.get(), sock};
     try {
-      if (!co_await handshake(*self, *sock)) {
+      const bool ok = co_await handshake(*self, *sock);
+      self->forget_handshake(sock);
+      if (!ok) {
         ++self->rejected;
         co_return;
       }
@@ -117,7 +203,8 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
   }
 
   static Task<bool> handshake(State& self, tcp::socket& sock) {
-    auto read = detail::read_frame(sock, self.options.limits.max_message_bytes);
+    // The hello is an op and the token: a connection that has not authenticated holds no more.
+    auto read = detail::read_frame(sock, std::min(self.options.limits.max_message_bytes, 1 + 4 + kMaxTokenBytes));
     detail::FrameRead f;
     try {
       f = co_await with_timeout(std::move(read), self.options.handshake_timeout, "store handshake");
@@ -337,6 +424,10 @@ StoreServer::StoreServer(Scheduler& sched, Options options)
     : state_(std::make_shared<State>(sched, std::move(options))) {
   auto& o = state_->options;
   const std::string where = o.bind_address + ":" + std::to_string(o.port);
+  if (o.token.size() > kMaxTokenBytes) {
+    throw Error(Errc::bad_config, "the rendezvous store's token has " + std::to_string(o.token.size()) +
+                                      " bytes, more than the " + std::to_string(kMaxTokenBytes) + " a client may present");
+  }
   try {
     tcp::endpoint ep(asio::ip::make_address(o.bind_address), o.port);
     state_->acceptor.open(ep.protocol());
@@ -369,6 +460,8 @@ void StoreServer::stop() {
   st->cv.wait_for(lock, 10s, [&] { return st->tasks == 0; });
 }
 
-StoreServer::Stats StoreServer::stats() const { return {state_->connections.load(), state_->rejected.load()}; }
+StoreServer::Stats StoreServer::stats() const {
+  return {state_->connections.load(), state_->rejected.load(), state_->evicted.load(), state_->refused.load()};
+}
 
 }  // namespace coshard::launch

@@ -110,6 +110,50 @@ TEST(Launcher, AFailingRankStopsTheOthersAndIsNamed) {
   EXPECT_LT(r.seconds, 30) << r.output;
 }
 
+// 100 idle connections to a launcher's store under ulimit -n 64 made its accept loop spin (2.4 s of
+// CPU in 3 s), and the restart after a rank's failure died with "pipe failed: Too many open files".
+// The store now leaves a reserve of descriptors to its process: the restart runs. (The spin itself:
+// StoreHostile.OutOfDescriptorsTheAcceptLoopBacksOffAndRecovers.)
+TEST(Launcher, IdleConnectionsUnderALowDescriptorLimitLeaveTheRestartItsDescriptors) {
+  const auto port = free_loopback_port();
+  ASSERT_NE(port, 0);
+  const std::string ready = ::testing::TempDir() + "/coshard-run-flood-" + std::to_string(::getpid());
+  std::remove(ready.c_str());
+  const std::string script = ready + ".sh";
+  std::ofstream{script} << "if [ \"$COSHARD_RESTART_COUNT\" = 0 ]; then\n"
+                        << "  while [ ! -e " << ready << " ]; do sleep 0.1; done\n"
+                        << "  sleep 1; [ \"$RANK\" = 1 ] && exit 3; sleep 60\n"
+                        << "fi\necho \"rank $RANK restarted\"\n";
+  std::vector<int> held;
+  std::thread flood([&] {  // once the store listens: 100 connections that never say hello
+    for (int i = 0; i < 100; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      timeval limit{1, 0};  // a full accept queue must not hold this thread for the SYN retries
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      const auto until = Clock::now() + std::chrono::seconds(20);
+      while (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && i == 0 && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the launcher is starting
+      }
+      held.push_back(fd);
+    }
+    std::ofstream{ready} << "1";
+  });
+  auto r = run("bash -c 'ulimit -n 64; " + kRun + " --nproc-per-node 2 --max-restarts 1 --grace 2 --master 127.0.0.1:" +
+               std::to_string(port) + " -- sh " + script + "'");
+  flood.join();
+  for (int fd : held) ::close(fd);
+  std::remove(ready.c_str());
+  std::remove(script.c_str());
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] rank 0 restarted"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] rank 1 restarted"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Too many open files"), std::string::npos) << r.output;
+}
+
 // The flight-record folder was named by the launcher's pid alone: a pid the kernel gave again (it
 // wraps at pid_max, 32768 here; a CI run wraps it) reused the folder a failed job had kept, and
 // the report read that job's records as this one's. `exec` keeps the shell's pid for the launcher.

@@ -7,6 +7,7 @@
 
 #include "coshard/runtime/parse_whole.hpp"
 #include "coshard/launch/slurm.hpp"
+#include "coshard/launch/store.hpp"
 
 namespace coshard::run {
 namespace {
@@ -158,6 +159,10 @@ void check_combinations(const Options& o, const Given& given) {
       throw std::invalid_argument("--nnodes > 1 needs --master ADDR:PORT with a fixed port, the same on every node");
     }
     if (o.token.empty()) throw std::invalid_argument("--nnodes > 1 needs --token T, the same on every node");
+  }
+  if (o.token.size() > launch::StoreServer::kMaxTokenBytes) {
+    throw std::invalid_argument("--token has " + std::to_string(o.token.size()) + " bytes; at most " +
+                                std::to_string(launch::StoreServer::kMaxTokenBytes));
   }
 }
 

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "coshard/runtime/log.hpp"
 #include "coshard/runtime/scheduler.hpp"
 #include "coshard/runtime/task.hpp"
 
@@ -35,7 +36,20 @@ class StoreServer {
     std::string token;                       ///< clients must present it (empty: any client)
     StoreLimits limits;                      ///< a client sending a larger frame is dropped
     std::chrono::milliseconds handshake_timeout{10000};  ///< a silent connection is dropped after this
+    /// Connections awaiting their hello at once, beyond which one that has waited over a second
+    /// is dropped for each new one: idle connections cannot crowd out the clients that speak.
+    std::size_t max_handshakes = 256;
+    /// File descriptors the store leaves free for the rest of its process (the launcher's pipes for
+    /// a restart's ranks): at that point a new connection is closed at once, after the oldest one
+    /// that waits for its hello is dropped if it has waited over a second. 0: a quarter of
+    /// RLIMIT_NOFILE's soft limit, at most 64.
+    std::size_t reserved_descriptors = 0;
+    /// Where the server says that it refuses connections (at most once a minute); empty: stderr.
+    LogSink log = {};
   };
+  /// The longest token a client may present: the hello frame is bounded by it, so that a
+  /// connection that has not authenticated cannot make the server hold more than a few KiB.
+  static constexpr std::size_t kMaxTokenBytes = 1024;
 
   /// The address a store binds so that clients told MASTER_ADDR=`master_addr` reach it: a numeric
   /// address itself, "localhost" loopback, and any other host name (node1 from a Slurm step)
@@ -58,6 +72,8 @@ class StoreServer {
   struct Stats {
     std::size_t connections = 0;  ///< sessions now
     std::size_t rejected = 0;     ///< dropped for a bad token, garbage or a bound
+    std::size_t evicted = 0;      ///< dropped while awaiting their hello, to make room (max_handshakes)
+    std::size_t refused = 0;      ///< closed on accept: the descriptors left were the reserve
   };
   /// The counters now.
   Stats stats() const;
