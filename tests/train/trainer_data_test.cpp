@@ -168,4 +168,89 @@ TEST(TrainerData, Uint32TokenFilesTrainAndFeedVocabulariesAboveUint16s) {
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained: " << r.output;
 }
 
+// Ranks started with another --lr or other data trained without complaint, each on its own (losses
+// up to 1.6 apart). They are refused before the first step, naming the setting and the rank; the
+// same settings spelled otherwise (a model spec's keys in another order, a path with ./) agree.
+TEST(TrainerData, RanksStartedWithOtherSettingsOrDataAreRefusedNamingTheSetting) {
+  auto d = temp_dir("data-agree");
+  const auto data = token_file(d, "a.bin", 300, 7);
+  const auto other = token_file(d, "b.bin", 300, 8);
+  // Rank 1 runs with `rank1` in place of `common`'s tail.
+  const auto ranks = [&](const std::string& common, const std::string& rank0, const std::string& rank1) {
+    return run_command(kRun + " --nproc-per-node 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then x=\"" + rank1 +
+                       "\"; else x=\"" + rank0 + "\"; fi; exec " + kTrain +
+                       " --metrics-port 0 --samples 0 --steps 2 --seq 16 --batch 2 --clip 0 " + common + " $x'");
+  };
+  const std::string model = "--model layers=1,heads=2,width=32,vocab=64,context=16";
+  auto r = ranks(model + " --data " + data, "--lr 0.003", "--lr 0.001");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("the ranks were started with different --lr: rank 1 differs from rank 0"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "trained: " << r.output;
+  EXPECT_LT(r.seconds, 60) << "found at the collective deadline, not at start";
+
+  r = ranks(model, "--data " + data, "--data " + other);
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("the ranks were started with different --data: rank 1 differs from rank 0 (--data is 300 "
+                          "tokens, hash "),
+            std::string::npos)
+      << r.output;
+
+  r = ranks("--data " + data, model, "--model vocab=64,context=16,layers=1,width=32,heads=2");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  r = run_command("cd " + d.string() + " && " + kRun + " --nproc-per-node 2 -- sh -c 'if [ \"$RANK\" = 1 ]; then x=" +
+                  data + "; else x=./a.bin; fi; exec " + kTrain + " --metrics-port 0 --samples 0 --steps 2 --seq 16 " +
+                  "--batch 2 --clip 0 " + model + " --data $x'");
+  EXPECT_EQ(r.rc, 0) << r.output;
+}
+
+// A resume took another --val-fraction (losses 0.157 apart) and a --data file replaced at the same
+// path (0.961 apart): only the path was recorded. The checkpoint now records the data by content
+// and the split; the same content under another path resumes.
+TEST(TrainerData, AResumeRefusesOtherDataOrSplitAndTakesTheSameDataAnywhere) {
+  auto d = temp_dir("data-resume");
+  const auto data = token_file(d, "a.bin", 600, 7);
+  const std::string ckpt = (d / "ckpt").string();
+  const std::string common = "--steps 4 --val-fraction 0.1 --eval-every 2" + kModel;
+  auto r = run_command(launch(kRanks, common + " --data " + data + " --checkpoint-every 2 --checkpoint-dir " + ckpt));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const std::string from = " --resume " + ckpt + "/step-00000002";
+
+  r = run_command(launch(kRanks, "--steps 4 --val-fraction 0.5 --eval-every 2" + kModel + " --data " + data + from));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("was trained with --val-fraction 0.10000000000000001 and this run has 0.5: set "
+                          "--val-fraction as it was"),
+            std::string::npos)
+      << r.output;
+
+  const auto moved = (d / "moved.bin").string();
+  fs::copy_file(data, moved);
+  r = run_command(launch(kRanks, common + " --data " + moved + from));
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 2 of 4"), std::string::npos) << r.output;
+
+  token_file(d, "a.bin", 600, 9);  // replaced in place: the same path, other tokens
+  r = run_command(launch(kRanks, common + " --data " + data + from));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("was trained with data of 600 tokens, hash "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("give the --data it was trained on"), std::string::npos) << r.output;
+}
+
+// A FIFO or /dev/null as --data or --init said "Operation not supported" (std::filesystem's
+// file_size of what is not a regular file), or blocked on the FIFO.
+TEST(TrainerData, AFifoOrDeviceAsDataOrInitIsNamedAsNoRegularFile) {
+  auto d = temp_dir("data-fifo");
+  const auto fifo = (d / "tokens.bin").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto data = token_file(d, "a.bin", 300, 7);
+  for (const std::string& flags : std::vector<std::string>{"--data /dev/null", "--data " + fifo, "--data " + data +
+                                                           " --init /dev/null", "--data " + data + " --init " + fifo}) {
+    auto r = run_command("timeout 60 " + kTrain + " --metrics-port 0 --steps 1 " + flags + kModel);
+    EXPECT_NE(r.rc, 0) << flags << ": " << r.output;
+    EXPECT_NE(r.output.find("it is not a regular file (a FIFO, socket or device)"), std::string::npos)
+        << flags << ": " << r.output;
+    EXPECT_EQ(r.output.find("Operation not supported"), std::string::npos) << r.output;
+  }
+}
+
 }  // namespace

@@ -85,6 +85,8 @@ TEST(TrainerCheckpoint, ResumedRunsLogTheUninterruptedLosses) {
     ASSERT_EQ(resumed.rc, 0) << resumed.output;
     EXPECT_NE(resumed.output.find("resumed from " + (dir / "step-00000004").string() + " at step 4 of 8"),
               std::string::npos) << resumed.output;
+    // It said "trained 8 steps", counting the four of the checkpoint.
+    EXPECT_NE(resumed.output.find("trained 4 steps (5 to 8, resumed after step 4)"), std::string::npos) << resumed.output;
     const auto got = losses_from(resumed.output, 1);
     ASSERT_EQ(got.size(), want.size()) << resumed.output;
     const double tol = ranks == 2 ? 1e-6 : 1e-5;
@@ -107,6 +109,28 @@ TEST(TrainerCheckpoint, AResumeKeepsTheLogOfTheStepsBeforeItsCheckpoint) {
   std::ifstream f(log);
   for (std::string line; std::getline(f, line);) steps.push_back(json::parse(line)["step"].get<int>());
   EXPECT_EQ(steps, (std::vector<int>{1, 2, 3, 4})) << r.output;
+
+  // A disk that filled up while step 2's record was written left half of it, and the resume kept
+  // it: step 3's record was glued to it, a line no reader could parse. Only whole records stay.
+  std::string text;
+  {
+    std::ifstream in(log);
+    std::string first, second;
+    std::getline(in, first);
+    std::getline(in, second);
+    text = first + "\n" + second.substr(0, second.size() / 2);
+  }
+  std::ofstream(log, std::ios::trunc) << text;
+  fs::remove_all(fs::path(dir) / "step-00000004");
+  r = run_command(launch(2, args + " --resume auto"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  steps.clear();
+  std::ifstream g(log);
+  for (std::string line; std::getline(g, line);) {
+    ASSERT_TRUE(json::accept(line)) << "a record cut short stayed: " << line;
+    steps.push_back(json::parse(line)["step"].get<int>());
+  }
+  EXPECT_EQ(steps, (std::vector<int>{1, 3, 4})) << r.output;
 }
 
 TEST(TrainerCheckpoint, KeepsTheNewestAndPointsLatestAtIt) {
@@ -166,6 +190,14 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   std::ofstream(fs::path(dir) / ".lock").close();
   expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto",
                  "of --checkpoint-dir names no job (it is empty or unreadable");
+  // A --checkpoint-dir that is a file said "filesystem error: cannot create directories: ...".
+  std::ofstream(fs::path(dir) / "a-file") << "x";
+  expect_refused(1, "--steps 4 --seq 32 --checkpoint-dir " + dir + "/a-file",
+                 "--checkpoint-dir " + dir + "/a-file cannot be made a directory for checkpoints");
+  fs::remove(fs::path(dir) / "a-file");
+  // A pid past pid_t's range, cast, named pid 1 (always alive): the job was refused as in use.
+  std::ofstream(fs::path(dir) / ".lock") << "4294967297 " << host << "\n";
+  expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto", "or names no possible pid");
   fs::remove(fs::path(dir) / ".lock");
   // A manifest that cannot be looked at is no absent one: --resume auto went on from step 4.
   fs::create_directories(fs::path(dir) / "step-00000006");
@@ -528,6 +560,16 @@ TEST(TrainerErrors, UnknownFlagAndBadValuesAreUsageErrors) {
     r = run_command(kTrain + " " + flag + " nan");
     EXPECT_EQ(r.rc, 2) << flag << ": " << r.output;
     EXPECT_NE(r.output.find(std::string(flag) + ": must be a finite number, not nan"), std::string::npos) << r.output;
+  }
+  // CLI11 said "Value 0 not in range 0.000000 to 1797...(309 digits)" of --lr 0, and the digits
+  // of the largest double of a negative --clip.
+  for (const auto& [flag, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr 0", "--lr: must be greater than 0, not 0"}, {"--clip -1", "--clip: must be at least 0, not -1"},
+           {"--warmup-steps -2", "--warmup-steps: must be at least 0, not -2"}}) {
+    r = run_command(kTrain + " " + flag);
+    EXPECT_EQ(r.rc, 2) << flag << ": " << r.output;
+    EXPECT_NE(r.output.find(said), std::string::npos) << r.output;
+    EXPECT_LT(r.output.size(), 400u) << "a short message: " << r.output;
   }
   for (const char* seed : {"-1", "18446744073709551616"}) {
     r = run_command(kTrain + " --seed " + seed);

@@ -24,7 +24,13 @@ std::optional<int> step_of(const fs::path& dir) {
 }  // namespace
 
 void CheckpointDir::lock() {
-  fs::create_directories(root_);
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  if (ec || !fs::is_directory(root_)) {
+    throw Error(Errc::io, "--checkpoint-dir " + root_.string() + " cannot be made a directory for checkpoints (" +
+                              (ec ? ec.message() : std::string("a file of that name exists")) +
+                              "): give a directory this user can write, or one to create");
+  }
   lock_ = std::make_unique<DirLock>(root_ / ".lock");
 }
 
@@ -92,25 +98,30 @@ void CheckpointDir::commit(int step, int keep) {
 void CheckpointDir::discard(int step) { remove_checkpoint(step_dir(step)); }
 
 namespace {
-std::string exact(double v) {
+}  // namespace
+
+std::string exact_number(double v) {
   char b[40];
   std::snprintf(b, sizeof b, "%.17g", v);
   return b;
 }
-}  // namespace
 
-fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int steps_done) {
-  return {{"step", std::to_string(steps_done)},
-          {"global_batch", std::to_string(static_cast<long long>(world) * o.batch * o.grad_accum)},
-          {"seq", std::to_string(o.seq)},
-          {"seed", std::to_string(o.seed)},
-          {"shuffle", o.shuffle ? "true" : "false"},
-          {"data", o.data.empty() ? "embedded" : fs::absolute(o.data).string()},
-          {"lr", exact(o.lr)},
-          {"lr_schedule", o.lr_schedule},
-          {"warmup_steps", std::to_string(o.warmup_steps)},
-          {"steps", std::to_string(o.steps)},
-          {"model", o.model}};
+fsdp::CheckpointMetadata training_state(const TrainOptions& o, const DataIdentity& data, int world, int steps_done) {
+  fsdp::CheckpointMetadata m{{"step", std::to_string(steps_done)},
+                             {"global_batch", std::to_string(static_cast<long long>(world) * o.batch * o.grad_accum)},
+                             {"seq", std::to_string(o.seq)},
+                             {"seed", std::to_string(o.seed)},
+                             {"shuffle", o.shuffle ? "true" : "false"},
+                             {"data", o.data.empty() ? "embedded" : fs::absolute(o.data).lexically_normal().string()},
+                             {"data_identity", data.data},
+                             {"val_fraction", exact_number(o.val_fraction)},
+                             {"lr", exact_number(o.lr)},
+                             {"lr_schedule", o.lr_schedule},
+                             {"warmup_steps", std::to_string(o.warmup_steps)},
+                             {"steps", std::to_string(o.steps)},
+                             {"model", o.config.to_string()}};
+  if (!data.val_data.empty()) m["val_data_identity"] = data.val_data;
+  return m;
 }
 
 int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where) {
@@ -125,18 +136,65 @@ int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where)
   return step;
 }
 
-int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where) {
-  const auto now = training_state(o, world, 0);
+namespace {
+
+// The model a checkpoint names, by meaning: "tiny" and "tiny,tie_head=true" are one model.
+bool same_model(const std::string& stored, const TrainOptions& o) {
+  if (stored == o.model || stored == o.config.to_string()) return true;
+  try {
+    return ModelConfig::parse(stored) == o.config;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// What a resume checks beyond the flags of the table: the model by meaning, the data by its
+// identity (by its path in a checkpoint that has none), and the validation split where recorded.
+void check_model_and_data(const fsdp::CheckpointMetadata& state, const TrainOptions& o, const DataIdentity& data,
+                          const fsdp::CheckpointMetadata& now, const std::string& where) {
+  const auto refuse = [&](const std::string& what, const std::string& was, const std::string& is, const std::string& fix) {
+    return Error(Errc::bad_config, "checkpoint " + where + " was trained with " + what + " " + was + " and this run has " +
+                                       is + ": " + fix + " to continue that run exactly");
+  };
+  const auto model = state.find("model");
+  if (model == state.end()) throw Error(Errc::corrupt_file, "checkpoint " + where + " has no 'model' in its training state");
+  if (!same_model(model->second, o)) throw refuse("model", model->second, now.at("model"), "set --model as it was");
+  if (const auto id = state.find("data_identity"); id != state.end()) {
+    if (id->second != data.data) {
+      throw refuse("data of", id->second, data.data + " (" + now.at("data") + ")",
+                   "give the --data it was trained on (its content, wherever it lies now)");
+    }
+  } else {
+    const auto path = state.find("data");
+    if (path == state.end()) throw Error(Errc::corrupt_file, "checkpoint " + where + " has no 'data' in its training state");
+    const std::string stored = path->second == "embedded" ? path->second : fs::path(path->second).lexically_normal().string();
+    if (stored != now.at("data")) throw refuse("data =", path->second, now.at("data"), "set --data as it was");
+  }
+  if (const auto f = state.find("val_fraction"); f != state.end() && f->second != now.at("val_fraction")) {
+    throw refuse("--val-fraction", f->second, now.at("val_fraction"), "set --val-fraction as it was");
+  }
+  const auto val = state.find("val_data_identity");
+  const std::string val_now = data.val_data.empty() ? "none" : data.val_data;
+  if (val != state.end() ? val->second != val_now : (state.count("data_identity") && !data.val_data.empty())) {
+    throw refuse("--val-data of", val != state.end() ? val->second : "none", val_now, "give the --val-data it had");
+  }
+}
+
+}  // namespace
+
+int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, const DataIdentity& data, int world,
+                const std::string& where) {
+  const auto now = training_state(o, data, world, 0);
   if (state.count("imported_from")) {  // coshard-ckpt import: a model and a fresh optimizer, no run to continue
-    if (state.count("model") && state.at("model") != o.model) {
+    if (state.count("model") && !same_model(state.at("model"), o)) {
       throw Error(Errc::bad_config, "checkpoint " + where + " holds model " + state.at("model") + ", not --model " + o.model);
     }
     return 0;
   }
   static const std::map<std::string, std::string> fix{
       {"global_batch", "ranks x --batch x --grad-accum (or --global-batch)"}, {"seq", "--seq"},     {"seed", "--seed"},
-      {"shuffle", "--shuffle"},   {"data", "--data"},   {"lr", "--lr"},        {"lr_schedule", "--lr-schedule"},
-      {"warmup_steps", "--warmup-steps"}, {"steps", "--steps"}, {"model", "--model"}};
+      {"shuffle", "--shuffle"},   {"lr", "--lr"},        {"lr_schedule", "--lr-schedule"},
+      {"warmup_steps", "--warmup-steps"}, {"steps", "--steps"}};
   for (const auto& [key, flag] : fix) {
     auto it = state.find(key);
     if (it == state.end()) throw Error(Errc::corrupt_file, "checkpoint " + where + " has no '" + key + "' in its training state");
@@ -146,6 +204,7 @@ int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, in
                                         " as it was to continue that run exactly");
     }
   }
+  check_model_and_data(state, o, data, now, where);
   const int step = stored_step(state, where);
   if (step > o.steps) {
     throw Error(Errc::bad_config, "checkpoint " + where + " is at step " + std::to_string(step) + ", past --steps " +

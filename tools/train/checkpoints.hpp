@@ -41,14 +41,27 @@ class CheckpointDir {
   std::unique_ptr<DirLock> lock_;
 };
 
+// What identifies the tokens a run trains and validates on, by content (agreement.hpp:
+// token_identity): --data (or the embedded corpus) before the validation split, and --val-data.
+struct DataIdentity {
+  std::string data;
+  std::string val_data;  // empty: no --val-data
+};
+
+// A double as the checkpoint records it, exactly (%.17g).
+std::string exact_number(double v);
+
 // The training state beside the tensors: the step reached and what the data position, schedule
-// and seeds depend on.
-fsdp::CheckpointMetadata training_state(const TrainOptions& o, int world, int steps_done);
+// and seeds depend on, the data by its identity and its validation split included.
+fsdp::CheckpointMetadata training_state(const TrainOptions& o, const DataIdentity& data, int world, int steps_done);
 // The step a checkpoint's training state names; Errc::corrupt_file when it names none.
 int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where);
 // The step a checkpoint resumes at, after checking that this run continues it exactly (same
 // global batch, sequence length, seed, data order and schedule); errors name the flag to change.
-int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, int world, const std::string& where);
+// A checkpoint of an older build, without the data's identity or the split, is checked on what it
+// has (the data's path, lexically normalised).
+int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, const DataIdentity& data, int world,
+                const std::string& where);
 // Which checkpoint --resume names (nullopt: start fresh), and whether --checkpoint-dir may be
 // written: no checkpoint there newer than the one resumed, none at all without --resume.
 std::optional<std::filesystem::path> checkpoint_to_resume(const TrainOptions& o);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <utility>
 
@@ -109,9 +110,11 @@ void DirLock::take() {
     }
     if (errno != EEXIST) throw Error(Errc::io, "cannot create the lock " + path_.string() + ": " + std::strerror(errno));
     const Holder h = holder(path_);
-    if (h.pid <= 0 || h.host.empty()) {
+    // A number past pid_t's range is no process's: cast, 4294967297 named pid 1, which is always alive.
+    if (h.pid <= 0 || h.pid > std::numeric_limits<pid_t>::max() || h.host.empty()) {
       throw Error(Errc::bad_config, "the lock " + path_.string() + " of --checkpoint-dir names no job (it is empty or "
-                                    "unreadable: a job that died while writing it, or a full disk): remove it if no "
+                                    "unreadable, or names no possible pid: a job that died while writing it, a full "
+                                    "disk, a damaged file): remove it if no "
                                     "job writes to " + path_.parent_path().string());
     }
     // On this host the process decides: two steps of one allocation share the job id. On another,

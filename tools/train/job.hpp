@@ -22,6 +22,7 @@ struct Inputs {
   std::unique_ptr<AdditionCorpus> corpus;  // the embedded default
   std::optional<StateDict> init;
   std::optional<gpt2::Tokenizer> tokenizer;  // decodes samples of --data: --tokenizer, or bytes for vocab 256
+  DataIdentity data_id;  // what the checkpoints record and the ranks compare (agreement.hpp)
 };
 
 struct Job {

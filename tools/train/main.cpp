@@ -28,6 +28,7 @@
 #include "coshard/runtime/runtime.hpp"
 #include "coshard/transport/diagnostics_signal.hpp"
 #include "coshard/transport/process_group.hpp"
+#include "agreement.hpp"
 #include "job.hpp"
 #include "memory_check.hpp"
 #include "results.hpp"
@@ -60,8 +61,10 @@ void split_validation(gpt2::Tokens tokens, const train::TrainOptions& o, train::
     return Error(Errc::bad_config, what + " has " + std::to_string(n) + " tokens, fewer than one sequence of --seq " +
                                        std::to_string(o.seq) + " + 1; " + fix);
   };
+  in.data_id.data = (o.data.empty() ? "the embedded corpus of " : "") + train::token_identity(tokens);
   if (!o.val_data.empty()) {
     auto val = gpt2::read_tokens(o.val_data, o.config.vocab());
+    in.data_id.val_data = train::token_identity(val);
     if (val.size() < need) throw too_few("--val-data " + o.val_data, val.size(), "give more data or a smaller --seq");
     in.val = std::make_shared<const gpt2::Tokens>(std::move(val));
   } else if (o.val_fraction > 0) {
@@ -173,6 +176,7 @@ Task<int> run(Runtime& rt, train::Job& job) {
   po.world.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.collective_timeout * 1000));
   po.rendezvous.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(job.o.rendezvous_timeout * 1000));
   auto pg = co_await transport::ProcessGroup::create(rt, job.env, po);
+  co_await train::check_same_settings(rt, *pg, train::shared_settings(job.o, job.in));
   const auto model = train::make_units(job.o.config, job.o.seed, bf16_compute(job.o));
   auto engine = co_await fsdp::Engine::create(rt, *pg, model->units(), engine_options(job.o, pg->size()));
   if (job.in.init) {

@@ -141,8 +141,14 @@ void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int 
     const bool hybrid = o.strategy == fsdp::Strategy::hybrid_shard || o.strategy == fsdp::Strategy::hybrid_shard_zero2;
     const std::string groups =
         hybrid ? " (shard groups of " + std::to_string(shard_group) + (shard_group == 1 ? " rank)" : " ranks)") : "";
-    std::printf("trained %d steps in %.1f s: loss %.4f -> %.4f, %d rank(s), %s%s\n", o.steps, s.seconds, s.first_loss,
-                s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str(), groups.c_str());
+    // After a resume, what this run trained: the steps after the checkpoint's.
+    const std::string resumed =
+        first_step > 0 ? " (" + std::to_string(first_step + 1) + " to " + std::to_string(o.steps) + ", resumed after step " +
+                             std::to_string(first_step) + ")"
+                       : "";
+    std::printf("trained %d steps%s in %.1f s: loss %.4f -> %.4f, %d rank(s), %s%s\n", o.steps - first_step,
+                resumed.c_str(), s.seconds, s.first_loss, s.loss, world, std::string(fsdp::to_string(o.strategy)).c_str(),
+                groups.c_str());
   }
   std::fflush(stdout);
 }

@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -63,14 +65,15 @@ StepLog::StepLog(const TrainOptions& o, int rank, int first_step) : path_(o.log_
   }
   std::error_code ec;
   if (first_step > 0 && std::filesystem::exists(o.log_json, ec)) {
-    // The records of steps after the checkpoint were trained again by this run: they go.
+    // The records of steps after the checkpoint were trained again by this run: they go. So does
+    // a record cut short (a full disk, a kill mid-write), which would stay glued to the next.
     std::string kept;
     std::istringstream in(read_text(o.log_json));
     for (std::string line; std::getline(in, line);) {
       int step = 0;
       const char* at = line.c_str() + std::min<std::size_t>(line.size(), 8);
       if (line.rfind("{\"step\":", 0) == 0 && std::from_chars(at, line.c_str() + line.size(), step).ec == std::errc() &&
-          step <= first_step) {
+          step <= first_step && nlohmann::json::accept(line)) {
         kept += line + "\n";
       }
     }
@@ -153,7 +156,7 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
   }
   if (!job.resume) co_return 0;
   const auto state = co_await engine.load_sharded(where);
-  const int step = resume_step(state, job.o, pg.size(), where);
+  const int step = resume_step(state, job.o, job.in.data_id, pg.size(), where);
   if (pg.rank() == 0) {
     std::printf("resumed from %s at step %d of %d%s\n", where.c_str(), step, job.o.steps,
                 job.env.restart_count > 0 ? (" after restart " + std::to_string(job.env.restart_count)).c_str() : "");
@@ -166,6 +169,7 @@ TrainLoop::TrainLoop(Runtime& rt, Job& job, transport::ProcessGroup& pg, Units& 
                      int first_step)
     : rt_(rt),
       o_(job.o),
+      data_id_(job.in.data_id),
       timeline_(job.timeline),
       pg_(pg),
       model_(model),
@@ -263,7 +267,7 @@ Task<void> TrainLoop::checkpoint(int steps_done, bool now) {
       now || steps_done == o_.steps || (o_.checkpoint_every > 0 && steps_done % o_.checkpoint_every == 0);
   if (!due) co_return;
   const std::string dir = checkpoints_->step_dir(steps_done).string();
-  const auto state = training_state(o_, pg_.size(), steps_done);
+  const auto state = training_state(o_, data_id_, pg_.size(), steps_done);
   saving_ = steps_done;
   // Committed (DIR/latest, --checkpoint-keep's rotation) once the next step's loss is finite: see diverged().
   if (o_.checkpoint_async) {

@@ -101,6 +101,7 @@ class TrainLoop {
 
   Runtime& rt_;
   const TrainOptions& o_;
+  const DataIdentity& data_id_;  // recorded in each checkpoint
   metrics::Timeline* timeline_;
   transport::ProcessGroup& pg_;
   Units& model_;

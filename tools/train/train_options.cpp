@@ -42,6 +42,22 @@ CLI::Validator finite() {
       "FINITE");
 }
 
+// CLI11's PositiveNumber and NonNegativeNumber name the largest double in 309 digits, and
+// PositiveNumber says "Value 0 not in range 0.000000 to ..." of a 0 it refuses: said in words.
+CLI::Validator at_least(double low, bool above) {
+  return CLI::Validator(
+      [low, above](std::string& s) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(s, v)) return {};  // the conversion names what is wrong
+        if (above ? v > low : v >= low) return {};
+        return std::string(above ? "must be greater than " : "must be at least ") + CLI::detail::to_string(low) +
+               ", not " + s;
+      },
+      above ? "POSITIVE" : "NONNEGATIVE");
+}
+CLI::Validator positive() { return at_least(0, true); }
+CLI::Validator non_negative() { return at_least(0, false); }
+
 // CLI11 reads "-1" into an unsigned integer as 2^64 - 1.
 CLI::Validator unsigned64() {
   return CLI::Validator(
@@ -107,14 +123,14 @@ void add_job_flags(CLI::App& app, TrainOptions& o, Words& w) {
 
 void add_optimizer_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--lr", o.lr, "peak learning rate (AdamW, betas 0.9/0.95, eps 1e-8)")
-      ->capture_default_str()->check(finite())->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(finite())->check(positive());
   app.add_option("--lr-schedule", w.schedule, "constant | cosine (to 10% of --lr at the last step)")
       ->capture_default_str()->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-steps", o.warmup_steps, "linear warmup from 0")->capture_default_str()->check(non_negative());
   app.add_option("--weight-decay", o.weight_decay, "AdamW decay, on 2-D weights only (as nanoGPT)")
-      ->capture_default_str()->check(finite())->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(finite())->check(non_negative());
   app.add_option("--clip", o.clip, "gradient norm clip (L2); 0 disables")
-      ->capture_default_str()->check(finite())->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(finite())->check(non_negative());
   app.add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(unsigned64());
   app.add_flag("--shuffle", o.shuffle, "visit the sequences in a seeded permutation per epoch (default: llm.c-style "
                                        "sequential batches, wrapping at the end)");
@@ -169,7 +185,7 @@ void add_output_flags(CLI::App& app, TrainOptions& o, Words& w) {
   app.add_option("--save-hf", o.save_hf, "write the trained model to this directory as transformers' "
                                          "from_pretrained(DIR) loads it (GPT2LMHeadModel or LlamaForCausalLM)");
   app.add_option("--eval-every", o.eval_every, "validation loss every N steps and at the end (0: never; needs --val-data "
-                                                  "or --val-fraction)")->check(CLI::NonNegativeNumber);
+                                                  "or --val-fraction)")->check(non_negative());
   app.add_option("--metrics-port", o.metrics_port, "Prometheus /metrics on PORT + local rank; 0 picks free ports")
       ->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--metrics-bind", o.metrics_bind, "address the metrics endpoint binds")->capture_default_str();
@@ -193,7 +209,7 @@ void add_checkpoint_flags(CLI::App& app, TrainOptions& o, Words& w) {
                  "sharded checkpoints of the whole training state in DIR/step-NNNNNNNN (DIR/latest names the newest); "
                  "SIGUSR2 then stops every rank after a checkpoint, with exit code 75");
   app.add_option("--checkpoint-every", o.checkpoint_every, "a checkpoint every N steps, and one at the end")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   app.add_option("--checkpoint-keep", o.checkpoint_keep, "complete checkpoints kept (older ones are removed)")
       ->capture_default_str()->check(CLI::Range(1, 1000000));
   app.add_option("--checkpoint-async", o.checkpoint_async,

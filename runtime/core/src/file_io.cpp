@@ -63,11 +63,24 @@ void sync_directory(const std::filesystem::path& dir) {
   if (dfd) ::fsync(dfd.get());  // best effort: the rename is durable once the directory is
 }
 
+namespace {
+
+// What a reader of whole files needs `st` (of `path`) to be: neither a directory, which reads as
+// empty, nor a FIFO, socket or device (/dev/null), which would block or say "Operation not supported".
+void require_regular(const std::filesystem::path& path, const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
+  if (!S_ISREG(st.st_mode)) {
+    throw Error(Errc::io, "cannot read '" + path.string() + "': it is not a regular file (a FIFO, socket or device)");
+  }
+}
+
+}  // namespace
+
 std::uint64_t file_size(const std::filesystem::path& path) {
-  std::error_code ec;
-  const auto n = std::filesystem::file_size(path, ec);
-  if (ec) throw Error(Errc::io, "cannot read '" + path.string() + "': " + ec.message());
-  return n;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw io_error("cannot read", path, errno);
+  require_regular(path, st);
+  return static_cast<std::uint64_t>(st.st_size);
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -77,10 +90,7 @@ std::string read_text(const std::filesystem::path& path) {
   if (!fd) throw io_error("cannot read", path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw io_error("cannot read", path, errno);
-  if (S_ISDIR(st.st_mode)) throw Error(Errc::io, "cannot read '" + path.string() + "': it is a directory");
-  if (!S_ISREG(st.st_mode)) {
-    throw Error(Errc::io, "cannot read '" + path.string() + "': it is not a regular file (a FIFO, socket or device)");
-  }
+  require_regular(path, st);
   std::string text(static_cast<std::size_t>(st.st_size), '\0');
   for (std::size_t done = 0; done < text.size();) {
     const ssize_t n = ::pread(fd.get(), text.data() + done, text.size() - done, static_cast<off_t>(done));
