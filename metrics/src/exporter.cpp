@@ -61,6 +61,11 @@ namespace detail {
 int thread_stack_floor_linked();
 }  // namespace detail
 
+namespace {
+constexpr int kServeThreads = 16;
+constexpr std::chrono::milliseconds kRequestTimeout{2000};
+}  // namespace
+
 Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::string& bind_address,
                    std::uint16_t port, std::function<void()> before_scrape)
     : bind_(bind_address) {
@@ -73,7 +78,13 @@ Exporter::Exporter(std::shared_ptr<prometheus::Registry> registry, const std::st
                                   "for this host only)");
   }
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(where, 2);
+    // civetweb gives each connection a thread until its request is read: with prometheus-cpp's
+    // two, two clients trickling a request (or idle) shut every scrape out. kServeThreads hold
+    // that many such clients while scrapes still find a thread, and each waits kRequestTimeout
+    // at most for a request it cannot finish.
+    exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", where, "num_threads", std::to_string(kServeThreads), "request_timeout_ms",
+        std::to_string(kRequestTimeout.count())});
   } catch (const std::exception& e) {
     throw Error(Errc::io, "cannot serve metrics on " + where + ": " + why_not_bindable(bind_address, port) +
                               ". Choose another port with --metrics-port (0 picks a free one) or another "

@@ -1,7 +1,14 @@
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-
+#include <atomic>
+#include <chrono>
 #include <set>
+#include <thread>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -44,6 +51,62 @@ TEST(Exporter, ServesMetricsOverHttpOnAPickedPort) {
   auto body = http_get(ex.port(), "/metrics");
   EXPECT_NE(body.find("200 OK"), std::string::npos);
   EXPECT_NE(body.find("coshard_test_scrapes_total{rank=\"0\"} 7"), std::string::npos) << body;
+}
+
+// Clients that hold a connection without finishing a request: `trickle` sends a request line and
+// then a header byte every half second, the others nothing. Each connects again once dropped.
+class Hostile {
+ public:
+  Hostile(std::uint16_t port, int clients, bool trickle) {
+    for (int i = 0; i < clients; ++i) {
+      threads_.emplace_back([this, port, trickle] {
+        while (!stop_) {
+          const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+          sockaddr_in a{};
+          a.sin_family = AF_INET;
+          a.sin_port = htons(port);
+          a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+          if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+            const std::string line = trickle ? "GET /metrics HTTP/1.1\r\nX-Slow: " : "";
+            bool open = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) >= 0;
+            for (int t = 0; open && !stop_; ++t) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+              if (trickle && t % 5 == 4) open = ::send(fd, "x", 1, MSG_NOSIGNAL) == 1;
+              char c;  // the server closing is what ends the hold
+              if (::recv(fd, &c, 1, MSG_DONTWAIT) == 0) open = false;
+            }
+          }
+          ::close(fd);
+        }
+      });
+    }
+  }
+  ~Hostile() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Two connections trickling header lines, or two idle ones, took both of civetweb's two threads: every
+// scrape timed out until the server dropped them (up to 20 s), and 5 of 10 failed with clients that
+// reconnect. The endpoint keeps serving Prometheus while four of each hold on.
+TEST(Exporter, SlowAndIdleClientsDoNotShutScrapesOut) {
+  PrometheusTelemetry t(Labels{{"rank", "0"}});
+  t.counter("coshard_test_scrapes_total", "x", {}).add(1);
+  Exporter ex(t.registry(), "127.0.0.1", 0);
+  Hostile slow(ex.port(), 4, true), idle(ex.port(), 4, false);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int served = 0;
+  for (int i = 0; i < 10; ++i) {
+    // Prometheus's default scrape timeout is 10 s; a scrape here gets 3.
+    const std::string body = coshard::testing::loopback_exchange(ex.port(), "GET /metrics HTTP/1.0\r\n\r\n", 3);
+    served += body.find("coshard_test_scrapes_total") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(served, 10);
 }
 
 TEST(Exporter, PortInUseIsAClearError) {
