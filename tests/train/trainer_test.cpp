@@ -93,6 +93,11 @@ TEST(TrainerCheckpoint, ResumedRunsLogTheUninterruptedLosses) {
     for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], tol * want[i]) << ranks << " ranks, step " << i + 5;
     EXPECT_TRUE(fs::exists(dir / "step-00000008" / "manifest.json")) << resumed.output;
   }
+  // A cosine schedule decays over --steps: a run of it cannot be extended, and says why.
+  auto longer = run_command(launch(2, "--steps 10 --seq 32 --lr-schedule cosine --warmup-steps 2 --weight-decay 0.1 "
+                                      "--clip 1 --shuffle --batch 4 --resume " + (d / "a" / "step-00000004").string()));
+  EXPECT_NE(longer.rc, 0) << longer.output;
+  EXPECT_NE(longer.output.find("its cosine learning-rate schedule decays over --steps"), std::string::npos) << longer.output;
 }
 
 // A restart emptied --log-json ("w"): only the records since the checkpoint were left.
@@ -175,6 +180,12 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
             std::string::npos)
       << done.output;
   EXPECT_EQ(done.output.find("nan"), std::string::npos) << done.output;
+  // And so it can: a constant schedule goes on to a larger --steps (it was refused, "set --steps as it was").
+  const auto extended = d / "extended";
+  fs::copy(dir, extended, fs::copy_options::recursive);
+  auto more = run_command(launch(2, "--steps 6 --seq 32 --checkpoint-dir " + extended.string() + " --resume auto"));
+  EXPECT_EQ(more.rc, 0) << more.output;
+  EXPECT_NE(more.output.find("trained 2 steps (5 to 6, resumed after step 4)"), std::string::npos) << more.output;
   // A live job's lock (this test's own process) keeps others out.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);

@@ -194,7 +194,7 @@ int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, co
   static const std::map<std::string, std::string> fix{
       {"global_batch", "ranks x --batch x --grad-accum (or --global-batch)"}, {"seq", "--seq"},     {"seed", "--seed"},
       {"shuffle", "--shuffle"},   {"lr", "--lr"},        {"lr_schedule", "--lr-schedule"},
-      {"warmup_steps", "--warmup-steps"}, {"steps", "--steps"}};
+      {"warmup_steps", "--warmup-steps"}};
   for (const auto& [key, flag] : fix) {
     auto it = state.find(key);
     if (it == state.end()) throw Error(Errc::corrupt_file, "checkpoint " + where + " has no '" + key + "' in its training state");
@@ -205,6 +205,15 @@ int resume_step(const fsdp::CheckpointMetadata& state, const TrainOptions& o, co
     }
   }
   check_model_and_data(state, o, data, now, where);
+  // --steps shapes only a cosine schedule: a constant one goes on, to a larger --steps or a smaller.
+  const auto steps = state.find("steps");
+  if (steps == state.end()) throw Error(Errc::corrupt_file, "checkpoint " + where + " has no 'steps' in its training state");
+  if (steps->second != now.at("steps") && o.lr_schedule != "constant") {
+    throw Error(Errc::bad_config, "checkpoint " + where + " was trained with steps = " + steps->second + " and this run has " +
+                                      now.at("steps") + ": its " + o.lr_schedule + " learning-rate schedule decays over " +
+                                      "--steps, so set --steps as it was to continue that run exactly (a run with "
+                                      "--lr-schedule constant can be extended)");
+  }
   const int step = stored_step(state, where);
   if (step > o.steps) {
     throw Error(Errc::bad_config, "checkpoint " + where + " is at step " + std::to_string(step) + ", past --steps " +

@@ -133,8 +133,11 @@ Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
 
 void print_summary(const TrainOptions& o, const TrainSummary& s, int world, int shard_group, int first_step) {
   if (first_step >= o.steps) {
-    std::printf("nothing to train: the run resumed after step %d, and --steps is %d; give a larger --steps to "
-                "train on\n", first_step, o.steps);
+    // As resume_step allows: a constant schedule goes on with a larger --steps, a cosine one cannot.
+    std::printf("nothing to train: the run resumed after step %d, and --steps is %d; %s\n", first_step, o.steps,
+                o.lr_schedule == "constant" ? "give a larger --steps to train on"
+                                            : "its cosine schedule ended there, so the run is complete (a run with "
+                                              "--lr-schedule constant can be given a larger --steps)");
   } else {
     // A hybrid strategy's shard group is the engine's (by default the ranks of a host), said so
     // that a run across hosts shows how it split the world.
