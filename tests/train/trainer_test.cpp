@@ -138,6 +138,27 @@ TEST(TrainerCheckpoint, AResumeKeepsTheLogOfTheStepsBeforeItsCheckpoint) {
   EXPECT_EQ(steps, (std::vector<int>{1, 3, 4})) << r.output;
 }
 
+// A save killed mid-write left its temporary rank file (65 MB for GPT-2 124M) in the step's
+// directory for good, also once a later run saved that step again: the commit removes it.
+TEST(TrainerCheckpoint, WhatAKilledSaveLeftIsRemovedOnceTheStepIsSavedAgain) {
+  auto d = temp_dir("killed-save");
+  const std::string dir = (d / "c").string();
+  const std::string args = "--steps 4 --seq 32 --checkpoint-every 2 --checkpoint-dir " + dir;
+  auto r = run_command(launch(2, args));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  // As a save of step 4 killed mid-write leaves it: no manifest, half a rank file.
+  const fs::path step4 = fs::path(dir) / "step-00000004";
+  fs::remove_all(step4);
+  fs::create_directories(step4);
+  std::ofstream(step4 / "rank00000.bin.tmp.99999") << std::string(4096, 'x');
+  r = run_command(launch(2, args + " --resume auto"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(fs::exists(step4 / "manifest.json")) << r.output;
+  for (const auto& e : fs::directory_iterator(step4)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path() << " stayed";
+  }
+}
+
 TEST(TrainerCheckpoint, KeepsTheNewestAndPointsLatestAtIt) {
   auto d = temp_dir("keep");
   auto r = run_command(launch(2, "--steps 8 --seq 32 --checkpoint-dir " + d.string() +

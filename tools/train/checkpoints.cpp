@@ -82,6 +82,11 @@ void CheckpointDir::commit(int step, int keep) {
       if (it->first <= step && ++kept > keep) remove_checkpoint(it->second);
     }
     std::error_code ec;
+    // Every rank's files of this checkpoint are written (its manifest is): what a save killed
+    // mid-write left in the same directory (NAME.tmp.PID, 65 MB a rank of GPT-2 124M) goes.
+    for (const auto& e : fs::directory_iterator(step_dir(step), ec)) {
+      if (e.path().filename().string().find(".tmp.") != std::string::npos) fs::remove(e.path(), ec);
+    }
     for (const auto& e : fs::directory_iterator(root_, ec)) {
       // Only where the manifest is surely absent: a stat that failed for a moment is no proof.
       std::error_code stat;
