@@ -21,6 +21,7 @@
 
 #include "coshard/gpt2/safetensors.hpp"
 #include "coshard/runtime/cuda.hpp"
+#include "coshard/fsdp/checkpoint.hpp"
 #include "support/run_command.hpp"
 #include "train/trainer_support.hpp"
 
@@ -227,6 +228,14 @@ TEST(TrainerCheckpoint, ResumesThatWouldNotContinueTheRunAreRefused) {
   expect_refused(1, "--steps 4 --seq 32 --checkpoint-dir " + dir + "/a-file",
                  "--checkpoint-dir " + dir + "/a-file cannot be made a directory for checkpoints");
   fs::remove(fs::path(dir) / "a-file");
+  // A manifest forged with a valid checksum, whose step is not its units' step counts, resumed at
+  // its step with optimizers of another.
+  const fs::path forged = d / "forged";
+  fs::copy(fs::path(dir) / "step-00000002", forged, fs::copy_options::recursive);
+  auto forged_manifest = coshard::fsdp::read_manifest(forged);
+  forged_manifest.metadata["step"] = "1";
+  coshard::fsdp::write_manifest(forged, forged_manifest);
+  expect_refused(2, "--steps 4 --seq 32 --resume " + forged.string(), "names step 1, but unit '");
   // A pid past pid_t's range, cast, named pid 1 (always alive): the job was refused as in use.
   std::ofstream(fs::path(dir) / ".lock") << "4294967297 " << host << "\n";
   expect_refused(2, "--steps 4 --seq 32 --checkpoint-dir " + dir + " --resume auto", "or names no possible pid");

@@ -141,6 +141,17 @@ int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where)
   return step;
 }
 
+void check_step_counts(const fsdp::Manifest& m, int step, const std::string& where) {
+  if (m.metadata.count("imported_from") || m.optimizer != "adamw") return;
+  for (const auto& u : m.units) {
+    if (u.optimizer_step == step) continue;
+    throw Error(Errc::corrupt_file, "checkpoint " + where + " names step " + std::to_string(step) + ", but unit '" + u.name +
+                                        "' has taken " + std::to_string(u.optimizer_step) +
+                                        " optimizer steps: its manifest and its tensors disagree, so it is damaged (or "
+                                        "edited); resume from an earlier one");
+  }
+}
+
 namespace {
 
 // The model a checkpoint names, by meaning: "tiny" and "tiny,tie_head=true" are one model.

@@ -56,6 +56,10 @@ std::string exact_number(double v);
 fsdp::CheckpointMetadata training_state(const TrainOptions& o, const DataIdentity& data, int world, int steps_done);
 // The step a checkpoint's training state names; Errc::corrupt_file when it names none.
 int stored_step(const fsdp::CheckpointMetadata& state, const std::string& where);
+// Errc::corrupt_file when a unit's AdamW step count is not `step`: a gpt2-train checkpoint takes
+// one optimizer step per training step, so the manifest and its tensors disagree (an imported
+// checkpoint, whose optimizer starts afresh, is not checked).
+void check_step_counts(const fsdp::Manifest& m, int step, const std::string& where);
 // The step a checkpoint resumes at, after checking that this run continues it exactly (same
 // global batch, sequence length, seed, data order and schedule); errors name the flag to change.
 // A checkpoint of an older build, without the data's identity or the split, is checked on what it

@@ -135,7 +135,9 @@ Task<int> resume(Runtime& rt, Job& job, fsdp::Engine& engine, transport::Process
   std::exception_ptr unreadable;
   if (job.resume) {
     try {
-      mine = stored_step(fsdp::read_manifest(*job.resume).metadata, where);
+      const fsdp::Manifest m = fsdp::read_manifest(*job.resume);
+      mine = stored_step(m.metadata, where);
+      check_step_counts(m, static_cast<int>(mine), where);
     } catch (...) {
       unreadable = std::current_exception();
       mine = -2;
