@@ -154,6 +154,46 @@ TEST(Launcher, IdleConnectionsUnderALowDescriptorLimitLeaveTheRestartItsDescript
   EXPECT_EQ(r.output.find("Too many open files"), std::string::npos) << r.output;
 }
 
+// A rank killed first was not always the one named: when its peer aborted on losing it within the
+// same tick of the launcher (UCX's cma_ep.c, 2 of 20 kill -9 trials), the launcher took the ranks
+// in rank order and said "rank 0 ... killed by signal 6 (Aborted)", exit 134. The first SIGCHLD
+// names the first to die. Here the launcher is stopped while rank 1 is killed and rank 0 aborts.
+TEST(Launcher, TheRankThatDiedFirstIsNamedNotThePeerThatAbortedAfterIt) {
+  const std::string dir = ::testing::TempDir() + "/coshard-run-died-first-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string script = dir + "/rank.sh";
+  std::ofstream{script} << "if [ \"$RANK\" = 1 ]; then\n"
+                        << "  echo $$ > " << dir << "/r1.pid\n"
+                        << "  while [ ! -e " << dir << "/go ]; do sleep 0.05; done\n"
+                        << "  kill -9 $$\n"
+                        << "fi\n"
+                        << "while [ ! -e " << dir << "/r1.pid ]; do sleep 0.05; done\n"
+                        << "p=$(cat " << dir << "/r1.pid)\n"
+                        << "while [ \"$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null)\" != Z ]; do sleep 0.01; done\n"
+                        << "kill -ABRT $$\n";
+  coshard::testing::CommandResult r;
+  std::thread job([&] {
+    r = run("bash -c 'echo $$ > " + dir + "/launcher.pid; exec " + kRun + " --nproc-per-node 2 --grace 2 -- sh " + script +
+            "'");
+  });
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(dir + "/r1.pid") && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int launcher = 0;
+  std::ifstream(dir + "/launcher.pid") >> launcher;
+  ASSERT_GT(launcher, 0);
+  ::kill(launcher, SIGSTOP);  // both ranks end before it looks again
+  std::ofstream{dir + "/go"} << "1";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ::kill(launcher, SIGCONT);
+  job.join();
+  EXPECT_EQ(r.rc, 137) << r.output;
+  EXPECT_NE(r.output.find("coshard-run: rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9 (Killed); stopping the other ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the job failed (exit code 137): node 0: rank 1"), std::string::npos) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
 // The flight-record folder was named by the launcher's pid alone: a pid the kernel gave again (it
 // wraps at pid_max, 32768 here; a CI run wraps it) reused the folder a failed job had kept, and
 // the report read that job's records as this one's. `exec` keeps the shell's pid for the launcher.

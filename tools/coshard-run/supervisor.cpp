@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace coshard::run {
 namespace {
@@ -169,6 +171,9 @@ void Supervisor::take_signals(int sigfd) {
   signalfd_siginfo si;
   while (::read(sigfd, &si, sizeof si) == sizeof si) {
     int sig = static_cast<int>(si.ssi_signo);
+    // A SIGCHLD that comes while one is pending is merged into it: ssi_pid is the first of the
+    // ranks that ended since the last read, which reap() then takes first.
+    if (sig == SIGCHLD) died_first_.push_back(static_cast<pid_t>(si.ssi_pid));
     if (sig == SIGUSR2 && !stop_requested_) {
       console_.say("coshard-run: got %s, passing it to the ranks that stop after a checkpoint on it\n",
                    strsignal(sig));
@@ -317,9 +322,21 @@ void Supervisor::drain(Output& out, int rank) {
   out.fd.reset();
 }
 
-// Reaps whoever ended; the first failure that no interrupt caused stops the others.
+// Reaps whoever ended; the first failure that no interrupt caused stops the others. Ranks that
+// ended within one tick are taken in the order they died as far as SIGCHLD tells (died_first_),
+// then in rank order: a rank killed first is named, not a peer that aborted when it lost it.
 void Supervisor::reap() {
+  std::vector<Child*> order;
+  for (pid_t pid : std::exchange(died_first_, {})) {
+    for (auto& c : children_) {
+      if (c.pid == pid && std::find(order.begin(), order.end(), &c) == order.end()) order.push_back(&c);
+    }
+  }
   for (auto& c : children_) {
+    if (std::find(order.begin(), order.end(), &c) == order.end()) order.push_back(&c);
+  }
+  for (Child* child : order) {
+    Child& c = *child;
     if (!c.running) continue;
     int status = 0;
     pid_t r = ::waitpid(c.pid, &status, WNOHANG);

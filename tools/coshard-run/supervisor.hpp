@@ -89,6 +89,7 @@ class Supervisor {
   bool said_none_stops_ = false;  // said that no rank takes SIGUSR2
   bool stopped_on_request_ = false;  // a rank exited with launch::StopSignal::kExitCode
   Leftovers leftovers_;  // every rank had ended, but not what they started
+  std::vector<pid_t> died_first_;  // the pids SIGCHLD named since the last reap, in order
 };
 
 }  // namespace coshard::run
