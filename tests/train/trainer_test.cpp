@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -769,6 +770,64 @@ TEST(TrainerErrors, MetricsPortInUseIsNamed) {
   EXPECT_NE(r.output.find(std::to_string(port)), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--metrics-port"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("step "), std::string::npos) << "training started: " << r.output;
+}
+
+// The local addresses (hex, as /proc/net/tcp{,6} write them) that process `pid` listens on.
+std::vector<std::string> listening_addresses(int pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const std::string link = fs::read_symlink(e.path(), ec).string();
+    if (link.rfind("socket:[", 0) == 0) inodes.insert(link.substr(8, link.size() - 9));
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);  // the header
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      in >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode)) out.push_back(local.substr(0, local.find(':')));
+    }
+  }
+  return out;
+}
+
+// Each rank's UCX workers listened on every interface (192.0.2.2 as well as 127.0.0.1 here), in a
+// job that never leaves this host: such a job's ranks now listen on loopback only.
+TEST(TrainerNetwork, AJobOnOneHostListensOnLoopbackOnly) {
+  auto d = temp_dir("loopback");
+  const std::string pid_file = (d / "launcher.pid").string();
+  coshard::testing::CommandResult r;
+  std::thread job([&] {
+    r = run_command("bash -c 'echo $$ > " + pid_file + "; exec " + launch(2, "--steps 100000 --seq 32") + "'");
+  });
+  int launcher = 0;
+  std::vector<int> ranks;
+  std::vector<std::string> seen;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  // Each rank: its metrics endpoint and, once connected, its UCX workers' listeners.
+  while (seen.size() < 4 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (!launcher) std::ifstream(pid_file) >> launcher;
+    if (!launcher) continue;
+    ranks.clear();
+    std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+    for (int pid; children >> pid;) ranks.push_back(pid);
+    seen.clear();
+    for (int pid : ranks) {
+      for (const auto& a : listening_addresses(pid)) seen.push_back(a);
+    }
+  }
+  if (launcher) ::kill(launcher, SIGTERM);
+  job.join();
+  ASSERT_EQ(ranks.size(), 2u) << r.output;
+  ASSERT_GE(seen.size(), 4u) << "the ranks did not listen as they train\n" << r.output;
+  for (const auto& a : seen) {
+    EXPECT_TRUE(a == "0100007F" || a == "00000000000000000000000001000000") << "a rank listens on " << a;
+  }
 }
 
 }  // namespace

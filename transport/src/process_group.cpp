@@ -40,6 +40,10 @@ Task<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(Runtime& runtime, Pro
 
 Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, launch::LaunchEnv env, ProcessGroupOptions options) {
   const Backend backend = resolve_backend(options.backend, runtime.device());  // before anyone waits on us
+  // A job on one host has no use for the other interfaces: its ranks listen on loopback only.
+  if (options.ucx.net_devices.empty() && env.world_size > 1 && env.local_world_size == env.world_size) {
+    options.ucx.net_devices = "lo";
+  }
   auto rv = co_await rendezvous(std::move(env), options.rendezvous);
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup(runtime, std::move(rv), options.ucx, backend));
   runtime.telemetry()

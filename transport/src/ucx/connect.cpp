@@ -228,7 +228,8 @@ Task<std::unique_ptr<Communicator>> create_ucx_communicator(Runtime& runtime, la
     auto generation = co_await store->add(prefix + "generation/" + std::to_string(rank), 1);
     prefix += std::to_string(generation) + "/";
   }
-  co_return co_await detail::connect(runtime, store, std::make_shared<detail::UcxContext>(), rank, size,
+  auto context = std::make_shared<detail::UcxContext>(detail::UcxContext::Protocols::automatic, ucx.net_devices);
+  co_return co_await detail::connect(runtime, store, std::move(context), rank, size,
                                      std::move(prefix), std::move(options), ucx);
 }
 

@@ -21,9 +21,15 @@ void throw_ucx(ucs_status_t status, const std::string& what) {
                             " (UCX_TLS and UCX_NET_DEVICES select the transports; ucx_info -d lists them)");
 }
 
-UcxContext::UcxContext(Protocols protocols) {
+UcxContext::UcxContext(Protocols protocols, std::string net_devices) : net_devices_(std::move(net_devices)) {
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) throw_ucx(st, "ucp_config_read");
+  if (!net_devices_.empty() && !std::getenv("UCX_NET_DEVICES")) {
+    if (auto st = ucp_config_modify(config, "NET_DEVICES", net_devices_.c_str()); st != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx(st, "ucp_config_modify NET_DEVICES=" + net_devices_);
+    }
+  }
   if (protocols == Protocols::eager && !std::getenv("UCX_RNDV_THRESH")) {
     if (auto st = ucp_config_modify(config, "RNDV_THRESH", "inf"); st != UCS_OK) {
       ucp_config_release(config);
@@ -45,7 +51,7 @@ UcxContext::~UcxContext() {
 }
 
 std::shared_ptr<UcxContext> UcxContext::eager() {
-  if (!eager_) eager_ = std::make_shared<UcxContext>(Protocols::eager);
+  if (!eager_) eager_ = std::make_shared<UcxContext>(Protocols::eager, net_devices_);
   return eager_;
 }
 

@@ -29,7 +29,8 @@ class UcxContext {
   // between hosts through a shaped link (docs/benchmarks.md, "Across hosts"): with two or more
   // flows per link, UCX 1.13's rendezvous stalled one operation in ten for about 55 ms.
   enum class Protocols { automatic, eager };
-  explicit UcxContext(Protocols protocols = Protocols::automatic);
+  // `net_devices`: UCX_NET_DEVICES unless the environment sets it (UcxOptions::net_devices).
+  explicit UcxContext(Protocols protocols = Protocols::automatic, std::string net_devices = {});
   ~UcxContext();
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
@@ -40,6 +41,7 @@ class UcxContext {
 
  private:
   ucp_context_h ctx_ = nullptr;
+  std::string net_devices_;
   std::shared_ptr<UcxContext> eager_;
 };
 

@@ -34,6 +34,10 @@ struct UcxOptions {
   std::chrono::milliseconds liveness_interval{250};
   /// Address exchange and connection set-up.
   std::chrono::milliseconds connect_timeout{120000};
+  /// The network devices UCX may use (UCX_NET_DEVICES) unless the environment names them: empty,
+  /// UCX's choice, which listens on every interface. ProcessGroup::create gives "lo" to a job on
+  /// one host, so that its ranks listen on loopback only.
+  std::string net_devices;
   /// Single-copy collectives through shared memory when every rank is on this host (docs/transport.md):
   /// all-gather, reduce-scatter and all-reduce of at least `direct_min_bytes` per rank whose buffers
   /// are shared segments (Runtime::Options::shared_host_memory). COSHARD_UCX_DIRECT=0|1 overrides
