@@ -150,7 +150,9 @@ TEST_F(StagePipelineTest, AFailureOnTheSideThreadStopsTheCallingThreadAtOnce) {
   ASSERT_TRUE(e.has_value()) << "no error";
   EXPECT_NE(std::string(e->what()).find("send to job rank 3 failed"), std::string::npos) << e->what();
   EXPECT_LT(Clock::now() - start, 5s);
-  EXPECT_EQ(after_ran.load(), 1);
+  // after(0) runs if the calling thread saw across(0) done before the abort reached its wire; it
+  // may not have (1 run in 900 of the full suite here): at once means no later chunk's, not none.
+  EXPECT_LE(after_ran.load(), 1);
   EXPECT_TRUE(near.aborted().has_value());
 }
 
