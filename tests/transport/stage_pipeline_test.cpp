@@ -133,7 +133,9 @@ TEST_F(StagePipelineTest, AFailureOnTheCallingThreadStopsTheCrossHostStageAtOnce
   EXPECT_NE(std::string(e->what()).find("job rank 1 is gone"), std::string::npos) << e->what();
   // The side thread waited for before(2) under a 60 s deadline: the abort, not the deadline, ended it.
   EXPECT_LT(Clock::now() - start, 5s);
-  EXPECT_EQ(across_ran.load(), 2);
+  // across(1) runs if the side thread saw before(1) done before the abort reached its wire (the
+  // same race as below): no across(2), whose before-stage failed.
+  EXPECT_LE(across_ran.load(), 2);
   EXPECT_TRUE(far.aborted().has_value());
 }
 
