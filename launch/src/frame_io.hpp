@@ -27,7 +27,10 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
   FrameRead out;
   char header[4];
   auto r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(header, 4), std::move(h)); },
-                            [&] { s.cancel(); });
+                            [&] {
+                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
+                              s.cancel(ignored);
+                            });
   if (r.ec) {
     out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
     out.ec = r.ec;
@@ -45,7 +48,10 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
     const std::size_t n = std::min<std::size_t>(kChunk, out.length - got);
     out.body.resize(got + n);
     r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(out.body.data() + got, n), std::move(h)); },
-                         [&] { s.cancel(); });
+                         [&] {
+                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
+                              s.cancel(ignored);
+                            });
     if (r.ec) {
       out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
       out.ec = r.ec;
@@ -58,7 +64,10 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
 
 inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, std::vector<char> frame) {
   auto r = co_await asio_op([&](auto h) { asio::async_write(s, asio::buffer(frame), std::move(h)); },
-                            [&] { s.cancel(); });
+                            [&] {
+                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
+                              s.cancel(ignored);
+                            });
   co_return r.ec;
 }
 

@@ -46,7 +46,7 @@ bool out_of_descriptors(const std::error_code& ec) {
 
 struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
   State(Scheduler& s, Options o)
-      : sched(s), options(std::move(o)), acceptor(s.io_context()), ceiling(descriptor_ceiling(options.reserved_descriptors)) {}
+      : sched(s), options(std::move(o)), acceptor(s.io_context()) {}
 
   Scheduler& sched;
   Options options;
@@ -62,7 +62,6 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     std::chrono::steady_clock::time_point since;
   };
   std::list<Waiting> handshakes;  // connections awaiting their hello, oldest first
-  const std::size_t ceiling;      // descriptor_ceiling
   std::optional<std::chrono::steady_clock::time_point> said_refusing;
   bool closed = false;
 
@@ -106,15 +105,18 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     return true;
   }
 
-  // Whether to serve `sock`, just accepted: past max_handshakes a stale one makes room; at the
-  // descriptor ceiling one must, else the new connection is closed.
-  // An admitted connection awaits its hello from now (session() forgets it after the handshake).
+  // Whether to serve `sock`, just accepted; an admitted one awaits its hello from now (session()
+  // forgets it after the handshake). Past max_handshakes a stale one makes room. At the reserve
+  // the new connection is closed, and a stale one dropped for the next: admitted, the new one would
+  // keep its high number while the next took the number freed, and the reserve would drain. The
+  // limit is read each time: a rank that serves the store may raise it after it started.
   bool admit(const std::shared_ptr<tcp::socket>& sock) {
     if (handshakes.size() >= options.max_handshakes) evict_stale();
-    if (static_cast<std::size_t>(sock->native_handle()) < ceiling || evict_stale()) {
+    if (static_cast<std::size_t>(sock->native_handle()) < descriptor_ceiling(options.reserved_descriptors)) {
       handshakes.push_back({sock, std::chrono::steady_clock::now()});
       return true;
     }
+    evict_stale();  // room for the next connection
     ++refused;
     const auto now = std::chrono::steady_clock::now();
     if (!said_refusing || now - *said_refusing >= 1min) {
@@ -122,7 +124,9 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
       log(options.log, LogLevel::warning,
           "the rendezvous store on port " + std::to_string(port) + " refuses connections: descriptor " +
               std::to_string(sock->native_handle()) + " leaves only the reserve of its process (" +
-              std::to_string(sockets.size()) + " connections open); raise the limit (ulimit -n) for a job this large");
+              std::to_string(sockets.size()) + " connections open, " + std::to_string(handshakes.size()) +
+              " of them not past their hello): raise the limit (ulimit -n) for a job this large, or find who "
+              "holds connections open");
     }
     return false;
   }
@@ -139,7 +143,10 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
     while (!self->closed) {
       auto sock = std::make_shared<tcp::socket>(self->sched.io_context());
       auto r = co_await asio_op([&](auto h) { self->acceptor.async_accept(*sock, std::move(h)); },
-                                [&] { self->acceptor.cancel(); });
+                                [&] {
+                                  std::error_code ignored;  // closed by close_all meanwhile
+                                  self->acceptor.cancel(ignored);
+                                });
       if (r.ec) {
         if (self->closed || r.ec == asio::error::operation_aborted) break;
         // Out of descriptors (or kernel memory): the queued connection stays queued, and accepting
@@ -180,7 +187,7 @@ struct StoreServer::State : std::enable_shared_from_this<StoreServer::State> {
       const bool ok = co_await handshake(*self, *sock);
       self->forget_handshake(sock);
       if (!ok) {
-        ++self->rejected;
+        if (sock->is_open()) ++self->rejected;  // an evicted one is counted as such
         co_return;
       }
       for (;;) {

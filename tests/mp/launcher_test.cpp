@@ -119,13 +119,21 @@ TEST(Launcher, IdleConnectionsUnderALowDescriptorLimitLeaveTheRestartItsDescript
   ASSERT_NE(port, 0);
   const std::string ready = ::testing::TempDir() + "/coshard-run-flood-" + std::to_string(::getpid());
   std::remove(ready.c_str());
+  std::remove((ready + ".running").c_str());
   const std::string script = ready + ".sh";
   std::ofstream{script} << "if [ \"$COSHARD_RESTART_COUNT\" = 0 ]; then\n"
+                        << "  touch " << ready << ".running\n"
                         << "  while [ ! -e " << ready << " ]; do sleep 0.1; done\n"
                         << "  sleep 1; [ \"$RANK\" = 1 ] && exit 3; sleep 60\n"
                         << "fi\necho \"rank $RANK restarted\"\n";
   std::vector<int> held;
-  std::thread flood([&] {  // once the store listens: 100 connections that never say hello
+  std::thread flood([&] {  // once the ranks run: 100 connections that never say hello
+    // Not before: the launcher's own client of its store connects first (at the reserve it too
+    // would be refused, as any client).
+    const auto until_running = Clock::now() + std::chrono::seconds(60);
+    while (!std::filesystem::exists(ready + ".running") && Clock::now() < until_running) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     for (int i = 0; i < 100; ++i) {
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       timeval limit{1, 0};  // a full accept queue must not hold this thread for the SYN retries
@@ -147,6 +155,7 @@ TEST(Launcher, IdleConnectionsUnderALowDescriptorLimitLeaveTheRestartItsDescript
   flood.join();
   for (int fd : held) ::close(fd);
   std::remove(ready.c_str());
+  std::remove((ready + ".running").c_str());
   std::remove(script.c_str());
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 0] rank 0 restarted"), std::string::npos) << r.output;
@@ -164,7 +173,7 @@ TEST(Launcher, TheRankThatDiedFirstIsNamedNotThePeerThatAbortedAfterIt) {
   std::filesystem::create_directories(dir);
   const std::string script = dir + "/rank.sh";
   std::ofstream{script} << "if [ \"$RANK\" = 1 ]; then\n"
-                        << "  echo $$ > " << dir << "/r1.pid\n"
+                        << "  echo $$ > " << dir << "/r1.tmp; mv " << dir << "/r1.tmp " << dir << "/r1.pid\n"
                         << "  while [ ! -e " << dir << "/go ]; do sleep 0.05; done\n"
                         << "  kill -9 $$\n"
                         << "fi\n"
@@ -191,6 +200,8 @@ TEST(Launcher, TheRankThatDiedFirstIsNamedNotThePeerThatAbortedAfterIt) {
   EXPECT_NE(r.output.find("coshard-run: rank 1 (pid"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("was killed by signal 9 (Killed); stopping the other ranks"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("the job failed (exit code 137): node 0: rank 1"), std::string::npos) << r.output;
+  // Both ended while the launcher was stopped: rank 0 of its own abort, not of the launcher's SIGTERM.
+  EXPECT_NE(r.output.find("rank 0 was killed by signal 6 (Aborted)"), std::string::npos) << r.output;
   std::filesystem::remove_all(dir);
 }
 

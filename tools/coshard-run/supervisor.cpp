@@ -56,7 +56,9 @@ void Supervisor::watch(int sigfd) {
     int timeout_ms = 200;
     ::poll(fds.data(), fds.size(), timeout_ms);
 
-    if (fds[0].revents & POLLIN) take_signals(sigfd);
+    // Also when poll woke for a rank's output: its pipe's hang-up comes before its SIGCHLD, and
+    // reap() below takes the ranks in the order SIGCHLD says they died.
+    take_signals(sigfd);
     note_stop_takers();
     if (stop_requested_) pass_on_stop_request();  // also to a rank that takes SIGUSR2 only now
     for (std::size_t i = kFirstOutput; i < fds.size(); ++i) {

@@ -49,6 +49,10 @@ std::string token_identity(const gpt2::Tokens& tokens) {
   return std::to_string(n) + " tokens, hash " + hex(h);
 }
 
+bool gathers_model_at_end(const TrainOptions& o, const Inputs& in) {
+  return !o.save.empty() || !o.save_hf.empty() || (o.samples > 0 && (in.corpus || in.tokenizer));
+}
+
 std::vector<Setting> shared_settings(const TrainOptions& o, const Inputs& in) {
   const auto num = [](auto v) { return std::to_string(v); };
   return {
@@ -67,18 +71,19 @@ std::vector<Setting> shared_settings(const TrainOptions& o, const Inputs& in) {
       {"--weight-decay", exact_number(o.weight_decay)},
       {"--clip", exact_number(o.clip)},
       {"--shuffle", o.shuffle ? "true" : "false"},
-      {"--strategy", num(static_cast<int>(o.strategy))},
+      {"--strategy", std::string(fsdp::to_string(o.strategy))},
       {"--shard-group", num(o.shard_group)},
       {"--forward-prefetch", num(o.forward_prefetch)},
       {"--backward-prefetch", num(static_cast<int>(o.backward_prefetch))},
-      {"--param-dtype", num(static_cast<int>(o.param_dtype))},
+      {"--mixed-precision", std::string(to_string(o.param_dtype))},
       {"--f32-compute", o.f32_compute ? "true" : "false"},
+      {"--offload", o.offload ? "true" : "false"},
       {"--device", o.device},
       {"--init", o.init.empty() ? "none" : file_size(o.init)},
       {"--eval-every", num(o.eval_every)},
-      {"--samples", num(o.samples)},
-      {"--save", given(o.save)},
-      {"--save-hf", given(o.save_hf)},
+      // Only rank 0 writes and samples, but every rank takes part in the gather before.
+      {"--save, --save-hf or --samples with a tokenizer (the model gathered at the end)",
+       gathers_model_at_end(o, in) ? "yes" : "no"},
       {"--trace", given(o.trace)},
       {"--checkpoint-dir", given(o.checkpoint_dir)},
       {"--checkpoint-every", num(o.checkpoint_every)},

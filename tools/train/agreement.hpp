@@ -25,6 +25,10 @@ struct Setting {
 // a stride through the rest (at most 2^20 tokens read, so a file of billions costs milliseconds).
 std::string token_identity(const gpt2::Tokens& tokens);
 
+// Whether the run gathers the whole model once it has trained (save_and_sample): to --save or
+// --save-hf it, or for --samples where a tokenizer (or the embedded corpus) decodes them.
+bool gathers_model_at_end(const TrainOptions& o, const Inputs& in);
+
 // The settings of `o` that must agree across ranks, with the data by `in`'s identities.
 std::vector<Setting> shared_settings(const TrainOptions& o, const Inputs& in);
 

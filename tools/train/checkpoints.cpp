@@ -147,8 +147,8 @@ void check_step_counts(const fsdp::Manifest& m, int step, const std::string& whe
     if (u.optimizer_step == step) continue;
     throw Error(Errc::corrupt_file, "checkpoint " + where + " names step " + std::to_string(step) + ", but unit '" + u.name +
                                         "' has taken " + std::to_string(u.optimizer_step) +
-                                        " optimizer steps: its manifest and its tensors disagree, so it is damaged (or "
-                                        "edited); resume from an earlier one");
+                                        " optimizer steps: its training state and its units' step counts disagree, so it "
+                                        "is damaged (or edited); resume from an earlier one");
   }
 }
 
@@ -189,11 +189,8 @@ void check_model_and_data(const fsdp::CheckpointMetadata& state, const TrainOpti
   if (const auto f = state.find("val_fraction"); f != state.end() && f->second != now.at("val_fraction")) {
     throw refuse("--val-fraction", f->second, now.at("val_fraction"), "set --val-fraction as it was");
   }
-  const auto val = state.find("val_data_identity");
-  const std::string val_now = data.val_data.empty() ? "none" : data.val_data;
-  if (val != state.end() ? val->second != val_now : (state.count("data_identity") && !data.val_data.empty())) {
-    throw refuse("--val-data of", val != state.end() ? val->second : "none", val_now, "give the --val-data it had");
-  }
+  // --val-data is recorded but not checked: it changes what is validated, never what is trained
+  // (the split of --data is --val-fraction's, checked above).
 }
 
 }  // namespace

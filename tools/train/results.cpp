@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coshard/gpt2/hf_dir.hpp"
+#include "agreement.hpp"
 #include "model.hpp"
 #include "coshard/metrics/trace_merge.hpp"
 
@@ -117,7 +118,7 @@ void merge_timeline(const std::string& trace, int world) {
 Task<void> save_and_sample(Job& job, fsdp::Engine& engine, int rank) {
   const TrainOptions& o = job.o;
   const bool want_samples = o.samples > 0 && (job.in.corpus || job.in.tokenizer);
-  if (o.save.empty() && o.save_hf.empty() && !want_samples) co_return;
+  if (!gathers_model_at_end(o, job.in)) co_return;
   auto state = co_await engine.full_state_dict(true);
   if (rank != 0) co_return;
   if (!o.save.empty()) {

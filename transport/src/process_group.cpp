@@ -1,5 +1,6 @@
 #include "coshard/transport/process_group.hpp"
 
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 
@@ -41,7 +42,9 @@ Task<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(Runtime& runtime, Pro
 Task<std::unique_ptr<ProcessGroup>> ProcessGroup::create(Runtime& runtime, launch::LaunchEnv env, ProcessGroupOptions options) {
   const Backend backend = resolve_backend(options.backend, runtime.device());  // before anyone waits on us
   // A job on one host has no use for the other interfaces: its ranks listen on loopback only.
-  if (options.ucx.net_devices.empty() && env.world_size > 1 && env.local_world_size == env.world_size) {
+  // Not where the user picks UCX's transports or devices: theirs may need another device.
+  if (options.ucx.net_devices.empty() && env.world_size > 1 && env.local_world_size == env.world_size &&
+      !std::getenv("UCX_TLS") && !std::getenv("UCX_NET_DEVICES")) {
     options.ucx.net_devices = "lo";
   }
   auto rv = co_await rendezvous(std::move(env), options.rendezvous);

@@ -36,7 +36,8 @@ struct UcxOptions {
   std::chrono::milliseconds connect_timeout{120000};
   /// The network devices UCX may use (UCX_NET_DEVICES) unless the environment names them: empty,
   /// UCX's choice, which listens on every interface. ProcessGroup::create gives "lo" to a job on
-  /// one host, so that its ranks listen on loopback only.
+  /// one host (where neither UCX_NET_DEVICES nor UCX_TLS is set), so that its ranks listen on
+  /// loopback only.
   std::string net_devices;
   /// Single-copy collectives through shared memory when every rank is on this host (docs/transport.md):
   /// all-gather, reduce-scatter and all-reduce of at least `direct_min_bytes` per rank whose buffers
