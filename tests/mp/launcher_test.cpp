@@ -183,8 +183,10 @@ TEST(Launcher, TheRankThatDiedFirstIsNamedNotThePeerThatAbortedAfterIt) {
                         << "kill -ABRT $$\n";
   coshard::testing::CommandResult r;
   std::thread job([&] {
-    r = run("bash -c 'echo $$ > " + dir + "/launcher.pid; exec " + kRun + " --nproc-per-node 2 --grace 2 -- sh " + script +
-            "'");
+    // A session of its own (setsid keeps the pid): in the test's process group, a launcher
+    // stopped while its ranks ended once got the kernel's SIGHUP for an orphaned group (ASan).
+    r = run("bash -c 'echo $$ > " + dir + "/launcher.pid; exec setsid " + kRun + " --nproc-per-node 2 --grace 2 -- sh " +
+            script + "'");
   });
   const auto until = Clock::now() + std::chrono::seconds(30);
   while (!std::filesystem::exists(dir + "/r1.pid") && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
