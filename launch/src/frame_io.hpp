@@ -23,17 +23,28 @@ struct FrameRead {
   std::error_code ec;
 };
 
+// Cancels without throwing: the socket may have been closed meanwhile (evicted, stopping).
+inline void cancel_quietly(asio::ip::tcp::socket& s) {
+  std::error_code ignored;
+  s.cancel(ignored);
+}
+
+// `co_await read_exactly(s, b)`: all of `b`, or the error that ended the read.
+inline auto read_exactly(asio::ip::tcp::socket& s, asio::mutable_buffer b) {
+  return asio_op([&s, b](auto h) { asio::async_read(s, b, std::move(h)); }, [&s] { cancel_quietly(s); });
+}
+
+// A read that failed with `ec`: the peer closed, or another error.
+inline void read_failed(FrameRead& out, std::error_code ec) {
+  out.error = ec == asio::error::eof ? FrameError::closed : FrameError::io;
+  out.ec = ec;
+}
+
 inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_bytes) {
   FrameRead out;
   char header[4];
-  auto r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(header, 4), std::move(h)); },
-                            [&] {
-                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
-                              s.cancel(ignored);
-                            });
-  if (r.ec) {
-    out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
-    out.ec = r.ec;
+  if (auto r = co_await read_exactly(s, asio::buffer(header, 4)); r.ec) {
+    read_failed(out, r.ec);
     co_return out;
   }
   std::memcpy(&out.length, header, 4);
@@ -47,14 +58,8 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
   for (std::size_t got = 0; got < out.length;) {
     const std::size_t n = std::min<std::size_t>(kChunk, out.length - got);
     out.body.resize(got + n);
-    r = co_await asio_op([&](auto h) { asio::async_read(s, asio::buffer(out.body.data() + got, n), std::move(h)); },
-                         [&] {
-                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
-                              s.cancel(ignored);
-                            });
-    if (r.ec) {
-      out.error = r.ec == asio::error::eof ? FrameError::closed : FrameError::io;
-      out.ec = r.ec;
+    if (auto r = co_await read_exactly(s, asio::buffer(out.body.data() + got, n)); r.ec) {
+      read_failed(out, r.ec);
       break;
     }
     got += n;
@@ -64,10 +69,7 @@ inline Task<FrameRead> read_frame(asio::ip::tcp::socket& s, std::size_t max_byte
 
 inline Task<std::error_code> write_frame(asio::ip::tcp::socket& s, std::vector<char> frame) {
   auto r = co_await asio_op([&](auto h) { asio::async_write(s, asio::buffer(frame), std::move(h)); },
-                            [&] {
-                              std::error_code ignored;  // a socket closed meanwhile (evicted, stopping)
-                              s.cancel(ignored);
-                            });
+                            [&] { cancel_quietly(s); });
   co_return r.ec;
 }
 
